@@ -1,0 +1,96 @@
+"""`gyre-contract`: a thin argparse shell over library functions that return exit codes.
+
+Exit codes: 0 the contract holds, 1 it is violated, 2 unusable input or usage.
+Errors are one line on stderr; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import TextIO
+
+from gyre_contract.errors import ContractError, GyreError
+
+EXIT_OK, EXIT_VIOLATED, EXIT_INPUT = 0, 1, 2
+
+# Each command lives in gyre_contract/cli/<name>.py with add_parser(subparsers) and run(args, out, err).
+COMMANDS = ("export", "validate", "diff", "compat", "infer", "batch", "runs", "demo")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as exit 2 without raising SystemExit into callers."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gyre-contract",
+        description="Check the contract between an RL sampler and its trainer.",
+        epilog="exit codes: 0 holds, 1 contract violated, 2 usage or unreadable input",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        module = _command(name)
+        if module is not None:
+            module.add_parser(sub)
+    return parser
+
+
+def _command(name: str):
+    try:
+        return importlib.import_module(f"gyre_contract.cli.{name}")
+    except ModuleNotFoundError as err:
+        if err.name == f"gyre_contract.cli.{name}":
+            return None
+        raise
+
+
+def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+        stderr: TextIO | None = None) -> int:
+    """Run one command; return its exit code. Streams are injectable for tests."""
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help(out)
+            return EXIT_INPUT
+        return args.run(args, out, err)
+    except SystemExit as exc:  # --help and --version exit through argparse
+        return int(exc.code or 0)
+    except UsageError as exc:
+        print(str(exc), file=err)
+        return EXIT_INPUT
+    except ContractError as exc:
+        _report(exc, err, debug)
+        return EXIT_VIOLATED
+    except (GyreError, OSError) as exc:
+        _report(exc, err, debug)
+        return EXIT_INPUT
+
+
+def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=err)
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}"
+    print(f"error: {text}", file=err)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    sys.exit(run(argv))

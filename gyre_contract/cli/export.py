@@ -1,0 +1,33 @@
+"""`gyre-contract export [--out DIR] [--check]`: write the JSON Schemas, or fail on drift."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from gyre_contract.cli.common import emit
+from gyre_contract.schema import drifted_schemas, export_schemas
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("export", help="write the JSON Schemas of the contract's models",
+                       description="Write schemas/rollout_step.v1.json and "
+                       "schemas/train_batch.v1.json; --check fails (exit 1) on drift.")
+    p.add_argument("--out", default="schemas", help="output folder (default: schemas)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if the files differ from the models")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.check:
+        stale = drifted_schemas(args.out)
+        lines = [f"drifted: {p} (run `gyre-contract export --out {args.out}`)" for p in stale]
+        report = {"ok": not stale, "drifted": [str(p) for p in stale]}
+        emit(out, args.format, report, lines or [f"schemas in {args.out} match the models"])
+        return 1 if stale else 0
+    written = export_schemas(args.out)
+    emit(out, args.format, {"written": [str(p) for p in written]},
+         [f"wrote {p}" for p in written])
+    return 0

@@ -1,0 +1,328 @@
+"""The validation API: one step, one episode, one training batch. All problems, never the first.
+
+`validate_step` is meant for the sampler's hot loop: a valid record costs one pydantic
+validation; the work of explaining a bad one is only done when there is something to explain.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from gyre_contract.dims import format_size, scalar_reason
+from gyre_contract.errors import ContractError, Problem, describe
+from gyre_contract.models import (
+    AnyObservation,
+    GyreModel,
+    RolloutStep,
+    RolloutStepV1,
+    TrainBatch,
+    TrainBatchV1,
+    field_specs,
+    record_bindings,
+)
+from gyre_contract.tensor import TensorSpec
+
+M = TypeVar("M", bound=GyreModel)
+
+
+def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = RolloutStep) -> M:
+    """Validate one step record; return the model instance or raise ContractError with all problems."""
+    if type(record) is model:
+        return record  # type: ignore[return-value]
+    if isinstance(record, BaseModel):
+        record = record.model_dump(by_alias=True, exclude_none=True)
+    try:
+        return model.model_validate(record)
+    except ValidationError as err:
+        raise ContractError(problems_from(err, model)) from None
+
+
+def problems_from(err: ValidationError, model: type[BaseModel]) -> list[Problem]:
+    """Translate pydantic's errors into Problems with dotted paths, expected and got."""
+    problems: list[Problem] = []
+    for item in err.errors(include_url=False):
+        problems += _problems_of(item, model)
+    return problems
+
+
+def _problems_of(item: Mapping[str, Any], model: type[BaseModel]) -> list[Problem]:
+    kind, loc, value = item["type"], item["loc"], item.get("input")
+    path = _dotted(loc)
+    ctx = item.get("ctx") or {}
+    if kind == "gyre_problems":
+        return list(ctx["problems"])
+    if kind == "gyre":
+        return [Problem(path, ctx["expected"], ctx["got"], ctx["reason"])]
+    spec = _spec_at(model, loc)
+    expected = _expected(spec)
+    if kind == "gyre_scalar":
+        why = scalar_reason(value, spec.dtype) if isinstance(spec, TensorSpec) else ""
+        return [Problem(path, expected, describe(value), why or "invalid value")]
+    if kind == "missing":
+        return [Problem(path, expected, "nothing", "missing required field")]
+    if kind == "extra_forbidden":
+        return [Problem(path, _unknown_hint(model, loc), describe(value), "unknown field")]
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return [Problem(path, "an object", describe(value), "not an object")]
+    return [Problem(path, expected, describe(value), item["msg"])]
+
+
+def _dotted(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _spec_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    spec: Any = model
+    for part in loc:
+        if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
+            return None
+        spec = field_specs(spec).get(part) or _plain_field(spec, part)
+    return spec
+
+
+def _plain_field(model: type[BaseModel], wire: str) -> Any:
+    for name, info in model.model_fields.items():
+        if (info.alias or name) == wire:
+            return info.annotation
+    return None
+
+
+def _expected(spec: Any) -> str:
+    if isinstance(spec, TensorSpec):
+        return spec.expected
+    if isinstance(spec, AnyObservation):
+        return spec.spec.expected + " or an object of modalities"
+    if isinstance(spec, type) and issubclass(spec, BaseModel):
+        return f"an object ({spec.__name__})"
+    if isinstance(spec, type):
+        return spec.__name__
+    return "a valid value"
+
+
+def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    parent = _spec_at(model, loc[:-1])
+    known = _wire_names(parent) if isinstance(parent, type) else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    owner = parent.__name__ if isinstance(parent, type) else "this object"
+    return f"only the fields of {owner}{hint}"
+
+
+def _wire_names(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+# -- episodes ----------------------------------------------------------------------------
+
+@dataclass
+class _Open:
+    """What the tracker remembers of an episode still being read."""
+
+    step: int
+    policy_version: int
+    line: int | None
+    dims: dict[str, Any]
+
+
+@dataclass
+class EpisodeTracker:
+    """Applies the episode rules to steps arriving one at a time, in file order.
+
+    Episodes may interleave (vector envs write several at once). Memory holds one small entry per
+    open episode and the ids of finished ones.
+    """
+
+    model: type[RolloutStepV1] = RolloutStep
+    steps: int = 0
+    terminated: int = 0
+    truncated: int = 0
+    policy_versions: set[int] = field(default_factory=set)
+    _open: dict[str, _Open] = field(default_factory=dict)
+    _ended: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def episodes(self) -> int:
+        return len(self._open) + len(self._ended)
+
+    @property
+    def open_episodes(self) -> list[str]:
+        return list(self._open)
+
+    def add(self, step: RolloutStepV1, line: int | None = None) -> list[Problem]:
+        """Take the next step; return the problems it shows (with `line` set when given)."""
+        self.steps += 1
+        self.policy_versions.add(step.policy_version)
+        problems = self._check(step, line)
+        if line is not None:
+            problems = [p.at_line(line) for p in problems]
+        return problems
+
+    def _check(self, step: RolloutStepV1, line: int | None) -> list[Problem]:
+        eid = step.episode_id
+        if eid in self._ended:
+            return [_after_end(step, self._ended[eid])]
+        dims = self._dims(step)
+        state = self._open.get(eid)
+        problems = self._continues(step, state, dims) if state else _starts(step)
+        if step.terminated or step.truncated:
+            self._open.pop(eid, None)
+            self._ended[eid] = line
+            self.terminated += bool(step.terminated)
+            self.truncated += bool(step.truncated and not step.terminated)
+        else:
+            self._open[eid] = _Open(step.step, step.policy_version, line,
+                                    state.dims if state else dims)
+        return problems
+
+    def _dims(self, step: RolloutStepV1) -> dict[str, Any]:
+        if not _has_named_dims(self.model):
+            return {}
+        values = {w: getattr(step, _attr_name(self.model, w)) for w in field_specs(self.model)}
+        bindings, _ = record_bindings(self.model, values)
+        varying = set(self.model.varying_dims)
+        return {k: v for k, v in bindings.items() if k not in varying}
+
+    def _continues(self, step: RolloutStepV1, state: _Open, dims: dict[str, Any]) -> list[Problem]:
+        problems = []
+        if step.step != state.step + 1:
+            problems.append(Problem("step", f"{state.step + 1} (previous step + 1)",
+                                    str(step.step), "step does not follow the previous step"))
+        if step.policy_version < state.policy_version:
+            problems.append(Problem("policy_version", f">= {state.policy_version} (never decreases)",
+                                    str(step.policy_version), "policy_version decreased"))
+        for name, size in dims.items():
+            if name in state.dims and state.dims[name] != size:
+                problems.append(Problem(
+                    name, f"{name}={format_size(state.dims[name])} as earlier in the episode",
+                    f"{name}={format_size(size)}", "dimension changed within the episode "
+                    "(declare it in varying_dims if it may)"))
+        return problems
+
+    def finish(self, require_complete: bool = False) -> list[Problem]:
+        """Problems known only at the end: open episodes, when completeness is required."""
+        if not require_complete:
+            return []
+        return [
+            Problem("episode_id", "a terminated or truncated last step",
+                    f"episode {eid!r} open after step {state.step}", "open episode",
+                    line=state.line)
+            for eid, state in self._open.items()
+        ]
+
+
+def _starts(step: RolloutStepV1) -> list[Problem]:
+    if step.step == 0:
+        return []
+    return [Problem("step", "0 on an episode's first step", str(step.step),
+                    "episode does not start at step 0")]
+
+
+def _after_end(step: RolloutStepV1, ended_at: int | None) -> Problem:
+    where = f" at line {ended_at}" if ended_at is not None else ""
+    return Problem("episode_id", "no step after the episode's terminated or truncated step",
+                   f"step {step.step} of episode {step.episode_id!r}, which ended{where}",
+                   "step after the episode ended (a phantom reset transition?)")
+
+
+def _has_named_dims(model: type[GyreModel]) -> bool:
+    cached = model.__dict__.get("__gyre_named__")
+    if cached is None:
+        cached = any(_named(spec) for spec in field_specs(model).values())
+        model.__gyre_named__ = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _named(spec: Any) -> bool:
+    if isinstance(spec, AnyObservation):
+        return True
+    if isinstance(spec, TensorSpec):
+        return any(d.name for d in spec.shape)
+    return isinstance(spec, type) and _has_named_dims(spec)
+
+
+def _attr_name(model: type[BaseModel], wire: str) -> str:
+    return "return_" if wire == "return" and "return_" in model.model_fields else wire
+
+
+def validate_episode(
+    steps: Iterable[Mapping[str, Any] | RolloutStepV1],
+    model: type[M] = RolloutStep,
+    *,
+    require_complete: bool = False,
+) -> list[M]:
+    """Validate each step and the episode rules; `steps[i].path` locates every problem."""
+    tracker = EpisodeTracker(model)
+    out: list[M] = []
+    problems: list[Problem] = []
+    for i, record in enumerate(steps):
+        try:
+            step = validate_step(record, model)
+        except ContractError as err:
+            problems += [p.under(f"steps[{i}]") for p in err.problems]
+            continue
+        out.append(step)
+        problems += [p.under(f"steps[{i}]") for p in tracker.add(step)]
+    problems += tracker.finish(require_complete)
+    if problems:
+        raise ContractError(problems)
+    return out
+
+
+# -- batches ----------------------------------------------------------------------------
+
+def validate_batch(
+    batch: Mapping[str, Any] | TrainBatchV1,
+    model: type[M] = TrainBatch,
+    *,
+    current_version: int | None = None,
+    max_staleness: int | None = None,
+) -> M:
+    """Validate a training batch (§4); with `max_staleness`, also how old its policy versions are.
+
+    `current_version` defaults to the newest version in the batch.
+    """
+    if not isinstance(batch, model):
+        if isinstance(batch, BaseModel):
+            batch = batch.model_dump(by_alias=True, exclude_none=True)
+        try:
+            batch = model.model_validate(batch)
+        except ValidationError as err:
+            raise ContractError(problems_from(err, model)) from None
+    if max_staleness is not None:
+        problems = staleness_problems(batch, current_version, max_staleness)
+        if problems:
+            raise ContractError(problems)
+    return batch  # type: ignore[return-value]
+
+
+def staleness_problems(
+    batch: TrainBatchV1, current_version: int | None, max_staleness: int
+) -> list[Problem]:
+    """Rows whose policy version is older than `current - max_staleness`, or newer than current."""
+    versions = np.asarray(batch.policy_version)
+    if versions.size == 0:
+        return []
+    current = int(versions.max()) if current_version is None else current_version
+    ids = batch.episode_id
+    problems = []
+    for row in np.flatnonzero((versions < current - max_staleness) | (versions > current)):
+        version = int(versions[row])
+        episode = f" (episode {str(ids[row])!r})" if ids is not None else ""
+        message = "policy version from the future" if version > current else "stale policy version"
+        problems.append(Problem(
+            f"policy_version[{row}]",
+            f"{current - max_staleness}..{current} (current {current}, max_staleness "
+            f"{max_staleness})", f"{version}{episode}", message))
+    return problems
