@@ -1,39 +1,9 @@
-"""Two pinned step models: a classic-control env and an LLM-style sampler.
+"""The pinned example models: see `gyre_contract/pinned.py` for their definitions.
 
-Pin your own environment the same way: subclass `RolloutStep` and redeclare the fields whose
-dtype or shape you know. `next_observation` follows `observation` automatically.
+They live in the package so the CLI and the demo can use them from anywhere
+(`--model gyre_contract.pinned:CartPoleStep`); this file keeps the examples folder's imports short.
 """
 
-from __future__ import annotations
+from gyre_contract.pinned import CartPoleBatch, CartPoleStep, LLMStep, PromptObservation
 
-from typing import ClassVar
-
-from pydantic import Field
-
-from gyre_contract import Modalities, RolloutStep, Tensor
-
-
-class CartPoleStep(RolloutStep):
-    """CartPole-v1: observation float32 [4] (x, x_dot, theta, theta_dot), discrete action."""
-
-    observation: Tensor("float32", [4], role="observation",
-                        description="cart position, cart velocity, pole angle, pole angular velocity")
-    action: Tensor("int64", [], role="action", description="0 = push left, 1 = push right")
-
-
-class PromptObservation(Modalities):
-    """What the LLM saw: the prompt's token ids (any length) and, optionally, its text."""
-
-    token_ids: Tensor("int64", ["P"], role="observation", description="prompt token ids")
-    text: str = Field(None, description="the prompt as text (optional; never null)")
-
-
-class LLMStep(RolloutStep):
-    """One generation as one step: prompt in, generated token ids out, one log-prob per token."""
-
-    varying_dims: ClassVar[tuple[str, ...]] = ("P", "A")
-
-    observation: PromptObservation
-    action: Tensor("int64", ["A"], role="action", description="generated token ids")
-    logprob: Tensor("float32", ["A"], role="logprob",
-                    description="per-token log-probabilities under policy_version") = None
+__all__ = ["CartPoleBatch", "CartPoleStep", "LLMStep", "PromptObservation"]

@@ -1,0 +1,49 @@
+"""Pinned models shipped with the package: CartPole, an LLM-style step, and a CartPole batch.
+
+Pin your own environment the same way: subclass `RolloutStep` (or `TrainBatch`) and redeclare
+the fields whose dtype or shape you know. `next_observation` follows `observation` automatically.
+On the command line: `--model gyre_contract.pinned:CartPoleStep`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from gyre_contract.models import Modalities, RolloutStep, TrainBatch
+from gyre_contract.tensor import Tensor
+
+
+class CartPoleStep(RolloutStep):
+    """CartPole-v1: observation float32 [4] (x, x_dot, theta, theta_dot), discrete action."""
+
+    observation: Tensor("float32", [4], role="observation",
+                        description="cart position, cart velocity, pole angle, pole angular velocity")
+    action: Tensor("int64", [], role="action", description="0 = push left, 1 = push right")
+
+
+class PromptObservation(Modalities):
+    """What the LLM saw: the prompt's token ids (any length) and, optionally, its text."""
+
+    token_ids: Tensor("int64", ["P"], role="observation", description="prompt token ids")
+    text: str = Field(None, description="the prompt as text (optional; never null)")
+
+
+class LLMStep(RolloutStep):
+    """One generation as one step: prompt in, generated token ids out, one log-prob per token."""
+
+    varying_dims: ClassVar[tuple[str, ...]] = ("P", "A")
+
+    observation: PromptObservation
+    action: Tensor("int64", ["A"], role="action", description="generated token ids")
+    logprob: Tensor("float32", ["A"], role="logprob",
+                    description="per-token log-probabilities under policy_version") = None
+
+
+class CartPoleBatch(TrainBatch):
+    """A CartPole training batch: obs float32 [B, T, 4], discrete actions int64 [B, T]."""
+
+    obs: Tensor("float32", ["B", "T", 4], role="observation", finite=False,
+                description="observations")
+    action: Tensor("int64", ["B", "T"], role="action", description="actions taken")
