@@ -21,6 +21,8 @@ class CartPoleStep(RolloutStep):
     observation: Tensor("float32", [4], role="observation",
                         description="cart position, cart velocity, pole angle, pole angular velocity")
     action: Tensor("int64", [], role="action", description="0 = push left, 1 = push right")
+    logprob: Tensor("float32", [], role="logprob",
+                    description="log pi(a|s) of the action under policy_version") = None
 
 
 class PromptObservation(Modalities):

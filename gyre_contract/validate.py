@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from gyre_contract.dims import format_size, scalar_reason
 from gyre_contract.errors import ContractError, Problem, describe
+from gyre_contract.fastpath import fast_validate
 from gyre_contract.models import (
     AnyObservation,
     GyreModel,
@@ -37,6 +38,9 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
         return record  # type: ignore[return-value]
     if isinstance(record, BaseModel):
         record = record.model_dump(by_alias=True, exclude_none=True)
+    step = fast_validate(record, model)
+    if step is not None:
+        return step  # type: ignore[return-value]
     try:
         return model.model_validate(record)
     except ValidationError as err:

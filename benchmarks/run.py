@@ -1,0 +1,495 @@
+"""Every performance figure of issue 6, each as a ratio to its baseline measured in the same run.
+
+    python benchmarks/run.py            # full sizes (1,000,000-line rollout file; a few minutes)
+    python benchmarks/run.py --quick    # smaller files and fewer repeats (under about a minute)
+    python benchmarks/run.py --only validate_step,import
+
+Times are interleaved (ours, baseline, ours, baseline, ...) so that machine noise hits both
+sides alike; a ratio is the median of the per-round ratios. Absolute times are printed beside
+the ratios for reading, never as a verdict (the one absolute target is the 500-field diff).
+Generated files go to a temporary directory that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from models import CartPoleStep, LLMStep  # noqa: E402
+
+from gyre_contract.schema import json_schema  # noqa: E402
+from gyre_contract.validate import validate_step  # noqa: E402
+
+SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff")
+
+
+# -- records (research/perf-baselines.md: record A = classic control, record B = LLM) --------
+
+def cartpole_record() -> dict[str, Any]:
+    return {"observation": [0.0123, -0.0456, 0.0789, -0.1011], "action": 1, "logprob": -0.6931,
+            "value": 17.25, "reward": 1.0, "step": 17, "episode_id": "cartpole-3-12",
+            "terminated": False, "truncated": False, "policy_version": 4}
+
+
+def llm_record() -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    return {"observation": {"token_ids": rng.integers(0, 50_000, 512).tolist()},
+            "action": rng.integers(0, 50_000, 128).tolist(),
+            "logprob": (-rng.random(128) * 5).astype(np.float32).astype(float).tolist(),
+            "reward": 1.0, "step": 0, "episode_id": "prompt-17/3", "terminated": True,
+            "truncated": False, "policy_version": 12}
+
+
+def as_numpy(record: dict[str, Any]) -> dict[str, Any]:
+    """The LLM record as a sampler holds it: arrays already numpy, of the declared dtypes."""
+    out = dict(record)
+    out["observation"] = {"token_ids": np.asarray(record["observation"]["token_ids"], np.int64)}
+    out["action"] = np.asarray(record["action"], np.int64)
+    out["logprob"] = np.asarray(record["logprob"], np.float32)
+    return out
+
+
+# -- the plain-Pydantic baseline: the same fields, strict, extra forbidden, numpy conversion ---
+
+def _to(dtype: Any) -> AfterValidator:
+    return AfterValidator(lambda v: np.asarray(v, dtype=dtype))
+
+
+F32List = Annotated[list[float], _to(np.float32)]
+I64List = Annotated[list[int], _to(np.int64)]
+STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+class PlainCartPole(BaseModel):
+    model_config = STRICT
+    observation: F32List
+    action: int
+    logprob: float | None = None
+    entropy: float | None = None
+    value: float | None = None
+    next_value: float | None = None
+    next_observation: F32List | None = None
+    reward: float
+    return_: float | None = Field(None, alias="return")
+    step: int
+    episode_id: str
+    terminated: bool
+    truncated: bool
+    policy_version: int
+    info: dict[str, str | int | float | bool] | None = None
+
+
+class PlainPrompt(BaseModel):
+    model_config = STRICT
+    token_ids: I64List
+    text: str | None = None
+
+
+class PlainLLM(BaseModel):
+    model_config = STRICT
+    observation: PlainPrompt
+    action: I64List
+    logprob: F32List | None = None
+    entropy: float | None = None
+    value: float | None = None
+    next_value: float | None = None
+    next_observation: PlainPrompt | None = None
+    reward: float
+    return_: float | None = Field(None, alias="return")
+    step: int
+    episode_id: str
+    terminated: bool
+    truncated: bool
+    policy_version: int
+    info: dict[str, str | int | float | bool] | None = None
+
+
+# -- timing and reporting -----------------------------------------------------------------------
+
+@dataclass
+class Figure:
+    name: str
+    ours: float
+    base: float
+    base_name: str
+    ratio: float
+    target: str
+    ok: bool | None
+    unit: str = "s"
+
+    def line(self) -> str:
+        verdict = {True: "PASS", False: "FAIL", None: "info"}[self.ok]
+        return (f"{verdict:4}  {self.name:46} {self.ratio:9.2f}x {self.target:9}  "
+                f"({_fmt(self.ours, self.unit)} vs {_fmt(self.base, self.unit)} {self.base_name})")
+
+
+def _fmt(seconds: float, unit: str) -> str:
+    if unit == "MB":
+        return f"{seconds:.0f} MB"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def check(ratio: float, target: str) -> bool | None:
+    """`<= 1.5` / `>= 25`; an empty target is informational."""
+    if not target:
+        return None
+    op, value = target.split()
+    return ratio <= float(value) if op == "<=" else ratio >= float(value)
+
+
+def interleaved(ours: Callable[[], Any], base: Callable[[], Any], number: int,
+                rounds: int) -> tuple[float, float, float]:
+    """(ours s/call, base s/call, median ratio) over `rounds` interleaved rounds."""
+    ours(), base()
+    t_ours, t_base, ratios = [], [], []
+    for _ in range(rounds):
+        a = timeit.timeit(ours, number=number) / number
+        b = timeit.timeit(base, number=number) / number
+        t_ours.append(a)
+        t_base.append(b)
+        ratios.append(a / b)
+    med = statistics.median
+    return med(t_ours), med(t_base), med(ratios)
+
+
+def figure(name: str, ours: Callable[[], Any], base: Callable[[], Any], base_name: str,
+           target: str, number: int, rounds: int, *, inverse: bool = False) -> Figure:
+    a, b, ratio = interleaved(ours, base, number, rounds)
+    if inverse:  # "baseline is N times slower than ours"
+        a, b, ratio = b, a, 1 / ratio
+    return Figure(name, a, b, base_name, ratio, target, check(ratio, target))
+
+
+# -- 1. validate_step ---------------------------------------------------------------------------
+
+def bench_validate_step(quick: bool) -> list[Figure]:
+    from jsonschema import Draft202012Validator
+
+    rounds = 5 if quick else 9
+    figures = []
+    for label, record, model, plain, n in [
+        ("CartPole", cartpole_record(), CartPoleStep, PlainCartPole, 2000),
+        ("LLM", llm_record(), LLMStep, PlainLLM, 200),
+    ]:
+        validate_step(record, model)  # both accept the record
+        plain.model_validate(record)
+        schema = Draft202012Validator(json_schema(model))
+        if not schema.is_valid(record):
+            raise AssertionError(f"jsonschema refuses the {label} record")
+        number = n // 2 if quick else n
+        figures.append(figure(f"validate_step {label} / plain pydantic",
+                              lambda r=record, m=model: validate_step(r, m),
+                              lambda r=record, p=plain: p.model_validate(r),
+                              "plain", "<= 1.5", number, rounds))
+        js_number = max(number // (50 if label == "CartPole" else 200), 5)
+        figures.append(figure(f"jsonschema / validate_step {label}",
+                              lambda r=record, m=model: validate_step(r, m),
+                              lambda r=record, s=schema: s.is_valid(r),
+                              "jsonschema", ">= 25" if label == "CartPole" else "",
+                              js_number, rounds, inverse=True))
+    numpy_record, record = as_numpy(llm_record()), llm_record()
+    validate_step(numpy_record, LLMStep)
+    figures.append(figure("validate_step LLM numpy arrays / plain (lists)",
+                          lambda: validate_step(numpy_record, LLMStep),
+                          lambda: PlainLLM.model_validate(record), "plain", "",
+                          100 if quick else 200, rounds))
+    return figures
+
+
+# -- 2. rollout files -------------------------------------------------------------------------
+
+def write_cartpole_file(path: Path, lines: int, seed: int = 0) -> None:
+    """CartPole-like episodes of 20..200 steps; a quarter truncated with a next_value."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((lines, 4)).astype(np.float32).astype(float).round(6).tolist()
+    logp = (-rng.random(lines) - 0.01).round(6).tolist()
+    values = (rng.random(lines) * 20).round(4).tolist()
+    dumps = orjson.dumps
+    written, episode = 0, 0
+    with open(path, "wb") as out:
+        while written < lines:
+            length = min(int(rng.integers(20, 201)), lines - written)
+            truncated = episode % 4 == 3
+            chunk = []
+            for t in range(length):
+                i = written + t
+                last = t == length - 1
+                record = {"observation": obs[i], "action": i & 1, "logprob": logp[i],
+                          "value": values[i], "reward": 1.0, "step": t,
+                          "episode_id": f"cartpole-{episode}", "terminated": last and not truncated,
+                          "truncated": last and truncated, "policy_version": episode // 10}
+                if last:
+                    record["next_value"] = 0.0 if not truncated else values[i]
+                chunk.append(dumps(record))
+            out.write(b"\n".join(chunk) + b"\n")
+            written += length
+            episode += 1
+
+
+def parse_floor(path: Path) -> None:
+    loads = orjson.loads
+    with open(path, "rb") as f:
+        for line in f:
+            loads(line)
+
+
+def best_of(fn: Callable[[], Any], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def paired(ours: Callable[[], Any], base: Callable[[], Any], rounds: int) -> tuple[float, float, float]:
+    """Interleaved single runs of two long jobs: (ours s, base s, median ratio)."""
+    t_ours, t_base, ratios = [], [], []
+    for _ in range(rounds):
+        b = best_of(base, 1)
+        a = best_of(ours, 1)
+        t_ours.append(a)
+        t_base.append(b)
+        ratios.append(a / b)
+    med = statistics.median
+    return med(t_ours), med(t_base), med(ratios)
+
+
+def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
+    from gyre_contract.rollout import validate_file
+
+    lines = 100_000 if quick else 1_000_000
+    small_lines = lines // 10
+    big, small = tmp / f"cartpole-{lines}.jsonl", tmp / f"cartpole-{small_lines}.jsonl"
+    write_cartpole_file(big, lines)
+    write_cartpole_file(small, small_lines)
+
+    def ours() -> None:
+        report = validate_file(big, CartPoleStep, require_complete=True)
+        if not report.holds or report.steps != lines:
+            raise AssertionError(f"generated file does not validate: {report.to_text()[:2000]}")
+
+    rounds = 1 if quick else 3
+    a, b, ratio = paired(ours, lambda: parse_floor(big), rounds)
+    figures = [Figure(f"validate {lines:,} CartPole lines / orjson loop", a, b, "orjson.loads loop",
+                      ratio, "<= 2", check(ratio, "<= 2"))]
+    peak_small, peak_big = peak_rss(small), peak_rss(big)
+    figures.append(Figure(f"peak RSS {lines:,} lines / {small_lines:,} lines", peak_big,
+                          peak_small, "smaller file", peak_big / peak_small, "<= 1.2",
+                          check(peak_big / peak_small, "<= 1.2"), unit="MB"))
+    return figures
+
+
+PEAK_SCRIPT = """
+import resource, sys
+sys.path.insert(0, {examples!r})
+from models import CartPoleStep
+from gyre_contract.rollout import validate_file
+report = validate_file({path!r}, CartPoleStep, require_complete=True)
+assert report.holds, report.to_text()[:2000]
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss(path: Path) -> float:
+    """Peak resident memory (MB) of a fresh process that validates `path`."""
+    code = PEAK_SCRIPT.format(examples=str(ROOT / "examples"), path=str(path))
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         cwd=ROOT, env=_env())
+    return int(out.stdout.split()[-1]) / 1024
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+# -- 3. rollout file -> validated TrainBatch ----------------------------------------------------
+
+def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
+    from gyre_contract.fieldmap import FieldMap
+    from gyre_contract.rollout import read_episodes
+
+    lines = 20_000 if quick else 200_000
+    path = tmp / f"e2e-{lines}.jsonl"
+    write_cartpole_file(path, lines, seed=1)
+    field_map = FieldMap.load(ROOT / "examples" / "cartpole_map.json")
+
+    def ours() -> None:
+        batch = field_map.to_train_batch(read_episodes(path, CartPoleStep))
+        if int(batch.mask.sum()) != lines:
+            raise AssertionError("the batch lost steps")
+
+    a, b, ratio = paired(ours, lambda: parse_floor(path), 3 if quick else 5)
+    return [Figure(f"JSONL {lines:,} lines -> TrainBatch / orjson loop", a, b,
+                   "orjson.loads loop", ratio, "<= 3", check(ratio, "<= 3"))]
+
+
+# -- 4. collate -----------------------------------------------------------------------------------
+
+def bench_collate(quick: bool) -> list[Figure]:
+    from gyre_contract.collate import collate
+
+    rng = np.random.default_rng(0)
+    episodes = [{"observation": rng.standard_normal((200, 64), dtype=np.float32),
+                 "episode_id": np.array([f"ep-{i}"] * 200)} for i in range(256)]
+    src = np.stack([e["observation"] for e in episodes])
+    dst = np.empty_like(src)
+    out = collate(episodes, fields=["observation"])
+    if out["observation"].shape != (256, 200, 64):
+        raise AssertionError(f"collate gave {out['observation'].shape}")
+    return [figure("collate 256x200x64 float32 / np.copyto", lambda: collate(
+        episodes, fields=["observation"]), lambda: np.copyto(dst, src), "np.copyto", "<= 3",
+        10, 7 if quick else 15)]
+
+
+# -- 5. import cost -------------------------------------------------------------------------------
+
+def bench_import(quick: bool) -> list[Figure]:
+    runs = 7 if quick else 15
+    ours_code, base_code = "import gyre_contract", "import numpy; from pydantic import BaseModel"
+    t_ours, t_base, t_bare = [], [], []
+    for _ in range(runs):  # interleaved fresh processes
+        t_ours.append(_process_time(ours_code))
+        t_base.append(_process_time(base_code))
+        t_bare.append(_process_time("pass"))
+    med = statistics.median
+    a, b, bare = med(t_ours), med(t_base), med(t_bare)
+    return [
+        Figure("import gyre_contract / numpy+pydantic", a, b, "numpy + BaseModel", a / b,
+               "<= 1.3", check(a / b, "<= 1.3")),
+        Figure("  same, minus bare interpreter start", a - bare, b - bare,
+               f"(bare start {bare * 1e3:.1f} ms)", (a - bare) / (b - bare), "", None),
+    ]
+
+
+def _process_time(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=_env())
+    return time.perf_counter() - start
+
+
+# -- 6. diff of two 500-field schemas -------------------------------------------------------------
+
+def wide_schemas(n: int = 500) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A sampler and a trainer schema of n fields each: same, renamed, cast and missing fields."""
+    sampler_props: dict[str, Any] = {}
+    trainer_props: dict[str, Any] = {}
+    for i in range(n):
+        shape = [4, i % 7 + 1]
+        body = {"type": "array", "items": {"type": "array", "items": {"type": "number"},
+                                            "minItems": shape[1], "maxItems": shape[1]},
+                "minItems": 4, "maxItems": 4, "x-gyre-dtype": "float32", "x-gyre-shape": shape,
+                "x-gyre-role": "other"}
+        sampler_props[f"feature_{i}"] = body
+        lead = {**body, "x-gyre-shape": ["B", "T", *shape]}
+        if i % 5 == 1:
+            lead["x-gyre-dtype"] = "float16"  # a narrowing cast
+        name = f"feature_{i}" if i % 10 else f"missing_{i}"
+        trainer_props[name] = lead
+    sampler = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "wide sampler",
+               "type": "object", "properties": sampler_props, "x-gyre-kind": "rollout_step"}
+    trainer = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "wide trainer",
+               "type": "object", "properties": trainer_props, "x-gyre-kind": "train_batch",
+               "x-gyre-batch-dims": ["B", "T"]}
+    return sampler, trainer
+
+
+def bench_diff(quick: bool) -> list[Figure]:
+    from gyre_contract.diff import diff
+
+    sampler, trainer = wide_schemas()
+    report = diff(sampler, trainer)
+    if len(report.entries) < 500:
+        raise AssertionError(f"diff gave {len(report.entries)} entries for 500 trainer fields")
+    runs = 5 if quick else 11
+    times = [best_of(lambda: diff(sampler, trainer), 1) for _ in range(runs)]
+    t = statistics.median(times)
+    return [Figure("diff of two 500-field schemas (absolute)", t, 0.1, "target 100 ms",
+                   t / 0.1, "< 100 ms", t < 0.1)]
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    versions = ", ".join(f"{p} {metadata.version(p)}" for p in
+                         ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec", "jsonschema"))
+    return [f"machine: {os.cpu_count()} cores, {cpu}, {platform.platform()}",
+            f"python {platform.python_version()}; {versions}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections out of {','.join(SECTIONS)}")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    for line in machine():
+        print(line)
+    print(f"mode: {'--quick' if args.quick else 'full'}\n")
+    figures: list[Figure] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gyre-bench-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        for section in SECTIONS:
+            if section not in wanted:
+                continue
+            runner = {"validate_step": lambda: bench_validate_step(args.quick),
+                      "validate_file": lambda: bench_validate_file(args.quick, tmp),
+                      "end_to_end": lambda: bench_end_to_end(args.quick, tmp),
+                      "collate": lambda: bench_collate(args.quick),
+                      "import": lambda: bench_import(args.quick),
+                      "diff": lambda: bench_diff(args.quick)}[section]
+            gc.collect()
+            for fig in runner():
+                print(fig.line(), flush=True)
+                figures.append(fig)
+    failed = [f for f in figures if f.ok is False]
+    print(f"\n{len(figures) - len(failed)} of {len(figures)} figures hold or are informational; "
+          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps([f.__dict__ for f in figures], indent=2) + "\n",
+                                   encoding="utf-8")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

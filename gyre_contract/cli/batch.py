@@ -1,0 +1,150 @@
+"""`gyre-contract batch ROLLOUTS.jsonl --map M.json`: stage 2 (half way) without a training loop.
+
+Reads the rollout file per episode, applies the field map, collates `[B, T, ...]` with a mask,
+validates the TrainBatch, optionally calls the user's loss once, prints keys, shapes and dtypes,
+and writes an `.npz` that numpy alone loads (`np.load(path, allow_pickle=False)`).
+Exit 0 the batch holds, 1 the contract is violated (a missing field, a bad batch, a failing or
+non-finite loss), 2 unusable input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from gyre_contract.cli.common import emit
+from gyre_contract.errors import InputError
+from gyre_contract.fieldmap import FieldMap
+from gyre_contract.stages import half_way
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "batch", help="stage 2: rollouts + map -> a validated TrainBatch (.npz)",
+        description="Map, collate and validate a rollout file into a TrainBatch (CONTRACT §4), "
+        "print its keys, shapes and dtypes, optionally call a loss function once (no update), "
+        "and write the batch as an .npz that numpy alone can load (no pickles).",
+        epilog="exit codes: 0 holds, 1 contract violated, 2 unusable input")
+    p.add_argument("rollouts", metavar="ROLLOUTS.jsonl", help="the rollout file to read")
+    p.add_argument("--map", required=True, metavar="M.json", dest="map_path",
+                   help="the field map (CONTRACT §7) from step records to the batch")
+    p.add_argument("-o", "--out", metavar="BATCH.npz",
+                   help="write the batch here (strings as fixed-width unicode, no object arrays)")
+    p.add_argument("--loss", metavar="MODULE:FUNCTION",
+                   help="call FUNCTION(batch) once on the batch (a dict of numpy arrays) and "
+                   "report the loss; fails on an exception or a non-finite loss. Only the module "
+                   "named here is imported (MODULE from the current directory or the installed "
+                   "packages, or a file path such as train.py:loss); nothing is ever imported "
+                   "because a data or map file says so")
+    p.add_argument("--max-len", type=int, metavar="N",
+                   help="split episodes longer than N steps into rows of at most N")
+    p.add_argument("--model", metavar="MODULE:CLASS",
+                   help="a pinned step model used to read the rollouts (default: RolloutStep)")
+    p.add_argument("--current-version", type=int, metavar="V",
+                   help="the trainer's policy version (default: the newest in the batch)")
+    p.add_argument("--max-staleness", type=int, metavar="K",
+                   help="fail when a row's policy version is older than current - K")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.max_len is not None and args.max_len < 1:
+        raise InputError(f"--max-len must be at least 1, got {args.max_len}")
+    fmap = FieldMap.load(args.map_path)
+    loss_fn = load_function(args.loss, "--loss") if args.loss else None
+    step_model = None
+    if args.model:
+        from gyre_contract.cli.validate import load_model
+
+        step_model = load_model(args.model)
+    report = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
+                      current_version=args.current_version, max_staleness=args.max_staleness,
+                      step_model=step_model)
+    data = report.to_dict()
+    lines = report.to_text().splitlines()
+    if args.out:
+        written = write_npz(args.out, report.batch)
+        data["output"] = written
+        lines.append(f"wrote {written}")
+    emit(out, args.format, data, lines)
+    return 0
+
+
+def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
+    """Save arrays (nested dicts as dotted keys) so `np.load(path, allow_pickle=False)` works."""
+    flat = flatten(batch)
+    for key, arr in flat.items():
+        if arr.dtype.kind == "O":
+            raise InputError(f"cannot write {key} to .npz without pickles: it holds Python "
+                             f"objects ({arr.dtype})")
+    target = os.fspath(path)
+    if not target.endswith(".npz"):
+        target += ".npz"  # what np.savez would do silently; say it
+    try:
+        np.savez(target, **flat)
+    except OSError as exc:
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return target
+
+
+def flatten(batch: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """Nested mappings (observation modalities) become dotted keys; values become arrays."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in batch.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = np.asarray(value)
+    return out
+
+
+def load_function(spec: str, option: str) -> Callable[..., Any]:
+    """Import `module:function` or `file.py:function` that the user named, and nothing else."""
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{option} must be MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
+    module = _import_file(module_name, option) if module_name.endswith(".py") else \
+        _import_module(module_name, option)
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise InputError(f"{option}: {module_name!r} has no {attr!r}")
+    if not callable(fn):
+        raise InputError(f"{option}: {module_name}:{attr} is not callable")
+    return fn
+
+
+def _import_module(name: str, option: str) -> Any:
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise InputError(f"{option}: cannot import {name!r}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def _import_file(path: str, option: str) -> Any:
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"{option}: no such file: {path}")
+    name = f"_gyre_user_loss_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{option}: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,27 @@
+"""`gyre-contract compat OLD NEW`: can data written under one schema version be read under another."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from gyre_contract.cli.common import emit
+from gyre_contract.compat import MODES, compat
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "compat", help="check two versions of one side's schema for breaking changes",
+        description="backward: NEW reads data written under OLD; forward: OLD reads data "
+        "written under NEW; full: both. Exit 0 compatible, 1 breaking change, 2 bad input.")
+    p.add_argument("old", help="the old schema version")
+    p.add_argument("new", help="the new schema version")
+    p.add_argument("--mode", choices=MODES, default="backward")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    report = compat(args.old, args.new, mode=args.mode)
+    emit(out, args.format, report.to_dict(), report.to_text().splitlines())
+    return report.exit_code()

@@ -1,0 +1,71 @@
+"""`gyre-contract diff SAMPLER TRAINER`: sort every trainer field into a tier (CONTRACT §6)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from gyre_contract.diff import diff, parse_batch_dims
+from gyre_contract.errors import InputError, SchemaError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "diff", help="compare a sampler schema with a trainer schema, field by field",
+        description="Sort every trainer field into same / renamed / needs_conversion / missing, "
+        "list the sampler fields nobody reads (unused), and warn about semantic losses. "
+        "Exit 0: nothing missing; 1: something missing (--strict: or any conversion); "
+        "2: unusable input.",
+        epilog="example: gyre-contract diff schemas/rollout_step.v1.json trainer.json "
+        "--batch-dims B,T --write-map map.json")
+    p.add_argument("sampler", help="the sampler's JSON Schema (what it writes)")
+    p.add_argument("trainer", help="the trainer's JSON Schema (what it reads)")
+    p.add_argument("--batch-dims", metavar="DIMS",
+                   help="the trainer's leading batch dims for a foreign schema: B,T (batch-major)"
+                   ", T,B (time-major), M or T*N (flat)")
+    p.add_argument("--rename", action="append", default=[], metavar="TRAINER=SAMPLER",
+                   help="use this sampler field for this trainer field (repeatable)")
+    p.add_argument("--strict", action="store_true", help="exit 1 also when a conversion is needed")
+    p.add_argument("--write-map", metavar="FILE",
+                   help="write the field map (map.json) that realises the report")
+    p.add_argument("--gamma", type=float, default=0.99, help="discount in the written map")
+    p.add_argument("--lam", type=float, default=0.95, help="GAE lambda in the written map")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.set_defaults(run=run)
+
+
+def parse_renames(items: list[str]) -> dict[str, str]:
+    renames: dict[str, str] = {}
+    for item in items:
+        trainer, sep, sampler = item.partition("=")
+        if not sep or not trainer or not sampler:
+            raise SchemaError(f"--rename takes TRAINER=SAMPLER, got {item!r}")
+        renames[trainer] = sampler
+    return renames
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    batch_dims = parse_batch_dims(args.batch_dims) if args.batch_dims else None
+    report = diff(args.sampler, args.trainer, batch_dims=batch_dims,
+                  renames=parse_renames(args.rename), gamma=args.gamma, lam=args.lam)
+    if args.format == "json":
+        out.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    elif args.format == "markdown":
+        out.write(report.to_markdown())
+    else:
+        out.write(report.to_text(color=_is_tty(out)))
+    if args.write_map:
+        path = Path(args.write_map)
+        try:
+            path.write_text(json.dumps(report.field_map(), indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the map: {exc.strerror or exc}") from exc
+        err.write(f"wrote {path}\n")
+    return report.exit_code(strict=args.strict)
+
+
+def _is_tty(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())

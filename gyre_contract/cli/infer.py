@@ -1,0 +1,36 @@
+"""`gyre-contract infer ROLLOUTS.jsonl | BATCH.npz [-o S.json]`: a schema from real data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from gyre_contract.errors import InputError
+from gyre_contract.fieldtable import infer_schema
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "infer", help="infer a JSON Schema from a rollout file or an .npz batch",
+        description="For a repo with no schema: read a JSON Lines rollout file (or an .npz "
+        "batch) and print a JSON Schema with x-gyre keys, ready to diff. Review it: JSON numbers "
+        "carry no width, so floats are `number` and ints `integer`.")
+    p.add_argument("file", help="ROLLOUTS.jsonl or BATCH.npz")
+    p.add_argument("-o", "--out", metavar="S.json", help="write the schema here, not stdout")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    doc = infer_schema(args.file)
+    text = json.dumps(doc, indent=2) + "\n"
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{args.out}: cannot write: {exc.strerror or exc}") from exc
+        err.write(f"wrote {args.out} ({len(doc['properties'])} fields)\n")
+    else:
+        out.write(text)
+    return 0

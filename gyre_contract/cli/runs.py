@@ -1,0 +1,54 @@
+"""`gyre-contract runs RUNS.jsonl [--plot P.png]`: min / median / max per configuration."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from gyre_contract.cli.common import emit
+from gyre_contract.errors import InputError
+from gyre_contract.runlog import RunLog, format_summary, plot_runs, summarize
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("runs", help="summarize a run log (runs.jsonl) per configuration",
+                       description="Read runs.jsonl and show, per configuration, the min / median "
+                       "/ max of rollout, train and total seconds and of steps per second. "
+                       "A bad line exits 1, naming its line number.")
+    p.add_argument("runs", metavar="RUNS.jsonl", help="the run log")
+    p.add_argument("--plot", metavar="P.png",
+                   help="also draw rollout and train time per run (needs matplotlib)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    records = RunLog(args.runs).read()
+    if not records:
+        raise InputError(f"no runs in {args.runs}")
+    summaries = summarize(records)
+    plot = None
+    if args.plot:
+        _require_matplotlib()
+        plot = str(plot_runs(records, args.plot))
+    report = {
+        "path": args.runs, "runs": len(records), "configs": [s.to_dict() for s in summaries],
+        "plot": plot,
+    }
+    noun = "configuration" if len(summaries) == 1 else "configurations"
+    lines = [f"{args.runs}: {len(records)} runs, {len(summaries)} {noun}", "",
+             format_summary(summaries)]
+    if plot:
+        lines += ["", f"plot: {plot}"]
+    emit(out, args.format, report, lines)
+    return 0
+
+
+def _require_matplotlib() -> None:
+    from gyre_contract.cli import UsageError
+
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        raise UsageError(
+            "--plot needs matplotlib: pip install 'gyre-contract[plot]'") from None

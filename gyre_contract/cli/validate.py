@@ -1,0 +1,112 @@
+"""`gyre-contract validate ROLLOUTS.jsonl`: stage 1, one side of the contract on real data.
+
+Prints the field list (dtype, shape, how many records carry each field), the counts and every
+problem with its line number, grouped. Exit 0 holds, 1 violated, 2 unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel
+
+from gyre_contract.cli.common import emit
+from gyre_contract.errors import InputError, SchemaError
+from gyre_contract.fieldtable import load_schema
+from gyre_contract.models import RolloutStep, RolloutStepV1
+from gyre_contract.rollout import validate_file
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "validate", help="stage 1: check a rollout file line by line",
+        description="Check every line of a JSON Lines rollout file against the step model "
+        "(or a JSON Schema) and the episode rules. Prints the fields with their dtypes and "
+        "shapes, the counts (lines, steps, episodes, open episodes, terminated, truncated, "
+        "policy versions) and every problem with its line number, grouped.",
+        epilog="exit codes: 0 holds, 1 contract violated, 2 unusable input")
+    p.add_argument("rollouts", metavar="ROLLOUTS.jsonl", help="the rollout file to check")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--model", metavar="MODULE:CLASS",
+        help="a pinned step model, e.g. examples.models:CartPoleStep or "
+        "path/to/models.py:CartPoleStep (default: the unpinned RolloutStep). Only the module "
+        "named here is imported (from the current directory or the installed packages): "
+        "nothing is ever imported because a data or schema file says so")
+    source.add_argument(
+        "--schema", metavar="S.json",
+        help="check each record against this JSON Schema (Draft 2020-12, local $ref only, "
+        "never fetched) instead of a model; episode rules are then not applied")
+    p.add_argument("--require-complete", action="store_true",
+                   help="an episode whose last step is neither terminated nor truncated is a "
+                   "problem (by default it is only counted as open)")
+    p.add_argument("--allow-partial-tail", action="store_true",
+                   help="skip a last line with no newline that does not parse (a file still "
+                   "being written) and report how many bytes were left unchecked, instead of "
+                   "reporting it as a truncated line")
+    p.add_argument("--max-examples", type=int, default=3, metavar="N",
+                   help="problems shown per group of identical problems (default: 3)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.max_examples < 1:
+        raise InputError(f"--max-examples must be at least 1, got {args.max_examples}")
+    schema = load_schema(args.schema) if args.schema else None
+    model = load_model(args.model) if args.model else RolloutStep
+    report = validate_file(
+        args.rollouts, model, schema=schema, require_complete=args.require_complete,
+        allow_partial_tail=args.allow_partial_tail, max_examples_per_group=args.max_examples)
+    emit(out, args.format, report.to_dict(), report.to_text().splitlines())
+    return report.exit_code()
+
+
+def load_model(spec: str) -> type[BaseModel]:
+    """Import the step model the user named: `module:Class` or `file.py:Class`, nothing else."""
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"--model must be MODULE:CLASS or FILE.py:CLASS, got {spec!r}")
+    module = _import_file(module_name) if module_name.endswith(".py") else _import(module_name)
+    try:
+        model = getattr(module, attr)
+    except AttributeError:
+        raise InputError(f"--model: {module_name!r} has no {attr!r}") from None
+    if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):
+        raise SchemaError(f"--model: {spec} is not a step model (a subclass of RolloutStep), "
+                          f"got {model!r}")
+    return model
+
+
+def _import(name: str) -> Any:
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise InputError(f"--model: cannot import {name!r}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def _import_file(path: str) -> Any:
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"--model: no such file: {path}")
+    name = f"_gyre_user_model_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise InputError(f"--model: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,164 @@
+"""Write foreign (no x-gyre keys) JSON Schemas for real libraries, from research/peers facts."""
+import json
+from pathlib import Path
+
+OUT = Path(__file__).parent
+N = None  # a dim of unknown size
+
+
+def arr(t, dims):
+    body = {"type": t}
+    for d in reversed(dims):
+        body = {"type": "array", "items": body}
+        if d is not None:
+            body["minItems"] = body["maxItems"] = d
+    return body
+
+
+def schema(title, desc, fields, source):
+    props, required = {}, []
+    for name, t, dims, req, note in fields:
+        node = arr(t, dims)
+        if note:
+            node["description"] = note
+        parts = name.split(".")
+        target, treq = props, required
+        for p in parts[:-1]:
+            obj = target.setdefault(p, {"type": "object", "properties": {}, "required": []})
+            if p not in treq:
+                treq.append(p)
+            target, treq = obj["properties"], obj["required"]
+        target[parts[-1]] = node
+        if req:
+            treq.append(parts[-1])
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
+            "description": desc + " Written for gyre-contract tests from " + source + ".",
+            "type": "object", "properties": props, "required": required}
+
+
+PEERS = {
+    "cleanrl_ppo_storage": schema(
+        "CleanRL ppo.py rollout storage (read by the PPO update)",
+        "Time-major [T, N] float32 tensors (torch.zeros); GAE runs over them, then they are "
+        "flattened. Batch dims: T,N.",
+        [("obs", "number", [N, N, N], True, "obs[step] = next_obs before acting"),
+         ("actions", "number", [N, N], True, "float32 storage, .long() at train time"),
+         ("logprobs", "number", [N, N], True, "behaviour log-prob"),
+         ("rewards", "number", [N, N], True, ""),
+         ("dones", "number", [N, N], True,
+          "dones[step] = next_done of the previous step = terminations OR truncations"),
+         ("values", "number", [N, N], True, "V(obs[step])")],
+        "research/peers/cleanrl_sampler.json and cleanrl_trainer.json (vwxyzjn/cleanrl ppo.py)"),
+    "rllib_learner_batch": schema(
+        "RLlib new-stack learner batch (Columns)",
+        "Flat [B]: all episode timesteps concatenated. Batch dims: B.",
+        [("obs", "number", [N, N], True, "Columns.OBS"),
+         ("new_obs", "number", [N, N], True, "Columns.NEXT_OBS: the string is new_obs"),
+         ("actions", "integer", [N], True, "Columns.ACTIONS (Discrete)"),
+         ("rewards", "number", [N], True, "Columns.REWARDS"),
+         ("terminateds", "boolean", [N], True, "bootstrap = 0 only when terminated"),
+         ("truncateds", "boolean", [N], True, "truncated chunks bootstrap with V(last_obs)"),
+         ("eps_id", "string", [N], True, "uuid4 hex"),
+         ("t", "integer", [N], True, "timestep within the episode"),
+         ("action_logp", "number", [N], True, "behaviour log-prob"),
+         ("vf_preds", "number", [N], True, "value predictions"),
+         ("advantages", "number", [N], True, "GAE connector output"),
+         ("value_targets", "number", [N], True, "advantages + vf_preds"),
+         ("loss_mask", "boolean", [N], True, "False entries are masked out of the loss")],
+        "research/peers/rllib_trainer.json"),
+    "torchrl_ppo": schema(
+        "TorchRL ClipPPOLoss + GAE input TensorDict",
+        "TensorDict [B, T] env-major, time dim last; reward/done/value keep a trailing 1. "
+        "Batch dims: B,T.",
+        [("observation", "number", [N, N, N], True, "root obs s_t"),
+         ("action", "integer", [N, N], True, "discrete action"),
+         ("sample_log_prob", "number", [N, N], True, "ProbabilisticActor(return_log_prob=True)"),
+         ("state_value", "number", [N, N, 1], True, "tensor_keys.value"),
+         ("advantage", "number", [N, N, 1], True, "written by GAE"),
+         ("value_target", "number", [N, N, 1], True, "written by GAE"),
+         ("next.observation", "number", [N, N, N], True, "the true s_{t+1}"),
+         ("next.reward", "number", [N, N, 1], True, "reward lives under next"),
+         ("next.done", "boolean", [N, N, 1], True, "terminated | truncated"),
+         ("next.terminated", "boolean", [N, N, 1], True, "zeroes the bootstrap"),
+         ("next.truncated", "boolean", [N, N, 1], True, "")],
+        "research/peers/torchrl_sampler.json and torchrl_trainer.json"),
+    "sb3_rollout_samples": schema(
+        "Stable-Baselines3 RolloutBufferSamples",
+        "swap_and_flatten: [N*T] env-major, then minibatches [M]. Batch dims: M.",
+        [("observations", "number", [N, N], True, ""),
+         ("actions", "number", [N, N], True, "RolloutBuffer casts actions to float32"),
+         ("old_values", "number", [N], True, "flattened values"),
+         ("old_log_prob", "number", [N], True, "flattened log_probs (behaviour)"),
+         ("advantages", "number", [N], True, ""),
+         ("returns", "number", [N], True, "value-loss target")],
+        "research/peers/sb3_trainer.json"),
+    "tianshou_ppo": schema(
+        "Tianshou PPO batch",
+        "Flat Batch [B], episodes contiguous. Batch dims: B.",
+        [("obs", "number", [N, N], True, ""),
+         ("act", "integer", [N], True, ""),
+         ("rew", "number", [N], True, ""),
+         ("terminated", "boolean", [N], True, "value_mask = ~terminated"),
+         ("truncated", "boolean", [N], True, ""),
+         ("obs_next", "number", [N, N], True, ""),
+         ("v_s", "number", [N], True, "V(obs)"),
+         ("adv", "number", [N], True, ""),
+         ("returns", "number", [N], True, "adv + v_s"),
+         ("logp_old", "number", [N], True, "recomputed by the trainer under no_grad")],
+        "research/peers/tianshou_trainer.json"),
+    "verl_actor_batch": schema(
+        "verl PPO actor/critic update batch",
+        "[B, R] token-level tensors (response positions). Batch dims: B.",
+        [("responses", "integer", [N, N], True, "generated token ids, right-padded"),
+         ("response_mask", "integer", [N, N], True, "loss mask (0/1)"),
+         ("old_log_probs", "number", [N, N], True, "recomputed by the training actor"),
+         ("rollout_log_probs", "number", [N, N], False, "vLLM/SGLang log-probs"),
+         ("ref_log_prob", "number", [N, N], True, "reference policy log-prob (KL)"),
+         ("advantages", "number", [N, N], True, "GRPO: group-normalised scores"),
+         ("uid", "string", [N], True, "prompt group id")],
+        "research/peers/verl_trainer.json"),
+    "openrlhf_experience": schema(
+        "OpenRLHF Experience consumed by the PPO actor",
+        "[B, A] per action token, right-padded. Batch dims: B.",
+        [("action_mask", "boolean", [N, N], True, "loss/advantage mask"),
+         ("action_log_probs", "number", [N, N], True, "recomputed by the actor"),
+         ("rollout_log_probs", "number", [N, N], False, "vLLM log-probs for IS correction"),
+         ("base_action_log_probs", "number", [N, N], True, "reference policy log-probs (KL)"),
+         ("advantages", "number", [N, N], True, "")],
+        "research/peers/openrlhf_trainer.json"),
+    "trl_grpo": schema(
+        "TRL GRPOTrainer compute_loss inputs",
+        "Dict of tensors: [B, C] completion tokens. Batch dims: B.",
+        [("completion_ids", "integer", [N, N], True, "right-padded"),
+         ("completion_mask", "integer", [N, N], True, "loss mask"),
+         ("old_per_token_logps", "number", [N, N], False, "computed by the training model"),
+         ("sampling_per_token_logps", "number", [N, N], False, "vLLM (sampler) log-probs"),
+         ("ref_per_token_logps", "number", [N, N], False, "reference model log-probs"),
+         ("advantages", "number", [N], True, "group-normalised rewards")],
+        "research/peers/trl_grpo_trainer.json"),
+    "rlds_steps": schema(
+        "RLDS step (one per observation)",
+        "SAR-aligned steps; truncated = is_last and not is_terminal. Per step (no batch dims).",
+        [("observation", "number", [N], True, ""),
+         ("action", "integer", [], True, ""),
+         ("reward", "number", [], True, ""),
+         ("discount", "number", [], True, "dm_env discount"),
+         ("is_first", "boolean", [], True, "first step of the episode"),
+         ("is_last", "boolean", [], True, "last step: holds only the final observation"),
+         ("is_terminal", "boolean", [], False, "true terminal state")],
+        "research/peers/rlds.json"),
+    "d4rl_qlearning": schema(
+        "D4RL qlearning_dataset",
+        "Flat [N] transitions. Batch dims: N.",
+        [("observations", "number", [N, N], True, ""),
+         ("actions", "number", [N, N], True, ""),
+         ("next_observations", "number", [N, N], True, ""),
+         ("rewards", "number", [N], True, ""),
+         ("terminals", "boolean", [N], True, "true terminal"),
+         ("timeouts", "boolean", [N], True, "time-limit ends")],
+        "research/peers/d4rl.json"),
+}
+
+for name, doc in PEERS.items():
+    (OUT / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+print(sorted(PEERS))

@@ -1,0 +1,410 @@
+"""The diff engine: tiers, converters, layouts, casts, warnings, the written map, goldens."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gyre_contract.diff import compare_dtype, diff
+from gyre_contract.errors import SchemaError
+from gyre_contract.fieldmap import FieldMap
+from gyre_contract.rollout import Episode
+from gyre_contract.schema import json_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP = "schemas/rollout_step.v1.json"
+BATCH = "schemas/train_batch.v1.json"
+PEERS = "tests/data/peers"
+GOLDEN = ROOT / "tests" / "golden"
+REPORT_SCHEMA = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
+SUITE = Path("/work/shared/json-schema-test-suite/tests/draft2020-12")
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # report names are the paths given; keep them stable
+
+
+def tiers(report) -> dict[str, str]:
+    return {e.trainer_field: e.tier for e in report.entries if e.trainer_field is not None}
+
+
+def codes(report) -> list[str]:
+    return [w.code for w in report.warnings]
+
+
+def check_report(report) -> None:
+    """Every report validates against its own schema and writes a map FieldMap accepts."""
+    jsonschema.validate(report.to_dict(), REPORT_SCHEMA)
+    fmap = report.field_map()
+    if fmap["fields"]:
+        FieldMap.from_dict(fmap)
+
+
+# -- our own two schemas ------------------------------------------------------------------
+
+def test_step_to_train_batch() -> None:
+    r = diff(STEP, BATCH)
+    assert tiers(r) == {
+        "obs": "renamed", "action": "same", "reward": "same", "done": "needs_conversion",
+        "terminated": "same", "truncated": "same", "advantage": "needs_conversion",
+        "return": "needs_conversion", "value": "same", "logprob": "same",
+        "mask": "needs_conversion", "policy_version": "same", "episode_id": "same",
+        "step": "same"}
+    assert [e.sampler_fields for e in r.tier("unused")] == [
+        ("entropy",), ("next_observation",), ("return",), ("info",)]
+    assert r.entry("return").reason == (
+        "return = advantage + value (the GAE λ-return, consistent with the trainer's "
+        "advantage); the sampler's return is optional, so it is computed here")
+    done = r.entry("done")
+    assert done.conversion.entry == {"op": "any", "from": ["terminated", "truncated"]}
+    assert r.entry("mask").conversion.entry == {"op": "mask"}
+    assert r.entry("advantage").conversion.entry == {
+        "op": "gae", "from": ["reward", "value", "terminated", "truncated", "next_value"],
+        "gamma": 0.99, "lam": 0.95}
+    assert codes(r) == ["optional_source"]
+    assert r.exit_code() == 0 and r.exit_code(strict=True) == 1
+    check_report(r)
+
+
+def test_the_written_map_builds_a_valid_train_batch(cartpole_model) -> None:
+    r = diff(json_schema(cartpole_model), BATCH)
+    fmap = FieldMap.from_dict(r.field_map())
+    episodes = []
+    for k, (n, term) in enumerate([(3, True), (2, False)]):
+        episodes.append(Episode(f"ep{k}", {
+            "observation": np.zeros((n, 4), np.float32), "action": np.ones(n, np.int64),
+            "logprob": np.full(n, -0.7, np.float32), "value": np.zeros(n, np.float32),
+            "next_value": np.array([np.nan] * (n - 1) + [0.5], np.float32),
+            "reward": np.ones(n, np.float32), "step": np.arange(n),
+            "episode_id": np.array([f"ep{k}"] * n), "terminated": np.array([False] * (n - 1) + [term]),
+            "truncated": np.array([False] * (n - 1) + [not term]),
+            "policy_version": np.zeros(n, np.int64), "entropy": np.zeros(n, np.float32),
+        }, None))
+    batch = fmap.to_train_batch(episodes)
+    assert batch.obs.shape == (2, 3, 4)
+    assert batch.done.tolist() == [[False, False, True], [False, True, False]]
+
+
+# -- properties ----------------------------------------------------------------------------
+
+dims = st.one_of(st.integers(0, 5), st.sampled_from(["B", "T", "N", "*obs", "?"]))
+leaf = st.fixed_dictionaries({
+    "x-gyre-dtype": st.sampled_from(["float32", "int64", "bool", "string", "uint8", "float64"]),
+    "x-gyre-shape": st.lists(dims, max_size=3).filter(lambda s: sum(str(d).startswith("*")
+                                                                     for d in s) <= 1),
+})
+names = st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True)
+schemas = st.dictionaries(names, leaf, min_size=1, max_size=12).map(
+    lambda props: {"type": "object", "properties": props})
+
+
+@settings(max_examples=60, deadline=None)
+@given(schemas)
+def test_diff_of_a_schema_with_itself_is_all_same(doc: dict) -> None:
+    r = diff(doc, doc)
+    assert {e.tier for e in r.entries} == {"same"}
+    assert r.exit_code(strict=True) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.permutations(["obs", "actions", "rewards", "terminateds", "truncateds", "eps_id",
+                        "t", "action_logp", "vf_preds"]))
+def test_renames_are_found_whatever_the_field_order(order: list[str]) -> None:
+    trainer = json.loads((ROOT / PEERS / "rllib_learner_batch.json").read_text())
+    trainer["properties"] = {k: trainer["properties"][k] for k in order}
+    r = diff(STEP, trainer, batch_dims="B")
+    found = {e.trainer_field: e.sampler_fields for e in r.entries if e.trainer_field}
+    assert found == {"obs": ("observation",), "actions": ("action",), "rewards": ("reward",),
+                     "terminateds": ("terminated",), "truncateds": ("truncated",),
+                     "eps_id": ("episode_id",), "t": ("step",), "action_logp": ("logprob",),
+                     "vf_preds": ("value",)}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 4) | st.text(max_size=3)
+    | st.sampled_from(["object", "array", "number", "#", "#/$defs/a", "B", "*x"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["type", "properties", "items", "$ref", "$defs", "anyOf", "required",
+                         "minItems", "maxItems", "x-gyre-dtype", "x-gyre-shape", "x-gyre-role",
+                         "x-gyre-batch-dims", "reward", "obs", "done"]), inner, max_size=4),
+    max_leaves=16)
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_values, json_values)
+def test_hostile_schemas_never_crash_the_engine(a: object, b: object) -> None:
+    docs = [{"type": "object", "properties": {"reward": a, "obs": b, "done": a}},
+            {"type": "object", "properties": {"rewards": b, "terminated": a}}]
+    for sampler, trainer in ((docs[0], docs[1]), (docs[1], docs[0])):
+        try:
+            r = diff(sampler, trainer)
+        except SchemaError:
+            continue
+        r.to_text()
+        jsonschema.validate(r.to_dict(), REPORT_SCHEMA)
+
+
+@pytest.mark.skipif(not SUITE.is_dir(), reason="JSON-Schema-Test-Suite not present")
+def test_json_schema_test_suite_schemas_on_either_side() -> None:
+    ran = 0
+    for path in sorted(SUITE.glob("*.json")):
+        for case in json.loads(path.read_text()):
+            doc = {"type": "object", "properties": {"reward": case["schema"],
+                                                    "x": case["schema"]}}
+            for sampler, trainer in ((doc, STEP), (STEP, doc), (case["schema"], doc)):
+                try:
+                    diff(sampler, trainer).to_text()
+                    ran += 1
+                except SchemaError:
+                    pass
+    assert ran > 100
+
+
+def test_five_hundred_fields_diff_well_under_100_ms() -> None:
+    props = {f"f{i}": {"type": "array", "items": {"type": "number"}, "minItems": 3,
+                       "maxItems": 3} for i in range(500)}
+    other = {(f"obs_{i}" if i % 2 else f"f{i}"): v for i, v in enumerate(props.values())}
+    a = {"type": "object", "properties": props}
+    b = {"type": "object", "properties": other}
+    diff(a, b)
+    start = time.perf_counter()
+    r = diff(a, b)
+    assert time.perf_counter() - start < 0.1
+    assert r.counts()["same"] == 250
+
+
+# -- dtype and shape rules -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("s", "t", "cast", "lossless"), [
+    ("float32", "float32", None, True), ("float32", "number", None, True),
+    ("number", "float64", None, True), ("int32", "integer", None, True),
+    ("int32", "int64", "int64", True), ("bool", "float32", "float32", True),
+    ("uint8", "int16", "int16", True), ("float32", "float64", "float64", True),
+    ("float64", "float32", "float32", False), ("int64", "int32", "int32", False),
+    ("int64", "float32", "float32", False), ("float32", "int64", "int64", False),
+    ("number", "integer", "int64", False), (("int64", "float32"), "int64", "int64", False),
+])
+def test_casts_are_classified(s, t, cast, lossless) -> None:
+    fit = compare_dtype(s, t)
+    assert (fit.ok, fit.cast_to, fit.lossless) == (True, cast, lossless)
+
+
+def test_strings_never_become_numbers() -> None:
+    fit = compare_dtype("string", "int64")
+    assert not fit.ok
+    assert fit.why == "string cannot become int64: no cast between string and int"
+
+
+def doc(**fields) -> dict:
+    return {"type": "object", "properties": {
+        k: {"x-gyre-dtype": d, "x-gyre-shape": s} for k, (d, s) in fields.items()}}
+
+
+def test_narrowing_cast_is_needs_conversion_with_a_warning() -> None:
+    r = diff(doc(reward=("float64", [])), doc(reward=("float32", [])))
+    e = r.entry("reward")
+    assert (e.tier, e.conversion.cast, e.conversion.entry) == (
+        "needs_conversion", "lossy", {"from": "reward", "cast": "float32"})
+    assert r.warnings[0].message == ("reward <- reward: narrowing cast float64 -> float32 may "
+                                     "lose precision or overflow (the map refuses values that "
+                                     "do not fit)")
+
+
+def test_time_major_trainer_needs_a_transpose() -> None:
+    r = diff(doc(reward=("float32", []), observation=("float32", [4])),
+             doc(rewards=("float32", ["T", "B"]), obs=("float32", ["T", "B", 4])),
+             batch_dims="T,B")
+    assert r.layout.kind == "time_major"
+    assert r.entry("rewards").conversion.entry == {"op": "transpose", "from": "reward",
+                                                   "axes": [1, 0]}
+    assert r.entry("obs").conversion.entry == {"op": "transpose", "from": "observation",
+                                               "axes": [1, 0, 2]}
+
+
+def test_trailing_singleton_needs_a_reshape() -> None:
+    r = diff(doc(reward=("float32", [])), doc(reward=("float32", ["B", "T", 1])),
+             batch_dims="B,T")
+    e = r.entry("reward")
+    assert e.tier == "needs_conversion"
+    assert e.conversion.entry == {"op": "unsqueeze", "from": "reward", "axis": -1}
+    assert e.reason == "add a trailing dim of 1 ([] -> [1] per step)"
+
+
+def test_flat_layout_is_recognised_once() -> None:
+    r = diff(doc(reward=("float32", [])), doc(rewards=("float32", ["M"])), batch_dims="M")
+    assert r.layout.kind == "flat"
+    assert r.entry("rewards").tier == "renamed"
+    assert codes(r) == ["flat_layout"]
+
+
+def test_fixed_dims_must_agree_and_names_match_any_size() -> None:
+    r = diff(doc(obs=("float32", [4])), doc(obs=("float32", [8])))
+    e = r.entry("obs")
+    assert e.tier == "missing"
+    assert e.reason == ("obs has the role observation but per-step shape [4] cannot become "
+                        "[8]; no known conversion")
+    assert diff(doc(obs=("float32", ["D"])), doc(obs=("float32", [8]))).entry("obs").tier == "same"
+
+
+def test_rename_override_and_bad_renames() -> None:
+    r = diff(doc(a=("float32", []), b=("float32", [])), doc(x=("float32", [])),
+             renames={"x": "b"})
+    assert (r.entry("x").tier, r.entry("x").sampler_fields) == ("renamed", ("b",))
+    assert "renamed by --rename" in r.entry("x").reason
+    with pytest.raises(SchemaError) as info:
+        diff(STEP, BATCH, renames={"obs": "observaton"})
+    assert str(info.value).startswith("--rename obs=observaton: the sampler has no field "
+                                      "'observaton'; sampler fields: observation, action")
+
+
+def test_declared_roles_catch_the_episode_start_trap() -> None:
+    trainer = {"type": "object", "properties": {
+        "dones": {"type": "boolean", "x-gyre-role": "episode_start"}}}
+    r = diff(STEP, trainer)
+    e = r.entry("dones")
+    assert e.conversion.entry == {"op": "episode_start", "from": "step"}
+    assert e.reason.startswith("episode start = the previous step's done")
+
+
+# -- real libraries against our v1 step schema ---------------------------------------------
+
+def test_cleanrl_collapses_truncation_into_done() -> None:
+    r = diff(STEP, f"{PEERS}/cleanrl_ppo_storage.json", batch_dims="T,N")
+    assert r.layout.kind == "time_major"
+    assert set(tiers(r).values()) == {"needs_conversion"}
+    assert r.entry("dones").conversion.text.startswith("any(terminated, truncated)")
+    assert codes(r) == ["ambiguous_match", "optional_source", "truncation_collapsed",
+                        "map_incomplete"]
+    collapsed = r.warnings[2]
+    assert collapsed.message == (
+        "the trainer reads only dones, not terminated/truncated, while the sampler records "
+        "truncated: time-limit cuts will be trained as terminal (no bootstrap from next_value)")
+    assert "dones" not in r.field_map()["fields"]
+    check_report(r)
+
+
+def test_rllib_next_observation_is_new_obs() -> None:
+    r = diff(STEP, f"{PEERS}/rllib_learner_batch.json", batch_dims="B")
+    assert r.entry("new_obs").sampler_fields == ("next_observation",)
+    assert tiers(r) == {
+        "obs": "renamed", "new_obs": "renamed", "actions": "needs_conversion",
+        "rewards": "renamed", "terminateds": "renamed", "truncateds": "renamed",
+        "eps_id": "renamed", "t": "renamed", "action_logp": "renamed", "vf_preds": "renamed",
+        "advantages": "needs_conversion", "value_targets": "needs_conversion",
+        "loss_mask": "needs_conversion"}
+    assert r.entry("value_targets").conversion.entry["output"] == "return"
+    assert r.entry("actions").conversion.cast == "lossy"
+    assert codes(r) == ["optional_source", "flat_layout"]
+    check_report(r)
+
+
+def test_torchrl_reward_is_b_t_1_under_next() -> None:
+    r = diff(STEP, f"{PEERS}/torchrl_ppo.json", batch_dims="B,T")
+    reward = r.entry("next.reward")
+    assert (reward.tier, reward.sampler_fields) == ("needs_conversion", ("reward",))
+    assert reward.conversion.entry == {"op": "unsqueeze", "from": "reward", "axis": -1}
+    assert r.entry("next.observation").tier == "renamed"
+    assert r.entry("sample_log_prob").sampler_fields == ("logprob",)
+    assert r.entry("next.done").conversion.manual == (
+        "any(terminated, truncated) then unsqueeze the last axis")
+    assert "truncation_collapsed" not in codes(r)  # TorchRL keeps terminated and truncated
+    check_report(r)
+
+
+def test_sb3_rollout_samples() -> None:
+    r = diff(STEP, f"{PEERS}/sb3_rollout_samples.json", batch_dims="M")
+    assert tiers(r) == {"observations": "renamed", "actions": "renamed",
+                        "old_values": "renamed", "old_log_prob": "renamed",
+                        "advantages": "needs_conversion", "returns": "needs_conversion"}
+    assert "recomputed_logprob" not in codes(r)  # SB3 stores the behaviour log-prob
+    check_report(r)
+
+
+def test_tianshou_recomputes_the_logprob() -> None:
+    r = diff(STEP, f"{PEERS}/tianshou_ppo.json", batch_dims="B")
+    assert r.entry("obs_next").sampler_fields == ("next_observation",)
+    assert r.entry("adv").conversion.ops == ("gae",)
+    assert "recomputed_logprob" in codes(r)
+    check_report(r)
+
+
+def test_verl_ref_log_prob_is_never_the_logprob(llm_model) -> None:
+    r = diff(json_schema(llm_model), f"{PEERS}/verl_actor_batch.json", batch_dims="B")
+    ref = r.entry("ref_log_prob")
+    assert ref.tier == "missing" and ref.sampler_fields == ()
+    assert ref.reason.startswith("no sampler field holds a reference-policy log-prob")
+    assert r.entry("old_log_probs").sampler_fields == ("logprob",)
+    assert r.entry("response_mask").conversion.entry == {
+        "op": "mask", "from": "action_mask", "cast": "int64"}
+    assert r.entry("responses").conversion.ops == ("pad",)
+    assert "recomputed_logprob" in codes(r)
+    assert r.exit_code() == 1
+    check_report(r)
+
+
+@pytest.mark.parametrize(("peer", "ref", "recomputed"), [
+    ("openrlhf_experience", "base_action_log_probs", "action_log_probs"),
+    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps"),
+])
+def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str) -> None:
+    r = diff(json_schema(llm_model), f"{PEERS}/{peer}.json", batch_dims="B")
+    assert r.entry(ref).tier == "missing"
+    assert [w.fields for w in r.warnings if w.code == "recomputed_logprob"] == [(recomputed,)]
+    check_report(r)
+
+
+def test_rlds_truncated_is_is_last_and_not_is_terminal() -> None:
+    r = diff(f"{PEERS}/rlds_steps.json", BATCH)
+    e = r.entry("truncated")
+    assert e.tier == "needs_conversion"
+    assert e.sampler_fields == ("is_last", "is_terminal")
+    assert e.reason == "truncated = is_last AND NOT is_terminal (how RLDS and old Gym mark a " \
+        "time-limit end)"
+    assert r.entry("terminated").sampler_fields == ("is_terminal",)
+    assert r.entry("done").sampler_fields == ("is_last",)
+    check_report(r)
+
+
+def test_d4rl_timeouts_are_truncated() -> None:
+    r = diff(f"{PEERS}/d4rl_qlearning.json", BATCH)
+    assert r.entry("truncated").sampler_fields == ("timeouts",)
+    assert r.entry("terminated").sampler_fields == ("terminals",)
+    assert r.entry("done").conversion.entry["from"] == ["terminals", "timeouts"]
+    check_report(r)
+
+
+# -- golden files ---------------------------------------------------------------------------
+
+GOLDEN_CASES = {
+    "step_vs_torchrl": (STEP, f"{PEERS}/torchrl_ppo.json", "B,T"),
+    "step_vs_cleanrl": (STEP, f"{PEERS}/cleanrl_ppo_storage.json", "T,N"),
+    "step_vs_train_batch": (STEP, BATCH, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_golden_outputs(name: str) -> None:
+    sampler, trainer, batch_dims = GOLDEN_CASES[name]
+    r = diff(sampler, trainer, batch_dims=batch_dims)
+    outputs = {f"{name}.txt": r.to_text(), f"{name}.md": r.to_markdown(),
+               f"{name}.json": json.dumps(r.to_dict(), indent=2) + "\n"}
+    for file, text in outputs.items():
+        path = GOLDEN / file
+        if os.environ.get("GYRE_REGEN_GOLDEN"):
+            path.write_text(text)
+        assert text == path.read_text(), f"{file} drifted; GYRE_REGEN_GOLDEN=1 rewrites it"
+
+
+def test_colour_only_when_asked() -> None:
+    r = diff(STEP, BATCH)
+    assert "\x1b[" not in r.to_text()
+    assert "\x1b[32m" in r.to_text(color=True)
