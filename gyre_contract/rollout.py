@@ -484,7 +484,8 @@ def read_steps(
     *,
     allow_partial_tail: bool = False,
 ) -> Iterator[BaseModel]:
-    """Yield each line as a validated `model` instance, streaming in constant memory.
+    """Yield each line as a validated `model` instance, streaming: memory holds one line and
+    the episode ids seen, never the file.
 
     Checks the line (JSON, UTF-8, one object, no duplicate keys), the record (`validate_step`)
     and the episode rules that one step can break (step order, no step after a done step,
