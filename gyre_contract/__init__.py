@@ -1,44 +1,63 @@
 """gyre-contract: the sampler ↔ trainer contract of online RL, explicit and checkable."""
 
+from gyre_contract.advantages import discounted_returns, gae
+from gyre_contract.collate import collate
+from gyre_contract.compat import CompatReport, compat
+from gyre_contract.diff import DiffReport, diff
 from gyre_contract.errors import (
-    ContractError as ContractError,
+    ContractError,
+    FieldMapError,
+    GyreError,
+    InputError,
+    MissingFieldError,
+    Problem,
+    SchemaError,
 )
-from gyre_contract.errors import (
-    FieldMapError as FieldMapError,
+from gyre_contract.fieldmap import FieldMap, known_ops, register_op, unregister_op
+from gyre_contract.fieldtable import (
+    Field,
+    FieldTable,
+    field_table,
+    field_table_from_model,
+    infer_schema,
+    load_schema,
 )
-from gyre_contract.errors import (
-    InputError as InputError,
+from gyre_contract.inspect import batch_schema, inspect_batch
+from gyre_contract.models import Modalities, RolloutStep, RolloutStepV1, TrainBatch, TrainBatchV1
+from gyre_contract.recorder import Recorder, episodes_from_records
+from gyre_contract.rollout import (
+    Episode,
+    FileReport,
+    read_episodes,
+    read_steps,
+    validate_file,
+    write_steps,
 )
-from gyre_contract.errors import (
-    MissingFieldError as MissingFieldError,
-)
-from gyre_contract.errors import (
-    Problem as Problem,
-)
-from gyre_contract.errors import (
-    SchemaError as SchemaError,
-)
-from gyre_contract.models import (
-    Modalities as Modalities,
-)
-from gyre_contract.models import (
-    RolloutStep as RolloutStep,
-)
-from gyre_contract.models import (
-    RolloutStepV1 as RolloutStepV1,
-)
-from gyre_contract.models import (
-    TrainBatch as TrainBatch,
-)
-from gyre_contract.models import (
-    TrainBatchV1 as TrainBatchV1,
-)
-from gyre_contract.schema import export_schemas as export_schemas
-from gyre_contract.schema import json_schema as json_schema
-from gyre_contract.tensor import Tensor as Tensor
-from gyre_contract.validate import EpisodeTracker as EpisodeTracker
-from gyre_contract.validate import validate_batch as validate_batch
-from gyre_contract.validate import validate_episode as validate_episode
-from gyre_contract.validate import validate_step as validate_step
+from gyre_contract.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
+from gyre_contract.schema import export_schemas, json_schema
+from gyre_contract.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
+from gyre_contract.tensor import Tensor
+from gyre_contract.validate import EpisodeTracker, validate_batch, validate_episode, validate_step
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # the contract's records and field type
+    "RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities", "Tensor",
+    # validation (sampler side, stage 1)
+    "validate_step", "validate_episode", "validate_batch", "EpisodeTracker",
+    "read_steps", "write_steps", "read_episodes", "validate_file", "Episode", "FileReport",
+    # errors
+    "GyreError", "ContractError", "MissingFieldError", "SchemaError", "FieldMapError",
+    "InputError", "Problem",
+    # schemas and the diff
+    "json_schema", "export_schemas", "load_schema", "field_table", "field_table_from_model",
+    "infer_schema", "Field", "FieldTable", "diff", "DiffReport", "compat", "CompatReport",
+    # trainer side (stage 2)
+    "FieldMap", "register_op", "unregister_op", "known_ops", "collate", "gae",
+    "discounted_returns", "inspect_batch", "batch_schema", "half_way", "HalfWayReport",
+    # full loop (stage 3) and the run log
+    "Recorder", "episodes_from_records", "full_loop", "LoopReport", "CycleReport",
+    "RunLog", "RunRecord", "RunTimer", "summarize", "plot_runs",
+    "__version__",
+]

@@ -199,6 +199,9 @@ def _select(eps: list[_Episode], fields: Iterable[str] | None) -> list[str]:
             if field in DERIVED_FIELDS:
                 continue
             group = [n for n in available if n == field or n.startswith(f"{field}.")]
+            base = field.removesuffix("_mask")
+            if not group and base != field and _is_varying(first.get(base)):
+                group = [base]  # `<name>_mask` comes with its varying column
             if not group:
                 raise MissingFieldError(field, {*first, "mask", "episode_id", "next_value"})
             names += [n for n in group if n not in names]
@@ -252,13 +255,14 @@ def _plan(eps: list[_Episode], max_len: int | None) -> list[_Row]:
 def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int) -> np.ndarray:
     """Copy each row's slice into one preallocated `[B, T, ...]` array; zero the padding."""
     cols = [ep.columns[name] for ep in eps]
-    dtype = _common_dtype(name, eps, [c.dtype for c in cols])
-    trail = cols[0].shape[1:]
-    bad = [Problem(f"episodes[{i}].{name}", f"[T, {', '.join(map(str, trail))}]".replace(", ]", "]"),
-                   describe(c), f"episode {eps[i].episode_id!r}: per-step shape differs")
-           for i, c in enumerate(cols) if c.shape[1:] != trail]
-    if bad:
-        raise ContractError(bad)
+    dtype, trail = cols[0].dtype, cols[0].shape[1:]
+    if any(c.dtype is not dtype or c.shape[1:] != trail for c in cols):  # cheap test first
+        dtype = _common_dtype(name, eps, [c.dtype for c in cols])
+        bad = [Problem(f"episodes[{i}].{name}", _shape_text(trail), describe(c),
+                       f"episode {eps[i].episode_id!r}: per-step shape differs")
+               for i, c in enumerate(cols) if c.shape[1:] != trail]
+        if bad:
+            raise ContractError(bad)
     out = np.empty((len(rows), nt, *trail), dtype=dtype)
     zeros = np.zeros((nt, *trail), dtype=dtype)
     pieces = []  # each row's steps then its padding, written by one C-level concatenate
@@ -269,6 +273,10 @@ def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int) ->
             pieces.append(zeros[:nt - n])
     np.concatenate(pieces, out=out.reshape(len(rows) * nt, *trail), casting="safe")
     return out
+
+
+def _shape_text(trail: tuple[int, ...]) -> str:
+    return "[" + ", ".join(["T", *map(str, trail)]) + "]"
 
 
 def _collate_varying(name: str, eps: list[_Episode], rows: list[_Row], nt: int,

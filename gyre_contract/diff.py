@@ -720,7 +720,8 @@ class _Engine:
             fit_s = compare_shape(out_shape, t_step)
             if fit_s.op in ("unsqueeze", "squeeze"):
                 extra.append(f"{fit_s.op} the last axis")
-            elif not fit_s.ok and t.role != "mask":
+            elif not fit_s.ok and not (op_entry and op_entry.get("op") == "mask"
+                                       and "from" in op_entry):
                 extra.append(f"reshape {shape_text(out_shape)} to {shape_text(t_step)}")
         layout = self._layout_op(t_step, stripped)
         if layout is not None:
@@ -788,7 +789,9 @@ class _Engine:
                 return ([varying[0].name], {"op": "mask", "from": col}, f"mask({col})",
                         f"mask of the real elements of {varying[0].name} (padding of its "
                         f"varying dim)", "")
-        return [], {"op": "mask"}, "mask()", "mask from padding: True on real steps", ""
+        manual = ("mask() gives one flag per step; a mask per element needs a sampler field "
+                  "whose dim varies (x-gyre-varying-dims)") if t_step else ""
+        return [], {"op": "mask"}, "mask()", "mask from padding: True on real steps", manual
 
     def _derive_advantage(self, t: Field) -> tuple | None:
         need = self._gae_sources()
@@ -919,7 +922,8 @@ class _Engine:
             names = ", ".join(e.trainer_field or "" for e in manual)
             self.warnings.append(DiffWarning(
                 "map_incomplete", tuple(e.trainer_field or "" for e in manual),
-                f"the written map leaves out {names} (one map entry holds one op): "
+                f"the written map leaves out {names}, which one map op cannot build; write "
+                f"by hand: "
                 + "; ".join(f"{e.trainer_field}: {e.conversion.manual}" for e in manual
                             if e.conversion)))
 

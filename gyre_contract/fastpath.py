@@ -27,14 +27,13 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import SchemaValidator
 from pydantic_core import core_schema as cs
 
-from gyre_contract.dims import FLOAT_DTYPES, FLOAT_MAX, INT_RANGES, Shape, bind_dims, numpy_dtype
+from gyre_contract.dims import FLOAT_DTYPES, FLOAT_MAX, INT_DTYPES, Shape, bind_dims, numpy_dtype
 from gyre_contract.models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
 from gyre_contract.tensor import ERROR_TYPE, TensorSpec
 
 _SMALL = 64
 """Float arrays up to this size are checked for finiteness in Python (cheaper than a ufunc)."""
 
-_PLAN = "__gyre_fast_plan__"
 _CROSS = RolloutStepV1.__pydantic_decorators__.model_validators["_cross_field_rules"].func
 
 # Schema node types the compiler understands; anything else means "no fast plan".
@@ -51,32 +50,61 @@ class _GiveUp(Exception):
     """Raised inside a fast validation: let the normal path decide and explain."""
 
 
+_PLANS: dict[type, SchemaValidator | None] = {}
+FAST_FAILURES = (ValidationError, _GiveUp)
+
+
+def fast_plan(model: type[BaseModel]) -> SchemaValidator | None:
+    """The compiled fast validator of `model` (cached), or None when it has none.
+
+    Its `validate_python(record)` returns the instance or raises `FAST_FAILURES`: the record is
+    invalid or unusual, and the normal path must decide and explain.
+    """
+    plan = _PLANS.get(model, False)
+    if plan is False:
+        plan = _PLANS[model] = _compile(model)
+    return plan  # type: ignore[return-value]
+
+
 def fast_validate(record: Any, model: type[BaseModel]) -> BaseModel | None:
     """The validated instance, or None when the normal path must decide (invalid or unusual)."""
-    plan = model.__dict__.get(_PLAN)
+    plan = fast_plan(model)
     if plan is None:
-        plan = _compile(model)
-    if plan is False:
         return None
     try:
         return plan.validate_python(record)
-    except (ValidationError, _GiveUp):
+    except FAST_FAILURES:
         return None  # not swallowed: the caller re-validates on the normal path and reports
 
 
-def _compile(model: type[BaseModel]) -> SchemaValidator | bool:
-    """Compile and cache the fast validator of `model` (False when it has none)."""
+def _compile(model: type[BaseModel]) -> SchemaValidator | None:
+    """The fast validator of `model`, or None when it has none (see `Unsupported`)."""
+    schema = model.__pydantic_core_schema__
     try:
-        schema = _Compiler().node(model.__pydantic_core_schema__)
-        plan: SchemaValidator | bool = SchemaValidator(schema)
+        config = _root_model(schema).get("config")
+        return SchemaValidator(_Compiler(config).node(schema), config)
     except Unsupported:
-        plan = False
-    setattr(model, _PLAN, plan)
-    return plan
+        return None
+
+
+def _root_model(schema: dict[str, Any]) -> dict[str, Any]:
+    node = schema
+    while node.get("type") in ("definitions", "function-after"):
+        node = node["schema"]
+    if node.get("type") != "model":
+        raise Unsupported("not a model schema")
+    return node
 
 
 class _Compiler:
-    """Rewrites a model's core schema into the fast one (see the module docstring)."""
+    """Rewrites a model's core schema into the fast one (see the module docstring).
+
+    A nested model (a `Modalities` observation) becomes its fields schema plus a finisher that
+    builds the instance: pydantic-core would otherwise reuse the class's own, normal validator.
+    """
+
+    def __init__(self, config: dict[str, Any] | None) -> None:
+        self.config = _config_key(config)
 
     def node(self, node: dict[str, Any]) -> dict[str, Any]:
         kind = node.get("type")
@@ -127,13 +155,19 @@ class _Compiler:
         cls = node["cls"]
         if not issubclass(cls, Modalities):
             raise Unsupported(f"nested model {cls.__name__}")
-        body = {k: v for k, v in self._model_body(node).items() if k != "ref"}
-        return _wrap(_modalities_finisher(cls), body, node.get("ref"))
+        if _config_key(node.get("config")) != self.config:
+            raise Unsupported(f"{cls.__name__} has a configuration of its own")
+        fields = self._model_body(node)["schema"]  # validated under the same configuration
+        return _wrap(_modalities_finisher(cls), fields, node.get("ref"))
 
     def _model_body(self, node: dict[str, Any]) -> dict[str, Any]:
         if node.get("custom_init") or node.get("post_init") or node.get("root_model"):
             raise Unsupported("custom __init__, post-init or root model")
         return {**node, "schema": self.node(node["schema"])}
+
+
+def _config_key(config: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (config or {}).items() if k != "title"}
 
 
 def _wrap(finish: Callable[[Any], Any], schema: dict[str, Any], ref: str | None) -> dict:
@@ -170,9 +204,8 @@ def _leaf(dtype: str) -> dict[str, Any]:
         return cs.bool_schema(strict=True)
     if dtype == "string":
         return cs.str_schema(strict=True)
-    if dtype in INT_RANGES:
-        lo, hi = INT_RANGES[dtype]
-        return cs.int_schema(strict=True, ge=lo, le=hi)
+    if dtype in INT_DTYPES:
+        return cs.int_schema(strict=True)  # range: numpy raises OverflowError on conversion
     top = FLOAT_MAX[dtype]
     return cs.chain_schema([cs.is_instance_schema(float),
                             cs.float_schema(strict=True, allow_inf_nan=False, ge=-top, le=top)])
@@ -207,7 +240,10 @@ class _Tensor:
         if isinstance(value, np.generic):
             return value  # the normal function's 0-d result (a numpy scalar of the dtype)
         if self.single is not None and value.__class__ in (float, int, bool, str):
-            return self.single.type(value)  # a scalar for a lone *name, as np.asarray(v)[()]
+            try:
+                return self.single.type(value)  # a scalar for a lone *name: np.asarray(v)[()]
+            except OverflowError:
+                raise _GiveUp from None
         raise _GiveUp
 
     def _from_list(self, value: list[Any]) -> np.ndarray:
@@ -216,8 +252,8 @@ class _Tensor:
             raise _GiveUp
         try:
             arr = np.array(value, dtype=None if dtype.kind == "U" else dtype)
-        except (ValueError, TypeError):
-            raise _GiveUp from None  # ragged lists under named dims: the normal path explains
+        except (ValueError, TypeError, OverflowError):
+            raise _GiveUp from None  # ragged, or an int out of range: the normal path explains
         if arr.ndim != len(self.spec.shape) and not self.variadic:
             raise _GiveUp
         if not arr.size and dtype.kind != "f":
@@ -226,7 +262,7 @@ class _Tensor:
 
     def _from_array(self, arr: np.ndarray) -> np.ndarray:
         dtype = arr.dtype
-        if dtype not in self.dtypes:
+        if dtype not in self.dtypes and not (dtype.kind == "U" == self.dtypes[0].kind):
             if not (self.float and dtype.kind == "f" and self.single is not None):
                 raise _GiveUp
             with np.errstate(over="ignore", invalid="ignore"):
@@ -268,24 +304,66 @@ def _all_finite(arr: np.ndarray) -> bool:
     return bool(np.isfinite(arr).all())
 
 
-def _tensors(model: type[BaseModel]) -> list[_Tensor]:
+Converter = Callable[[Any], Any]
+
+
+def _converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
+    """(attribute, converter) for each tensor field that is not a plain scalar."""
     attrs = {info.alias or name: name for name, info in model.model_fields.items()}
-    return [_Tensor(attrs[wire], spec) for wire, spec in field_specs(model).items()
+    return [(attrs[wire], _converter(spec)) for wire, spec in field_specs(model).items()
             if isinstance(spec, TensorSpec) and not spec.is_scalar]
 
 
-def _convert_all(tensors: list[_Tensor], values: dict[str, Any]) -> None:
-    for tensor in tensors:
-        value = values[tensor.attr]
+def _converter(spec: TensorSpec) -> Converter:
+    """The general `_Tensor.convert`, behind a shortcut for the usual form when there is one."""
+    general = _Tensor("", spec).convert
+    dtype = numpy_dtype(spec.dtype) if isinstance(spec.dtype, str) else None
+    if dtype is None or dtype.kind == "U":
+        return general
+    array = np.array
+    if all(d.size for d in spec.shape):  # fixed, non-zero dims: the list is exactly in shape
+
+        def fixed(value: Any) -> Any:
+            if value.__class__ is list:
+                try:
+                    return array(value, dtype)
+                except OverflowError:  # an int beyond the dtype's range
+                    raise _GiveUp from None
+            return general(value)
+
+        return fixed
+    if len(spec.shape) == 1 and spec.shape[0].variadic and dtype.kind == "f":
+        scalar = dtype.type
+
+        def lone(value: Any) -> Any:  # float32 [*logp]: most often one Python float
+            if value.__class__ is float:
+                return scalar(value)
+            return general(value)
+
+        return lone
+    return general
+
+
+def _convert_all(converters: list[tuple[str, Converter]], values: dict[str, Any]) -> None:
+    for attr, convert in converters:
+        value = values[attr]
         if value is not None:
-            values[tensor.attr] = tensor.convert(value)
+            values[attr] = convert(value)
 
 
 def _modalities_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
-    tensors = _tensors(model)
+    """Convert the tensors, then build the instance as pydantic-core's model node would."""
+    converters = _converters(model)
+    new, set_slot = model.__new__, object.__setattr__
 
-    def finish(instance: Any) -> Any:
-        _convert_all(tensors, instance.__dict__)
+    def finish(fields: tuple[dict[str, Any], Any, set[str]]) -> Any:
+        values, extra, fields_set = fields
+        _convert_all(converters, values)
+        instance = new(model)
+        set_slot(instance, "__dict__", values)
+        set_slot(instance, "__pydantic_extra__", extra)
+        set_slot(instance, "__pydantic_fields_set__", fields_set)
+        set_slot(instance, "__pydantic_private__", None)
         return instance
 
     return finish
@@ -294,21 +372,36 @@ def _modalities_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
 # -- the cross-field rules of a step (models.step_cross_problems, as a yes/no) --------------------
 
 def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
-    tensors = _tensors(model)
+    specs = field_specs(model)
+    logprob_spec, action_spec = specs.get("logprob"), specs.get("action")
+    if not isinstance(logprob_spec, TensorSpec) or not isinstance(action_spec, TensorSpec):
+        raise Unsupported("logprob or action is not a tensor field")
+    converters = [(a, c) for a, c in _converters(model) if a != "logprob"]
+    convert_logprob = _converter(logprob_spec)
     binds = _shared_locations(model)
-    logprob_spec = field_specs(model).get("logprob")
-    if not isinstance(logprob_spec, TensorSpec):
-        raise Unsupported("logprob is not a tensor field")
     free_logprob = any(d.variadic for d in logprob_spec.shape)
+    # A scalar int action arrives as a Python int: a plain float logprob needs only its sign.
+    sign_only = action_spec.is_scalar and action_spec.dtype in INT_DTYPES \
+        and logprob_spec.dtype == "float32" and free_logprob
+    f32 = np.float32
 
     def finish(step: Any) -> Any:
         values = step.__dict__
-        _convert_all(tensors, values)
+        for attr, convert in converters:
+            value = values[attr]
+            if value is not None:
+                values[attr] = convert(value)
         if binds and not _dims_agree(binds, values):
             raise _GiveUp
         logprob = values["logprob"]
-        if logprob is not None and not _logprob_ok(logprob, values["action"], free_logprob):
-            raise _GiveUp
+        if logprob.__class__ is float and sign_only:
+            if logprob > 0:
+                raise _GiveUp
+            values["logprob"] = f32(logprob)
+        elif logprob is not None:
+            logprob = values["logprob"] = convert_logprob(logprob)
+            if not _logprob_ok(logprob, values["action"], free_logprob):
+                raise _GiveUp
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
             raise _GiveUp
@@ -362,8 +455,9 @@ def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
 
 
 def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
-    lp_shape = logprob.shape if isinstance(logprob, (np.ndarray, np.generic)) else ()
-    if free and lp_shape and lp_shape != np.shape(action):
+    """`models._logprob_problems` finds nothing: shape [] or the action's; <= 0 if discrete."""
+    is_array = logprob.__class__ is np.ndarray
+    if free and is_array and logprob.shape and logprob.shape != np.shape(action):
         return False
     if action.__class__ is int:
         discrete = True
@@ -373,9 +467,9 @@ def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
         discrete = np.asarray(action).dtype.kind in "iu"
     if not discrete:
         return True
-    if logprob.__class__ is np.ndarray:
+    if is_array:
         return not logprob.size or not logprob.max() > 0
-    return not float(logprob) > 0
+    return not logprob > 0
 
 
 def _same_structure(obs: Any, nxt: Any) -> bool:

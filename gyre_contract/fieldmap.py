@@ -230,6 +230,30 @@ def _shift(inputs: list[Any], columns: Mapping[str, Any], *, by: int, fill: Any)
     return np.where(mask[tail], out, np.zeros((), x.dtype))
 
 
+def _sum(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
+    x = inputs[0]
+    _check_axis("sum", x, axis)
+    return x.sum(axis=axis, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+
+def _masked_sum(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
+    """Sum over real elements only, e.g. a sequence's log-prob from per-token log-probs."""
+    x, mask = inputs
+    _check_axis("masked_sum", x, axis)
+    if mask.dtype != np.bool_ or mask.shape != x.shape[:mask.ndim]:
+        raise ContractError(Problem("masked_sum", f"a bool mask of shape {list(x.shape)} or a "
+                                    f"leading part of it", describe(mask), "bad mask"))
+    where = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+    zero = np.zeros((), x.dtype)
+    return np.where(where, x, zero).sum(axis=axis, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+
+def _check_axis(op: str, x: np.ndarray, axis: int) -> None:
+    if not (2 <= axis < x.ndim or 2 - x.ndim <= axis < 0):
+        raise ContractError(Problem(op, f"a per-step axis of {describe(x)} (not B or T)",
+                                    str(axis), "bad axis"))
+
+
 def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
     """True on an episode's first step (step == 0): SB3 `episode_starts`, RLDS `is_first`."""
     return (inputs[0] == 0) & _need(columns, "mask")
@@ -281,6 +305,9 @@ _REGISTRY: dict[str, Op] = {
         Op("shift", _shift, args={"by": _nonzero_int, "fill": _scalar}, required=("by", "fill"),
            builtin=True),
         Op("episode_start", _episode_start, builtin=True),
+        Op("sum", _sum, args={"axis": _int}, required=("axis",), builtin=True),
+        Op("masked_sum", _masked_sum, ("values", "mask"), args={"axis": _int},
+           required=("axis",), builtin=True),
         Op("gae", _gae, _GAE_SOURCES,
            args={"gamma": _rate, "lam": _rate, "truncation": _TRUNCATION,
                  "output": _choice("advantage", "return")},

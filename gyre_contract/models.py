@@ -11,6 +11,7 @@ Pin a project's shapes by subclassing, Pydantic-style::
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar
 
 import numpy as np
@@ -266,6 +267,15 @@ class RolloutStepV1(GyreModel):
                 cls.next_observation = Field(  # type: ignore[assignment]
                     None, description="s_{t+1}; on a truncated last step the true final observation")
         super().__init_subclass__(**kwargs)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A `next_observation` copied from `observation` says so in its role."""
+        super().__pydantic_init_subclass__(**kwargs)
+        info = cls.model_fields["next_observation"]
+        info.metadata = [replace(m, role="next_observation") if isinstance(m, TensorSpec) else m
+                         for m in info.metadata]
+        cls.__dict__.get("__gyre_specs__") and delattr(cls, "__gyre_specs__")
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RolloutStepV1:

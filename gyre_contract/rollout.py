@@ -309,8 +309,11 @@ class _Lines:
             "truncated line (the writer was cut off mid-write?)", line=n)])
 
 
-def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> tuple | _Parsed:
-    """Slow path for a line that parsed but is not byte-identical to orjson's own output."""
+def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> Any:
+    """Slow path for a line that parsed but is not byte-identical to orjson's own output.
+
+    Returns `(n, record)` for a clean record, else a `_Parsed` carrying `problems` and any
+    new ones (its record is None when the line cannot be trusted at all)."""
     if obj.__class__ is not dict:
         problems.append(Problem("", "a JSON object {...} per line", describe(obj),
                                 "not a JSON object", line=n))
@@ -335,8 +338,7 @@ def _parse_failure(raw: bytes, n: int) -> _Parsed:
         except orjson.JSONDecodeError:
             failed = _parse_failure(rest, n)
             return _Parsed(n, None, [bom, *failed.problems])
-        result = _checked(rest, obj, n, [bom])
-        return result if isinstance(result, _Parsed) else _Parsed(n, obj, [bom])
+        return _checked(rest, obj, n, [bom])  # a _Parsed: it carries the BOM problem
     if not raw.strip(b" \t\r"):
         return _blank(n)
     return _Parsed(n, None, [_json_problem(raw, n)])
@@ -613,8 +615,8 @@ def _column(name: str, values: list[Any], spec: Any, varying: set[str]) -> Any:
     """One field's values over T steps → its column (see `Episode`)."""
     present = [v for v in values if v is not None]
     first = present[0]
-    if name == "info" or isinstance(first, dict) and spec is None:
-        return values
+    if name == "info" or (isinstance(first, dict) and spec is None):
+        return values  # free-form objects stay one dict per step
     if isinstance(first, (dict, BaseModel)):
         return _modalities_column(values, spec, varying)
     if len(present) < len(values):
@@ -636,12 +638,10 @@ def _column(name: str, values: list[Any], spec: Any, varying: set[str]) -> Any:
 def _scalar_dtype(value: Any, spec: Any) -> np.dtype:
     if isinstance(value, str):
         return np.dtype(np.str_)
-    if isinstance(value, np.generic):
+    if isinstance(value, np.generic):  # e.g. an int64-or-float32 action validated as np.int64
         return value.dtype
     if isinstance(spec, TensorSpec) and isinstance(spec.dtype, str):
         return numpy_dtype(spec.dtype)
-    if isinstance(value, np.generic):  # a validated int64 action arrives as np.int64
-        return value.dtype
     if isinstance(value, bool):
         return np.dtype(np.bool_)
     return np.dtype(np.int64 if isinstance(value, int) else np.float32)
@@ -1087,6 +1087,14 @@ def validate_file(
     return report
 
 
+def _skip_lost_step(tracker: EpisodeTracker, record: Any, n: int) -> None:
+    """A step that failed validation still advances its episode, when it says which one."""
+    if isinstance(record, dict):
+        eid, step = record.get("episode_id"), record.get("step")
+        if isinstance(eid, str) and isinstance(step, int) and not isinstance(step, bool):
+            tracker.skip(eid, step, n)
+
+
 def _validate_with_model(
     lines: _Lines, model: type[BaseModel], groups: _Groups, stats: _FieldStats,
     require_complete: bool,
@@ -1111,6 +1119,7 @@ def _validate_with_model(
                 step = validate_step(record, model)
             except ContractError as err:
                 groups.add(p.at_line(n) for p in err.problems)
+                _skip_lost_step(tracker, record, n)
                 continue
             steps += 1
             stats.step(step)

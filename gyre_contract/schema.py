@@ -65,7 +65,7 @@ def _object_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, An
     required: list[str] = []
     for name, info in model.model_fields.items():
         wire = info.alias or name
-        properties[wire] = _field_schema(info, defs)
+        properties[wire] = _field_schema(wire, info, defs)
         if info.is_required():
             required.append(wire)
     out: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
@@ -74,7 +74,7 @@ def _object_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, An
     return out
 
 
-def _field_schema(info: Any, defs: dict[str, Any]) -> dict[str, Any]:
+def _field_schema(wire: str, info: Any, defs: dict[str, Any]) -> dict[str, Any]:
     spec = tensor_spec_of(info.metadata)
     if isinstance(spec, TensorSpec):
         return _with_description(spec.json_schema(defs), info.description)
@@ -84,7 +84,7 @@ def _field_schema(info: Any, defs: dict[str, Any]) -> dict[str, Any]:
     annotation = info.annotation
     if isinstance(annotation, type) and issubclass(annotation, Modalities):
         body = _object_schema(annotation, defs)
-        body["x-gyre-role"] = "observation"
+        body["x-gyre-role"] = "next_observation" if wire == "next_observation" else "observation"
         return _with_description(body, info.description)
     return _with_description(TypeAdapter(annotation).json_schema(), info.description)
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from gyre_contract.dims import format_size, scalar_reason
 from gyre_contract.errors import ContractError, Problem, describe
-from gyre_contract.fastpath import fast_validate
+from gyre_contract.fastpath import _PLANS, FAST_FAILURES, fast_plan
 from gyre_contract.models import (
     AnyObservation,
     GyreModel,
@@ -34,13 +34,17 @@ M = TypeVar("M", bound=GyreModel)
 
 def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = RolloutStep) -> M:
     """Validate one step record; return the model instance or raise ContractError with all problems."""
-    if type(record) is model:
-        return record  # type: ignore[return-value]
-    if isinstance(record, BaseModel):
-        record = record.model_dump(by_alias=True, exclude_none=True)
-    step = fast_validate(record, model)
-    if step is not None:
-        return step  # type: ignore[return-value]
+    if record.__class__ is not dict:
+        if type(record) is model:
+            return record  # type: ignore[return-value]
+        if isinstance(record, BaseModel):
+            record = record.model_dump(by_alias=True, exclude_none=True)
+    plan = _PLANS.get(model) or fast_plan(model)
+    if plan is not None:
+        try:
+            return plan.validate_python(record)
+        except FAST_FAILURES:
+            pass  # invalid or unusual: the normal path below decides and explains
     try:
         return model.model_validate(record)
     except ValidationError as err:
@@ -50,12 +54,18 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
 def problems_from(err: ValidationError, model: type[BaseModel]) -> list[Problem]:
     """Translate pydantic's errors into Problems with dotted paths, expected and got."""
     problems: list[Problem] = []
+    unknown = 0
     for item in err.errors(include_url=False):
-        problems += _problems_of(item, model)
+        unknown += item["type"] == "extra_forbidden"
+        problems += _problems_of(item, model, hint=unknown <= MAX_HINTS)
     return problems
 
 
-def _problems_of(item: Mapping[str, Any], model: type[BaseModel]) -> list[Problem]:
+MAX_HINTS = 20  # "did you mean" is worth computing for a typo, not for a record of 10^6 keys
+
+
+def _problems_of(item: Mapping[str, Any], model: type[BaseModel], hint: bool = True
+                 ) -> list[Problem]:
     kind, loc, value = item["type"], item["loc"], item.get("input")
     path = _dotted(loc)
     ctx = item.get("ctx") or {}
@@ -71,7 +81,8 @@ def _problems_of(item: Mapping[str, Any], model: type[BaseModel]) -> list[Proble
     if kind == "missing":
         return [Problem(path, expected, "nothing", "missing required field")]
     if kind == "extra_forbidden":
-        return [Problem(path, _unknown_hint(model, loc), describe(value), "unknown field")]
+        expected = _unknown_hint(model, loc) if hint else "only the model's fields"
+        return [Problem(path, expected, describe(value), "unknown field")]
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return [Problem(path, "an object", describe(value), "not an object")]
     return [Problem(path, expected, describe(value), item["msg"])]
@@ -118,7 +129,8 @@ def _expected(spec: Any) -> str:
 def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     parent = _spec_at(model, loc[:-1])
     known = _wire_names(parent) if isinstance(parent, type) else []
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    name = str(loc[-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 64 else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     owner = parent.__name__ if isinstance(parent, type) else "this object"
     return f"only the fields of {owner}{hint}"
@@ -213,6 +225,19 @@ class EpisodeTracker:
                     f"{name}={format_size(size)}", "dimension changed within the episode "
                     "(declare it in varying_dims if it may)"))
         return problems
+
+    def skip(self, episode_id: str, step: int, line: int | None = None) -> None:
+        """Account for a step that failed validation, so its episode's next step is not blamed.
+
+        The lost step's own problems were reported already; here it only advances the episode.
+        """
+        if episode_id in self._ended:
+            return
+        state = self._open.get(episode_id)
+        if state is None:
+            self._open[episode_id] = _Open(step, -(2**63), line, {})
+        else:
+            state.step, state.line = step, line
 
     def finish(self, require_complete: bool = False) -> list[Problem]:
         """Problems known only at the end: open episodes, when completeness is required."""

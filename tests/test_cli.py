@@ -42,3 +42,8 @@ def test_real_subprocess_check_of_committed_schemas():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "schemas in schemas match the models"
+
+
+def test_help_goes_to_the_given_stream():
+    code, out, _ = call("export", "--help")
+    assert code == 0 and "--check" in out

@@ -195,9 +195,8 @@ def test_loss_is_imported_from_the_named_module_and_called_once(rollouts, tmp_pa
     assert code == 2 and "--loss: cannot import 'nomod'" in err
 
 
-def test_help_says_loss_imports_only_the_named_module(capsys):
-    code, _, _ = cli("batch", "--help")  # argparse prints help to sys.stdout
-    out = capsys.readouterr().out
+def test_help_says_loss_imports_only_the_named_module():
+    code, out, _ = cli("batch", "--help")
     assert code == 0
     assert "Only the module named here is imported" in " ".join(out.split())
     assert "nothing is ever imported because a data or map file says so" in " ".join(out.split())

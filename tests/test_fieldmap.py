@@ -17,8 +17,8 @@ from gyre_contract.rollout import Episode
 
 MAPS = Path(__file__).parent / "data" / "maps"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cartpole_map.json"
-KNOWN = ("all, any, cast, discounted_return, episode_start, gae, mask, not, rename, reshape, "
-         "shift, squeeze, transpose, unsqueeze")
+KNOWN = ("all, any, cast, discounted_return, episode_start, gae, mask, masked_sum, not, rename, "
+         "reshape, shift, squeeze, sum, transpose, unsqueeze")
 GAE_FROM = ["reward", "value", "terminated", "truncated", "next_value"]
 
 
@@ -283,3 +283,22 @@ def test_to_train_batch_missing_source_names_it():
     del ep.columns["logprob"]
     with pytest.raises(MissingFieldError, match=re.escape("missing sample field: logprob, have [")):
         fmap.to_train_batch([ep])
+
+
+def test_llm_rows_sum_token_logprobs_under_their_own_mask():
+    cols = {"logprob": [np.array([-0.5, -0.25], np.float32)], "action": [np.array([7, 8])],
+            "reward": np.ones(1, np.float32), "episode_id": np.array(["p/0"])}
+    other = {"logprob": [np.array([-1.0], np.float32)], "action": [np.array([9])],
+             "reward": np.ones(1, np.float32), "episode_id": np.array(["p/1"])}
+    fmap = FieldMap.from_dict({"gyre_field_map": 1, "fields": {
+        "logprob": {"op": "masked_sum", "from": ["logprob", "logprob_mask"], "axis": -1},
+        "tokens": {"from": "action"},
+        "token_mask": {"op": "mask", "from": "action_mask"}}})
+    out = fmap.build([cols, other])
+    np.testing.assert_allclose(out["logprob"], [[-0.75], [-1.0]])
+    assert out["logprob"].dtype == np.float32
+    np.testing.assert_array_equal(out["token_mask"], [[[1, 1]], [[1, 0]]])
+    with pytest.raises(ContractError, match=r"masked_sum: bad axis: expected a per-step axis"):
+        one({"op": "masked_sum", "from": ["logprob", "logprob_mask"], "axis": 1}).build([cols])
+    summed = one({"op": "sum", "from": "logprob", "axis": 2}).build([cols])["out"]
+    np.testing.assert_allclose(summed, [[-0.75]])

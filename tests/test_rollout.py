@@ -306,6 +306,20 @@ def test_write_then_read_round_trips_models_and_dicts(tmp_path: Path) -> None:
     assert all(isinstance(s.observation, np.ndarray) for s in back)
 
 
+def test_written_lines_take_the_fast_path(tmp_path: Path, monkeypatch) -> None:
+    """write_steps output is orjson's canonical form, so no line needs the slow checks."""
+    rows = [step(t, observation=np.random.default_rng(t).standard_normal(4).astype(np.float32),
+                 info={"note": "a:b"}) for t in range(50)]
+    path = tmp_path / "r.jsonl"
+    write_steps(path, [validate_step(r, CartPoleStep) for r in rows])
+
+    def slow(*args: Any) -> None:
+        raise AssertionError("slow path taken")
+
+    monkeypatch.setattr(rollout, "_checked", slow)
+    assert len(list(read_steps(path, CartPoleStep))) == 50
+
+
 def test_write_serialises_numpy_values(tmp_path: Path) -> None:
     record = step(0, done="terminated", observation=np.arange(4, dtype=np.float32),
                   action=np.int64(1), reward=np.float32(0.5))

@@ -300,3 +300,21 @@ def test_staleness_names_the_episode():
     validate_batch(make_batch(), current_version=4, max_staleness=1)
     assert batch_messages(make_batch(), current_version=3, max_staleness=1)[0].startswith(
         "policy_version[0]: policy version from the future")
+
+
+def test_tracker_skip_keeps_a_lost_step_from_blaming_the_next(cartpole_record, cartpole_model):
+    tracker = EpisodeTracker(cartpole_model)
+    steps = [validate_step(r, cartpole_model) for r in episode(cartpole_record, 3)]
+    assert tracker.add(steps[0], line=1) == []
+    tracker.skip("ep-0", 1, line=2)  # line 2 failed validation; its problems were reported
+    assert tracker.add(steps[2], line=3) == []
+    assert tracker.steps == 2 and tracker.terminated == 1
+
+
+def test_did_you_mean_is_capped_for_huge_records():
+    record = {f"k{i}": 1 for i in range(200)}
+    with pytest.raises(ContractError) as info:
+        validate_step(record)
+    unknown = [p for p in info.value.problems if p.message == "unknown field"]
+    assert len(unknown) == 200
+    assert unknown[-1].expected == "only the model's fields"

@@ -7,6 +7,7 @@ Errors are one line on stderr; `--debug` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import traceback
@@ -64,7 +65,8 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
+        with contextlib.redirect_stdout(out):  # argparse prints --help to sys.stdout
+            args = build_parser().parse_args(argv)
         if args.command is None:
             build_parser().print_help(out)
             return EXIT_INPUT
