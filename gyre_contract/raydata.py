@@ -314,14 +314,29 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if address is not None:
         ray.init(address=address, **quiet)
     else:
-        paths = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-        env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        ray.init(num_cpus=num_cpus, runtime_env={"env_vars": env}, **quiet)
+        with _importable_cwd():
+            ray.init(num_cpus=num_cpus, **quiet)
     _quiet_ray_data()
     try:
         yield
     finally:
         ray.shutdown()
+
+
+@contextlib.contextmanager
+def _importable_cwd() -> Iterator[None]:
+    """Local Ray workers inherit the environment at start: put the current directory on their
+    PYTHONPATH so a model named as `module:Class` from here imports there too."""
+    before = os.environ.get("PYTHONPATH")
+    paths = [os.getcwd(), *(before.split(os.pathsep) if before else [])]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def _quiet_ray_data() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from gyre_contract.cli import run  # noqa: E402
-from gyre_contract.demo import SoftmaxPolicy, _split, run_demo  # noqa: E402
+from gyre_contract.cli import run
+from gyre_contract.demo import SoftmaxPolicy, _split, run_demo
 
 
 def test_demo_passes_every_stage_and_keeps_its_files(tmp_path):
