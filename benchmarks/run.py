@@ -356,11 +356,13 @@ def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
 
 def bench_collate(quick: bool) -> list[Figure]:
     from gyre_contract.collate import collate
+    from gyre_contract.rollout import Episode
 
     rng = np.random.default_rng(0)
-    episodes = [{"observation": rng.standard_normal((200, 64), dtype=np.float32),
-                 "episode_id": np.array([f"ep-{i}"] * 200)} for i in range(256)]
-    src = np.stack([e["observation"] for e in episodes])
+    episodes = [Episode(f"ep-{i}", {"observation": rng.standard_normal((200, 64), np.float32),
+                                    "episode_id": np.array([f"ep-{i}"] * 200)})
+                for i in range(256)]  # as read_episodes delivers them
+    src = np.stack([e.columns["observation"] for e in episodes])
     dst = np.empty_like(src)
     out = collate(episodes, fields=["observation"])
     if out["observation"].shape != (256, 200, 64):

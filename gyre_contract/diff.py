@@ -42,6 +42,12 @@ DEFAULT_LAM = 0.95
 MAX_CANDIDATES = 16
 """Sampler fields scored per trainer field at most (bounds matching to O(n·k))."""
 
+# Columns `collate` keeps one per row [B]: (what reading one per step takes, what a map cannot do).
+_ROW_COLUMNS = {
+    "episode_id": ("repeat the row's episode_id on each step (collate keeps one per row)", ""),
+    "policy_version": ("one policy_version per step", "collate keeps one policy_version per "
+                       "row (the oldest of its steps); a per-step version is not in the batch"),
+}
 # Roles a converter computes from other fields: preferred over an optional sampler field.
 _COMPUTED_ROLES = frozenset({"return", "advantage"})
 _TIME_NAMES = frozenset({"T", "time", "t"})
@@ -58,7 +64,7 @@ _MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
 
 @dataclass(frozen=True, slots=True)
 class Conversion:
-    """How a trainer field is made: op names, the field-map entry (None when one op cannot
+    """How a trainer field is made: op names, the field-map entry (None when no map entry can
     express it), a readable formula, and whether a cast loses information."""
 
     ops: tuple[str, ...]
@@ -198,8 +204,12 @@ class DiffReport:
     def field_map(self) -> dict[str, Any]:
         """The field map (CONTRACT §7) that realises this report, for `FieldMap.from_dict`.
 
-        Fields whose conversion one map op cannot express are left out and named in the
-        `comment`; a person adds them by hand (see the `map_incomplete` warning).
+        A conversion of several steps is one entry: its op, then a `then` chain of one-input
+        steps (e.g. `any` then `unsqueeze`). Fields that no map entry can express (a next
+        observation or next value shifted from the following step, a reshape the engine cannot
+        spell out) are left out and named in the `comment`; a person adds them by hand (see the
+        `map_incomplete` warning). A flat trainer layout also gets `mask`, which the
+        `flat_layout` warning tells the user to select real steps with.
         """
         fields: dict[str, Any] = {}
         left_out: list[str] = []
@@ -211,6 +221,9 @@ class DiffReport:
                 left_out.append(e.trainer_field)
                 continue
             fields[e.trainer_field] = entry
+        if self.layout.kind == "flat" and "mask" not in fields and "mask" not in self.trainer:
+            fields["mask"] = {"op": "mask", "comment": "not a trainer field: the trainer reads "
+                              "a flat batch, select its steps with batch[key][batch['mask']]"}
         doc: dict[str, Any] = {"gyre_field_map": 1}
         comment = f"written by gyre-contract diff {self.sampler.name} {self.trainer.name}"
         missing = [e.trainer_field for e in self.tier("missing") if e.trainer_field]
@@ -221,6 +234,11 @@ class DiffReport:
         doc["comment"] = comment
         doc["fields"] = fields
         return doc
+
+
+def _then(steps: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The `then` key of a map entry for the one-input steps after its op (none: no key)."""
+    return {"then": [{"op": op, **args} for op, args in steps]} if steps else {}
 
 
 def _plural(n: int, word: str) -> str:
@@ -390,6 +408,8 @@ def compare_dtype(s: Dtype, t: Dtype) -> _DtypeFit:
     target = next((x for x in ts if x not in ("number", "integer", "object")), ts[0])
     if target == "integer":
         target = "int64"  # an int of unknown width: the widest is the safe choice
+    if target == "number" and all(_kind(d) == "bool" for d in unmatched):
+        target = "float32"  # a flag stored as a float (CleanRL's dones): 0.0 / 1.0, lossless
     if target in ("number", "object"):
         return _DtypeFit(False, why=f"{dtype_text(s)} cannot become {dtype_text(t)}")
     lossless = True
@@ -628,6 +648,13 @@ class _Engine:
         entry: dict[str, Any] = {"from": source}
         structural: list[tuple[str, dict[str, Any]]] = []
         manual = ""
+        if source in _ROW_COLUMNS and self._per_step(stripped):
+            ops.append("per_step")
+            texts.append(_ROW_COLUMNS[source][0])
+            if source == "episode_id":
+                structural.append(("per_step", {}))
+            else:
+                manual = _ROW_COLUMNS[source][1]
         if fit_s.op == "pad":
             ops.append("pad")
             texts.append(fit_s.why)
@@ -658,16 +685,17 @@ class _Engine:
             entry["cast"] = fit_d.cast_to
         if not ops:
             return None
-        if len(structural) > 1:
-            manual = manual or " then ".join(op for op, _ in structural) + \
-                " (one map entry holds one op)"
         out: dict[str, Any] | None = entry
         if manual:
             out = None
         elif structural:
             op, args = structural[0]
-            out = {"op": op, **entry, **args}
+            out = {"op": op, **entry, **args, **_then(structural[1:])}
         return Conversion(tuple(ops), "; ".join(texts), out, cast, manual)
+
+    def _per_step(self, stripped: int) -> bool:
+        """Whether a trainer field with `stripped` batch dims holds one value per step."""
+        return self.layout.kind != "step" and stripped == len(self.layout.batch_dims)
 
     def _layout_op(self, per_step: tuple[Dim, ...] | None, stripped: int
                    ) -> tuple[str, dict[str, Any] | None, str] | None:
@@ -715,20 +743,28 @@ class _Engine:
             op_entry = {**op_entry, "cast": fit_d.cast_to}
             ops.append("cast")
             texts.append(f"{'lossless' if fit_d.lossless else 'lossy'} cast to {fit_d.cast_to}")
-        extra = []
+        extra: list[str] = []
+        steps: list[tuple[str, dict[str, Any]]] = []
         if out_shape is not None:
             fit_s = compare_shape(out_shape, t_step)
             if fit_s.op in ("unsqueeze", "squeeze"):
                 extra.append(f"{fit_s.op} the last axis")
+                steps.append((fit_s.op, {"axis": -1}))
             elif not fit_s.ok and not (op_entry and op_entry.get("op") == "mask"
                                        and "from" in op_entry):
                 extra.append(f"reshape {shape_text(out_shape)} to {shape_text(t_step)}")
+                manual = manual or f"{text} then {extra[-1]}"
         layout = self._layout_op(t_step, stripped)
         if layout is not None:
             extra.append(layout[2])
-        if extra:
-            manual = manual or f"{text} then {' then '.join(extra)}"
-            texts += extra
+            if layout[1] is None:
+                manual = manual or f"{text} then {layout[2]}"
+            else:
+                steps.append((layout[0], layout[1]))
+        texts += extra
+        if steps and op_entry is not None and not manual:
+            ops[1:1] = [op for op, _ in steps]
+            op_entry = {**op_entry, **_then(steps)}
         cast = None
         if fit_d.cast_to is not None:
             cast = "lossless" if fit_d.lossless else "lossy"
@@ -766,18 +802,17 @@ class _Engine:
         done, trunc = self._have("done"), self._have("truncated")
         if done is None or trunc is None:
             return None
-        return ([done.name, trunc.name], None, f"all({done.name}, not {trunc.name})",
-                "terminated = done AND NOT truncated",
-                f"all({done.name}, not({trunc.name})) needs two ops: write by hand")
+        return ([done.name, trunc.name], {"op": "and_not", "from": [done.name, trunc.name]},
+                f"and_not({done.name}, {trunc.name})", "terminated = done AND NOT truncated", "")
 
     def _derive_truncated(self, t: Field) -> tuple | None:
         done, term = self._have("done"), self._have("terminated")
         if done is None or term is None:
             return None
-        return ([done.name, term.name], None, f"all({done.name}, not {term.name})",
+        return ([done.name, term.name], {"op": "and_not", "from": [done.name, term.name]},
+                f"and_not({done.name}, {term.name})",
                 f"truncated = {done.name} AND NOT {term.name} (how RLDS and old Gym mark a "
-                f"time-limit end)",
-                f"all({done.name}, not({term.name})) needs two ops: write by hand")
+                f"time-limit end)", "")
 
     def _derive_mask(self, t: Field) -> tuple | None:
         t_step, _ = _strip(t.shape, tuple(self.t_tab.batch_dims or ()))
@@ -922,7 +957,7 @@ class _Engine:
             names = ", ".join(e.trainer_field or "" for e in manual)
             self.warnings.append(DiffWarning(
                 "map_incomplete", tuple(e.trainer_field or "" for e in manual),
-                f"the written map leaves out {names}, which one map op cannot build; write "
+                f"the written map leaves out {names}, which no map entry can express; write "
                 f"by hand: "
                 + "; ".join(f"{e.trainer_field}: {e.conversion.manual}" for e in manual
                             if e.conversion)))
@@ -1026,7 +1061,7 @@ def _cells(e: Entry) -> tuple[str, str, str, str, str]:
     return trainer, source, _pair(s_dtype, t_dtype), _pair(s_shape, t_shape), why
 
 
-_ONE_SOURCE_OPS = ("cast", "reshape", "squeeze", "transpose", "pad")
+_ONE_SOURCE_OPS = ("cast", "reshape", "squeeze", "transpose", "pad", "per_step")
 
 
 def _pair(s: str, t: str) -> str:

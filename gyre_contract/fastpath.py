@@ -377,13 +377,11 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     if not isinstance(logprob_spec, TensorSpec) or not isinstance(action_spec, TensorSpec):
         raise Unsupported("logprob or action is not a tensor field")
     converters = [(a, c) for a, c in _converters(model) if a != "logprob"]
-    convert_logprob = _converter(logprob_spec)
+    convert_logprob = None if logprob_spec.is_scalar else _converter(logprob_spec)
     binds = _shared_locations(model)
     free_logprob = any(d.variadic for d in logprob_spec.shape)
-    # A scalar int action arrives as a Python int: a plain float logprob needs only its sign.
-    sign_only = action_spec.is_scalar and action_spec.dtype in INT_DTYPES \
-        and logprob_spec.dtype == "float32" and free_logprob
-    f32 = np.float32
+    # A scalar int action is always a Python int here: a Python float logprob needs its sign only.
+    int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
 
     def finish(step: Any) -> Any:
         values = step.__dict__
@@ -391,17 +389,19 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
             value = values[attr]
             if value is not None:
                 values[attr] = convert(value)
-        if binds and not _dims_agree(binds, values):
-            raise _GiveUp
         logprob = values["logprob"]
-        if logprob.__class__ is float and sign_only:
+        if logprob.__class__ is float and int_action:
             if logprob > 0:
                 raise _GiveUp
-            values["logprob"] = f32(logprob)
+            if convert_logprob is not None:
+                values["logprob"] = convert_logprob(logprob)
         elif logprob is not None:
-            logprob = values["logprob"] = convert_logprob(logprob)
+            if convert_logprob is not None:
+                logprob = values["logprob"] = convert_logprob(logprob)
             if not _logprob_ok(logprob, values["action"], free_logprob):
                 raise _GiveUp
+        if binds and not _dims_agree(binds, values):
+            raise _GiveUp
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
             raise _GiveUp

@@ -17,6 +17,23 @@ name refers to a collated column (`observation`, `observation.image`, `reward`, 
 Only the fields the map names reach the batch. A missing source raises `MissingFieldError`;
 nothing is ever filled with a default. Ops come from a fixed registry; a map can never import,
 eval, open a file or reach the network. Python code may add ops with `register_op`.
+
+Keys of a field spec: `op` (default `rename`), `from`, the op's own arguments, and:
+
+- `then`: a chain of at most `MAX_THEN` (8) steps run in order on the op's result, each an object
+  `{"op": NAME, ...arguments}` whose op takes exactly one input (cast, not, transpose, reshape,
+  squeeze, unsqueeze, shift, episode_start, per_step, sum, or a custom op registered with one
+  source; `step_ops()` lists them). A step has no `from`: its input is the result so far. Its
+  arguments are checked like a field's. TorchRL's `next.done` `[B, T, 1]`:
+  `{"op": "any", "from": ["terminated", "truncated"], "then": [{"op": "unsqueeze", "axis": -1}]}`.
+- `cast`: a dtype the final result is cast to, losslessly or refused (after `then`).
+- `comment`: free text for reviewers.
+
+`and_not` takes two bool fields, `"from": [flag, exclude]`, and gives `flag AND NOT exclude`:
+RLDS `truncated` is `{"op": "and_not", "from": ["is_last", "is_terminal"]}` (the last step of an
+episode that did not terminate). `per_step` repeats a per-row column (`episode_id` `[B]`) on
+each step, `[B, T]`, for a trainer that reads one per step (RLlib's `eps_id`). A map written
+without these keys and ops reads as before.
 """
 
 from __future__ import annotations
@@ -25,6 +42,7 @@ import difflib
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +63,12 @@ from gyre_contract.errors import (
 )
 
 FORMAT_VERSION = 1
-COMMON_KEYS = ("op", "from", "cast", "comment")
+COMMON_KEYS = ("op", "from", "then", "cast", "comment")
 """Keys every field spec may hold; anything else must be an argument of its op."""
+MAX_THEN = 8
+"""Steps a `then` chain may hold at most: a map stays short enough to review."""
+MAX_MAP_BYTES = 1024 * 1024
+"""A larger map file is refused unread (FieldMapError): a map is a short, reviewed file."""
 
 OpFunction = Callable[..., Any]
 """`fn(inputs: list[np.ndarray], columns: Mapping[str, Any], **args) -> np.ndarray`."""
@@ -73,8 +95,21 @@ class Op:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of a field's `then` chain: a one-input op and its arguments."""
+
+    op: str
+    args: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step as it is written in a map file."""
+        return {"op": self.op, **self.args}
+
+
+@dataclass(frozen=True)
 class FieldSpec:
-    """One target field of the map: which op, from which sources, with which arguments."""
+    """One target field of the map: which op, from which sources, with which arguments, then
+    which one-input steps, then which cast."""
 
     target: str
     op: str
@@ -82,6 +117,7 @@ class FieldSpec:
     args: Mapping[str, Any]
     cast: str | None = None
     comment: str | None = None
+    then: tuple[Step, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as it is written in a map file."""
@@ -91,6 +127,8 @@ class FieldSpec:
             single = op is not None and op.sources in ("one", "none")
             out["from"] = self.sources[0] if single else list(self.sources)
         out.update(self.args)
+        if self.then:
+            out["then"] = [step.to_dict() for step in self.then]
         if self.cast is not None:
             out["cast"] = self.cast
         if self.comment is not None:
@@ -165,6 +203,12 @@ def _all(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
 
 def _not(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
     return ~_bools(inputs, "not")[0]
+
+
+def _and_not(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    """`flag AND NOT exclude`: RLDS truncated = is_last AND NOT is_terminal."""
+    flag, exclude = _bools(inputs, "and_not")
+    return flag & ~exclude
 
 
 def _bools(inputs: list[Any], op: str) -> list[np.ndarray]:
@@ -254,6 +298,18 @@ def _check_axis(op: str, x: np.ndarray, axis: int) -> None:
                                     str(axis), "bad axis"))
 
 
+def _per_step(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    """A per-row column `[B, ...]` (`episode_id`) repeated on each step: `[B, T, ...]` for a
+    trainer that reads one per step. Padding steps hold 0 / "" (the mask says they are not data)."""
+    x, mask = np.asarray(inputs[0]), _need(columns, "mask")
+    if x.ndim == 0 or x.shape[0] != mask.shape[0]:
+        raise ContractError(Problem("per_step", f"a per-row column [{mask.shape[0]}, ...]",
+                                    describe(x), "cannot repeat on each step"))
+    out = np.broadcast_to(x[:, None], (x.shape[0], mask.shape[1], *x.shape[1:]))
+    where = mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+    return np.where(where, out, np.zeros((), x.dtype))
+
+
 def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
     """True on an episode's first step (step == 0): SB3 `episode_starts`, RLDS `is_first`."""
     return (inputs[0] == 0) & _need(columns, "mask")
@@ -298,6 +354,7 @@ _REGISTRY: dict[str, Op] = {
         Op("any", _any, "many", builtin=True),
         Op("all", _all, "many", builtin=True),
         Op("not", _not, builtin=True),
+        Op("and_not", _and_not, ("flag", "exclude"), builtin=True),
         Op("transpose", _transpose, args={"axes": _int_list}, required=("axes",), builtin=True),
         Op("reshape", _reshape, args={"shape": _shape}, required=("shape",), builtin=True),
         Op("squeeze", _squeeze, args={"axis": _int}, required=("axis",), builtin=True),
@@ -305,6 +362,7 @@ _REGISTRY: dict[str, Op] = {
         Op("shift", _shift, args={"by": _nonzero_int, "fill": _scalar}, required=("by", "fill"),
            builtin=True),
         Op("episode_start", _episode_start, builtin=True),
+        Op("per_step", _per_step, builtin=True),
         Op("sum", _sum, args={"axis": _int}, required=("axis",), builtin=True),
         Op("masked_sum", _masked_sum, ("values", "mask"), args={"axis": _int},
            required=("axis",), builtin=True),
@@ -423,14 +481,28 @@ class FieldMap:
         """Read and check a `map.json` file (InputError if unreadable, FieldMapError if bad)."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
+            if path.stat().st_size > MAX_MAP_BYTES:
+                raise FieldMapError(f"{path}: map file is {path.stat().st_size} bytes, more than "
+                                    f"the limit of {MAX_MAP_BYTES} (MAX_MAP_BYTES)")
+            raw = path.read_bytes()
+        except OSError as err:
             raise InputError(f"cannot read field map {path}: {err}") from err
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise FieldMapError(f"{path}: not UTF-8 text (byte {err.start})") from None
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicates,
                               parse_constant=_no_constant)
         except (json.JSONDecodeError, _JSONValueError) as err:
             raise FieldMapError(f"{path}: not valid JSON: {err}") from err
+        except RecursionError:
+            raise FieldMapError(f"{path}: not valid JSON: nested too deeply") from None
+        except ValueError:  # an integer literal longer than Python's int_max_str_digits
+            raise FieldMapError(f"{path}: not valid JSON: integer literal with more than "
+                                f"{sys.get_int_max_str_digits()} digits") from None
+        if "\\u" in text:  # only a JSON escape can make a lone surrogate
+            _no_lone_surrogates(data, path)
         return cls.from_dict(data, source=str(path))
 
     @classmethod
@@ -474,7 +546,8 @@ class FieldMap:
         """Every source name the map reads, in first-use order (including `mask` for ops)."""
         names: list[str] = []
         for spec in self.fields.values():
-            implicit = ("mask",) if spec.op in _NEEDS_MASK else ()
+            ops = (spec.op, *(step.op for step in spec.then))
+            implicit = ("mask",) if _NEEDS_MASK.intersection(ops) else ()
             for name in (*spec.sources, *implicit):
                 if name not in names:
                     names.append(name)
@@ -488,16 +561,23 @@ class FieldMap:
         """
         out: dict[str, Any] = {}
         for target, spec in self.fields.items():
-            op = _REGISTRY.get(spec.op)
-            if op is None:
-                raise FieldMapError(f"{self.source}: fields.{target}: op {spec.op!r} is no longer "
-                                    f"registered; known ops: {', '.join(known_ops())}")
+            op = self._registered(target, spec.op)
             inputs = [_source(columns, name) for name in spec.sources]
             value = _run(op, inputs, columns, spec.args)
+            for step in spec.then:
+                value = _run(self._registered(target, step.op), [value], columns, step.args)
             if spec.cast is not None:
                 value = cast_array(value, spec.cast)
             out[target] = value
         return out
+
+    def _registered(self, target: str, name: str) -> Op:
+        """The op named `name`; a custom op unregistered since the map was checked is an error."""
+        op = _REGISTRY.get(name)
+        if op is None:
+            raise FieldMapError(f"{self.source}: fields.{target}: op {name!r} is no longer "
+                                f"registered; known ops: {', '.join(known_ops())}")
+        return op
 
     def to_train_batch(
         self,
@@ -527,7 +607,8 @@ def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,
                           max_staleness=max_staleness)
 
 
-_NEEDS_MASK = frozenset({"gae", "discounted_return", "mask", "shift", "episode_start"})
+_NEEDS_MASK = frozenset({"gae", "discounted_return", "mask", "shift", "episode_start",
+                         "per_step"})
 
 
 def _source(columns: Mapping[str, Any], name: str) -> Any:
@@ -578,9 +659,60 @@ def _parse_spec(target: str, spec: Any, problems: list[str]) -> FieldSpec | None
     comment = spec.get("comment")
     if "comment" in spec and not isinstance(comment, str):
         problems.append(f"{where}: comment must be a string, got {_json_type(comment)}")
+    then = _parse_then(where, spec["then"], problems) if "then" in spec else ()
     if len(problems) > count:
         return None
-    return FieldSpec(target, op.name, sources, args, cast, comment)
+    return FieldSpec(target, op.name, sources, args, cast, comment, then)
+
+
+_STEP_EXAMPLE = '{"op": "unsqueeze", "axis": -1}'
+
+
+def step_ops() -> list[str]:
+    """Names of the ops a `then` step may use (one input, not a plain rename), sorted."""
+    return sorted(name for name, op in _REGISTRY.items()
+                  if op.sources == "one" and name != "rename")
+
+
+def _parse_then(where: str, raw: Any, problems: list[str]) -> tuple[Step, ...]:
+    """Check a `then` chain: a list of 1 to MAX_THEN one-input steps."""
+    if not isinstance(raw, list):
+        problems.append(f'{where}: "then" must be a list of steps such as [{_STEP_EXAMPLE}], '
+                        f"got {_json_type(raw)}")
+        return ()
+    if not 1 <= len(raw) <= MAX_THEN:
+        problems.append(f'{where}: "then" must hold 1 to {MAX_THEN} steps, got {len(raw)}')
+        return ()
+    steps = [_parse_step(f"{where}.then[{i}]", item, problems) for i, item in enumerate(raw)]
+    return tuple(step for step in steps if step is not None)
+
+
+def _parse_step(where: str, raw: Any, problems: list[str]) -> Step | None:
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: expected an object such as {_STEP_EXAMPLE}, "
+                        f"got {_json_type(raw)}")
+        return None
+    allowed = ", ".join(step_ops())
+    name = raw.get("op")
+    op = _REGISTRY.get(name) if isinstance(name, str) else None
+    if op is None:
+        what = f"unknown op {json.dumps(name)}" if "op" in raw else 'a step needs "op"'
+        problems.append(f"{where}: {what}{_did_you_mean(name, step_ops())}; ops a step may use: "
+                        f"{allowed}")
+        return None
+    if op.name not in step_ops():
+        why = "does nothing in a chain" if op.name == "rename" else \
+            "does not take exactly one input"
+        problems.append(f'{where}: op "{op.name}" {why}; a step\'s only input is the result so '
+                        f"far; ops a step may use: {allowed}")
+        return None
+    if "from" in raw:
+        problems.append(f'{where}: a step takes no "from": its input is the result so far')
+        return None
+    count = len(problems)
+    args = {k: v for k, v in raw.items() if k != "op"}
+    _check_args(where, op, args, problems, common=("op",))
+    return Step(op.name, args) if len(problems) == count else None
 
 
 def _parse_sources(where: str, op: Op, spec: Mapping[str, Any], problems: list[str]
@@ -619,12 +751,13 @@ def _sources_text(op: Op) -> str:
     return {"one": "one field name", "many": "a list of field names"}.get(op.sources, "")
 
 
-def _check_args(where: str, op: Op, args: Mapping[str, Any], problems: list[str]) -> None:
+def _check_args(where: str, op: Op, args: Mapping[str, Any], problems: list[str], *,
+                common: Iterable[str] = COMMON_KEYS) -> None:
     if op.args is None:
         return
     unknown = sorted(set(args) - set(op.args))
     if unknown:
-        allowed = sorted({*op.args, *COMMON_KEYS} - ({"from"} if op.sources == "none" else set()))
+        allowed = sorted({*op.args, *common} - ({"from"} if op.sources == "none" else set()))
         hints = "".join(_did_you_mean(u, allowed) for u in unknown)
         problems.append(f'{where}: op "{op.name}" does not take {", ".join(unknown)}{hints}; '
                         f"allowed keys: {', '.join(allowed)}")
@@ -679,3 +812,22 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise _JSONValueError(f"{name} is not JSON")
+
+
+def _no_lone_surrogates(data: Any, path: Path) -> None:
+    """A JSON escape such as `\\ud800` alone is not text: refuse it before it reaches output."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack += node
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as err:
+                bad = node[err.start:err.end].encode("utf-8", "backslashreplace").decode()
+                raise FieldMapError(f"{path}: not valid JSON: lone surrogate {bad} in a string "
+                                    f"(not valid Unicode)") from None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ MAX_FIELDS = 5000
 MAX_DEPTH = 64
 MAX_RANK = 32
 MAX_NODES = 200_000
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 UNKNOWN_DIM = "?"
 VARIADIC_DIM = "*?"  # zero or more dims of unknown size (a recursive, any-depth array)
@@ -167,16 +170,56 @@ def _read_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise SchemaError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path}: not JSON: {exc.msg} at line {exc.lineno} column "
                           f"{exc.colno}") from exc
     except RecursionError as exc:
         raise SchemaError(f"{path}: JSON nested too deeply") from exc
+    except _NotJSON as exc:
+        raise SchemaError(f"{path}: not JSON: {exc}") from exc
+    except ValueError as exc:  # an integer literal longer than Python's int_max_str_digits
+        raise SchemaError(f"{path}: integer literal with more than "
+                          f"{sys.get_int_max_str_digits()} digits") from exc
+    if _SURROGATE_ESCAPE.search(text):
+        _check_unicode(doc, str(path))
+    return doc
+
+
+class _NotJSON(ValueError):
+    """What `json` accepts but a JSON document may not hold: NaN, Infinity, duplicate keys."""
 
 
 def _reject_constant(name: str) -> Any:
-    raise SchemaError(f"{name} is not JSON")
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _NotJSON(f"duplicate key {json.dumps(key)} (JSON readers keep only one)")
+        doc[key] = value
+    return doc
+
+
+def _check_unicode(doc: Any, where: str) -> None:
+    """Refuse a lone surrogate (JSON escape `\\ud800`): it is not text and cannot be printed."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack += node
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = node[exc.start:exc.end].encode("utf-8", "backslashreplace").decode()
+                raise SchemaError(f"{where}: lone surrogate {bad} in a string: not valid "
+                                  f"Unicode") from None
 
 
 def _check_refs(doc: dict[str, Any], where: str) -> None:

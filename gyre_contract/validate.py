@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from gyre_contract.dims import format_size, scalar_reason
 from gyre_contract.errors import ContractError, Problem, describe
-from gyre_contract.fastpath import _PLANS, FAST_FAILURES, fast_plan
+from gyre_contract.fastpath import FAST_FAILURES, fast_plan
 from gyre_contract.models import (
     AnyObservation,
     GyreModel,
@@ -39,7 +39,7 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
             return record  # type: ignore[return-value]
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
-    plan = _PLANS.get(model) or fast_plan(model)
+    plan = fast_plan(model)
     if plan is not None:
         try:
             return plan.validate_python(record)
@@ -225,6 +225,66 @@ class EpisodeTracker:
                     f"{name}={format_size(size)}", "dimension changed within the episode "
                     "(declare it in varying_dims if it may)"))
         return problems
+
+    def add_columns(self, episode_id: list[str], step: np.ndarray, policy_version: np.ndarray,
+                    terminated: np.ndarray, truncated: np.ndarray, first_line: int) -> bool:
+        """Take a run of steps at once (lines `first_line`, `first_line + 1`, ...), all or none.
+
+        The bulk form of `add` for models without named dims, vectorised over the run. True: no
+        step breaks an episode rule and the tracker is exactly as after `add` on each step.
+        False: some step does; the tracker is unchanged and the caller adds the steps one by
+        one to get the problems.
+        """
+        if _has_named_dims(self.model):
+            return False
+        index: dict[str, int] = {}
+        code = np.fromiter((index.setdefault(e, len(index)) for e in episode_id), np.int64,
+                           len(episode_id))
+        order = np.argsort(code, kind="stable")
+        code, step, version = code[order], step[order], policy_version[order]
+        done = (terminated | truncated)[order]
+        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+        ends = np.r_[starts[1:] - 1, len(code) - 1]
+        inner = np.ones(len(code), bool)
+        inner[starts] = False  # each step that follows another of its episode in this run
+        follows = (step[1:] == step[:-1] + 1) & (version[1:] >= version[:-1]) & ~done[:-1]
+        if not follows[inner[1:]].all():
+            return False
+        first_steps, first_versions = step[starts].tolist(), version[starts].tolist()
+        for eid, first, first_version in zip(index, first_steps, first_versions):
+            if eid in self._ended:
+                return False
+            state = self._open.get(eid)
+            if state is None and first != 0:
+                return False
+            if state is not None and (first != state.step + 1
+                                      or first_version < state.policy_version):
+                return False
+        self._commit(list(index), ends, order, step, version, done, terminated, truncated,
+                     first_line)
+        return True
+
+    def _commit(self, ids: list[str], ends: np.ndarray, order: np.ndarray, step: np.ndarray,
+                version: np.ndarray, done: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray, first_line: int) -> None:
+        self.steps += len(order)
+        self.policy_versions.update(np.unique(version).tolist())
+        rows = order[ends]
+        lines = (rows + first_line).tolist()
+        ended = []
+        for eid, line, last_step, last_version, row, is_done in zip(
+                ids, lines, step[ends].tolist(), version[ends].tolist(), rows.tolist(),
+                done[ends].tolist()):
+            if is_done:
+                ended.append((line, eid, bool(terminated[row])))
+                continue
+            state = self._open.get(eid)
+            self._open[eid] = _Open(last_step, last_version, line, state.dims if state else {})
+        for line, eid, term in sorted(ended):
+            self._open.pop(eid, None)
+            self._ended[eid] = line
+            self.terminated += term
+            self.truncated += not term
 
     def skip(self, episode_id: str, step: int, line: int | None = None) -> None:
         """Account for a step that failed validation, so its episode's next step is not blamed.

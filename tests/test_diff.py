@@ -24,6 +24,7 @@ STEP = "schemas/rollout_step.v1.json"
 BATCH = "schemas/train_batch.v1.json"
 PEERS = "tests/data/peers"
 GOLDEN = ROOT / "tests" / "golden"
+GAE_FROM = ["reward", "value", "terminated", "truncated", "next_value"]
 REPORT_SCHEMA = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
 SUITE = Path("/work/shared/json-schema-test-suite/tests/draft2020-12")
 
@@ -188,6 +189,7 @@ def test_five_hundred_fields_diff_well_under_100_ms() -> None:
     ("float32", "float32", None, True), ("float32", "number", None, True),
     ("number", "float64", None, True), ("int32", "integer", None, True),
     ("int32", "int64", "int64", True), ("bool", "float32", "float32", True),
+    ("bool", "number", "float32", True), ("bool", "integer", "int64", True),
     ("uint8", "int16", "int16", True), ("float32", "float64", "float64", True),
     ("float64", "float32", "float32", False), ("int64", "int32", "int32", False),
     ("int64", "float32", "float32", False), ("float32", "int64", "int64", False),
@@ -228,6 +230,50 @@ def test_time_major_trainer_needs_a_transpose() -> None:
                                                    "axes": [1, 0]}
     assert r.entry("obs").conversion.entry == {"op": "transpose", "from": "observation",
                                                "axes": [1, 0, 2]}
+
+
+def test_time_major_with_a_trailing_singleton_is_one_entry_with_then() -> None:
+    r = diff(doc(reward=("float64", []), terminated=("bool", []), truncated=("bool", [])),
+             doc(rewards=("float32", ["T", "B", 1]), dones=("bool", ["T", "B", 1])),
+             batch_dims="T,B")
+    assert r.entry("rewards").conversion.entry == {
+        "op": "unsqueeze", "from": "reward", "cast": "float32", "axis": -1,
+        "then": [{"op": "transpose", "axes": [1, 0, 2]}]}
+    assert r.entry("dones").conversion.entry == {
+        "op": "any", "from": ["terminated", "truncated"],
+        "then": [{"op": "unsqueeze", "axis": -1}, {"op": "transpose", "axes": [1, 0, 2]}]}
+    assert "map_incomplete" not in codes(r)
+    cols = {"reward": np.array([[1.0, 2.0], [3.0, 0.0]]), "terminated": np.array([[0, 1], [0, 0]], bool),
+            "truncated": np.array([[0, 0], [1, 0]], bool)}
+    out = FieldMap.from_dict(r.field_map()).apply(cols)
+    assert out["rewards"].dtype == np.float32 and out["rewards"].shape == (2, 2, 1)
+    np.testing.assert_array_equal(out["rewards"][..., 0], [[1, 3], [2, 0]])
+    np.testing.assert_array_equal(out["dones"][..., 0], [[False, True], [True, False]])
+
+
+def test_what_no_map_entry_can_express_stays_in_map_incomplete() -> None:
+    r = diff(doc(value=("float32", [])), doc(value=("float32", []), next_value=("float32", [])))
+    assert r.entry("next_value").conversion.entry is None
+    assert [w.code for w in r.warnings] == ["map_incomplete"]
+    assert r.warnings[0].message == (
+        "the written map leaves out next_value, which no map entry can express; write by "
+        "hand: next_value: shift by -1 with the row's next_value on the last step: write by hand")
+    assert r.field_map()["comment"].endswith("; write by hand: next_value")
+    assert "next_value" not in r.field_map()["fields"]
+
+
+def test_row_columns_read_per_step() -> None:
+    r = diff(STEP, doc(episode_id=("string", ["B", "T"]), policy_version=("int64", ["B", "T"]),
+                       step=("int64", ["B", "T"])), batch_dims="B,T")
+    assert r.entry("episode_id").conversion.entry == {"op": "per_step", "from": "episode_id"}
+    assert r.entry("step").tier == "same"
+    version = r.entry("policy_version")
+    assert version.conversion.entry is None
+    assert version.conversion.manual == ("collate keeps one policy_version per row (the oldest of "
+                                         "its steps); a per-step version is not in the batch")
+    assert [w.fields for w in r.warnings if w.code == "map_incomplete"] == [("policy_version",)]
+    per_row = diff(STEP, BATCH)  # TrainBatch reads episode_id and policy_version per row, [B]
+    assert per_row.entry("episode_id").tier == per_row.entry("policy_version").tier == "same"
 
 
 def test_trailing_singleton_needs_a_reshape() -> None:
@@ -282,13 +328,14 @@ def test_cleanrl_collapses_truncation_into_done() -> None:
     assert r.layout.kind == "time_major"
     assert set(tiers(r).values()) == {"needs_conversion"}
     assert r.entry("dones").conversion.text.startswith("any(terminated, truncated)")
-    assert codes(r) == ["ambiguous_match", "optional_source", "truncation_collapsed",
-                        "map_incomplete"]
+    assert codes(r) == ["ambiguous_match", "optional_source", "truncation_collapsed"]
     collapsed = r.warnings[2]
     assert collapsed.message == (
         "the trainer reads only dones, not terminated/truncated, while the sampler records "
         "truncated: time-limit cuts will be trained as terminal (no bootstrap from next_value)")
-    assert "dones" not in r.field_map()["fields"]
+    assert r.field_map()["fields"]["dones"] == {  # CleanRL stores dones as floats
+        "op": "any", "from": ["terminated", "truncated"], "cast": "float32",
+        "then": [{"op": "transpose", "axes": [1, 0]}]}
     check_report(r)
 
 
@@ -298,10 +345,14 @@ def test_rllib_next_observation_is_new_obs() -> None:
     assert tiers(r) == {
         "obs": "renamed", "new_obs": "renamed", "actions": "needs_conversion",
         "rewards": "renamed", "terminateds": "renamed", "truncateds": "renamed",
-        "eps_id": "renamed", "t": "renamed", "action_logp": "renamed", "vf_preds": "renamed",
-        "advantages": "needs_conversion", "value_targets": "needs_conversion",
-        "loss_mask": "needs_conversion"}
+        "eps_id": "needs_conversion", "t": "renamed", "action_logp": "renamed",
+        "vf_preds": "renamed", "advantages": "needs_conversion",
+        "value_targets": "needs_conversion", "loss_mask": "needs_conversion"}
     assert r.entry("value_targets").conversion.entry["output"] == "return"
+    eps_id = r.entry("eps_id")  # collate keeps one episode_id per row; RLlib reads one per step
+    assert eps_id.conversion.entry == {"op": "per_step", "from": "episode_id"}
+    assert eps_id.reason == "repeat the row's episode_id on each step (collate keeps one per row)"
+    assert r.field_map()["fields"]["mask"]["op"] == "mask"  # to select the flat batch's steps
     assert r.entry("actions").conversion.cast == "lossy"
     assert codes(r) == ["optional_source", "flat_layout"]
     check_report(r)
@@ -314,9 +365,17 @@ def test_torchrl_reward_is_b_t_1_under_next() -> None:
     assert reward.conversion.entry == {"op": "unsqueeze", "from": "reward", "axis": -1}
     assert r.entry("next.observation").tier == "renamed"
     assert r.entry("sample_log_prob").sampler_fields == ("logprob",)
-    assert r.entry("next.done").conversion.manual == (
-        "any(terminated, truncated) then unsqueeze the last axis")
+    unsqueeze = [{"op": "unsqueeze", "axis": -1}]
+    fields = r.field_map()["fields"]
+    assert fields["next.done"] == {"op": "any", "from": ["terminated", "truncated"],
+                                   "then": unsqueeze}
+    assert fields["advantage"] == {"op": "gae", "from": GAE_FROM, "gamma": 0.99, "lam": 0.95,
+                                   "then": unsqueeze}
+    assert fields["value_target"] == {"op": "gae", "from": GAE_FROM, "gamma": 0.99,
+                                      "lam": 0.95, "output": "return", "then": unsqueeze}
+    assert r.entry("next.done").conversion.ops == ("any", "unsqueeze")
     assert "truncation_collapsed" not in codes(r)  # TorchRL keeps terminated and truncated
+    assert "map_incomplete" not in codes(r)
     check_report(r)
 
 
@@ -369,8 +428,10 @@ def test_rlds_truncated_is_is_last_and_not_is_terminal() -> None:
     assert e.sampler_fields == ("is_last", "is_terminal")
     assert e.reason == "truncated = is_last AND NOT is_terminal (how RLDS and old Gym mark a " \
         "time-limit end)"
+    assert e.conversion.entry == {"op": "and_not", "from": ["is_last", "is_terminal"]}
     assert r.entry("terminated").sampler_fields == ("is_terminal",)
     assert r.entry("done").sampler_fields == ("is_last",)
+    assert "map_incomplete" not in codes(r)
     check_report(r)
 
 

@@ -17,8 +17,10 @@ from gyre_contract.rollout import Episode
 
 MAPS = Path(__file__).parent / "data" / "maps"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cartpole_map.json"
-KNOWN = ("all, any, cast, discounted_return, episode_start, gae, mask, masked_sum, not, rename, "
-         "reshape, shift, squeeze, sum, transpose, unsqueeze")
+KNOWN = ("all, and_not, any, cast, discounted_return, episode_start, gae, mask, masked_sum, not, "
+         "per_step, rename, reshape, shift, squeeze, sum, transpose, unsqueeze")
+STEP_OPS = ("cast, episode_start, not, per_step, reshape, shift, squeeze, sum, transpose, "
+            "unsqueeze")
 GAE_FROM = ["reward", "value", "terminated", "truncated", "next_value"]
 
 
@@ -69,7 +71,7 @@ def test_good_map_loads_and_round_trips():
      f'fields.advantage: unknown op "gea" (did you mean "gae"?); known ops: {KNOWN}'),
     ("bad_wrong_arg.json",
      '2 problems: fields.advantage: op "gae" does not take lambda (did you mean "lam"?); '
-     "allowed keys: cast, comment, from, gamma, lam, op, output, truncation; "
+     "allowed keys: cast, comment, from, gamma, lam, op, output, then, truncation; "
      'fields.advantage: op "gae" needs argument "lam"'),
     ("bad_json.json",
      "not valid JSON: Expecting property name enclosed in double quotes: line 1 column 65 "
@@ -302,3 +304,134 @@ def test_llm_rows_sum_token_logprobs_under_their_own_mask():
         one({"op": "masked_sum", "from": ["logprob", "logprob_mask"], "axis": 1}).build([cols])
     summed = one({"op": "sum", "from": "logprob", "axis": 2}).build([cols])["out"]
     np.testing.assert_allclose(summed, [[-0.75]])
+
+
+# -- then chains and and_not ---------------------------------------------------------------
+
+UNSQUEEZE = {"op": "unsqueeze", "axis": -1}
+
+
+def test_then_runs_each_step_after_the_op_and_before_the_cast(cols, tmp_path):
+    data = {"gyre_field_map": 1, "fields": {
+        "next.done": {"op": "any", "from": ["terminated", "truncated"], "then": [UNSQUEEZE]},
+        "dones": {"op": "any", "from": ["terminated", "truncated"],
+                  "then": [UNSQUEEZE, {"op": "transpose", "axes": [1, 0, 2]},
+                           {"op": "squeeze", "axis": 2}], "cast": "float32"},
+        "adv": {"op": "gae", "from": GAE_FROM, "gamma": 1.0, "lam": 1.0,
+                "then": [{"op": "cast", "dtype": "float64"}, UNSQUEEZE]}}}
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(data))
+    fmap = FieldMap.load(path)
+    assert fmap.to_dict() == data
+    out = fmap.apply(cols)
+    done = cols["terminated"] | cols["truncated"]
+    assert out["next.done"].dtype == np.bool_ and out["next.done"].shape == (2, 3, 1)
+    np.testing.assert_array_equal(out["next.done"][..., 0], done)
+    assert out["dones"].dtype == np.float32
+    np.testing.assert_array_equal(out["dones"], done.T)
+    assert out["adv"].dtype == np.float64
+    np.testing.assert_allclose(out["adv"][..., 0], [[2.5, 1.5, 0.5], [3.5, 2.5, 0]])
+
+
+def test_a_step_that_needs_the_mask_makes_the_map_read_it():
+    fmap = one({"op": "not", "from": "terminated",
+                "then": [{"op": "shift", "by": 1, "fill": False}]})
+    assert fmap.sources() == ["terminated", "mask"]
+
+
+def test_then_applies_to_each_modality_of_a_group():
+    ep = episode("a", 2)
+    ep.columns["observation"] = {"image": np.zeros((2, 2), np.uint8),
+                                 "pos": np.zeros((2, 3), np.float64)}
+    out = one({"from": "observation", "then": [UNSQUEEZE]}).build([ep])["out"]
+    assert out["image"].shape == (1, 2, 2, 1) and out["pos"].shape == (1, 2, 3, 1)
+
+
+def test_a_failing_step_names_its_op(cols):
+    with pytest.raises(ContractError) as err:
+        one({"from": "reward", "then": [{"op": "squeeze", "axis": -1}]}).apply(cols)
+    assert str(err.value) == ("squeeze: cannot squeeze: expected axis -1 of size 1, "
+                              "got float32[2, 3]")
+
+
+def test_per_step_repeats_a_row_column_on_real_steps(cols):
+    out = one({"op": "per_step", "from": "episode_id"}).apply(cols)["out"]
+    assert out.tolist() == [["a", "a", "a"], ["b", "b", ""]]
+    with pytest.raises(ContractError) as err:
+        one({"op": "per_step", "from": "reward"}).apply({**cols, "reward": np.ones(5)})
+    assert str(err.value) == ("per_step: cannot repeat on each step: expected a per-row column "
+                              "[2, ...], got float64[5]")
+
+
+def test_and_not_keeps_a_flag_unless_the_other_is_set():
+    cols = {"is_last": np.array([[0, 0, 1], [0, 1, 1]], bool),
+            "is_terminal": np.array([[0, 0, 1], [0, 0, 1]], bool)}
+    out = one({"op": "and_not", "from": ["is_last", "is_terminal"]}).apply(cols)["out"]
+    np.testing.assert_array_equal(out, [[False, False, False], [False, True, False]])
+    with pytest.raises(ContractError, match="op 'and_not' needs bools"):
+        one({"op": "and_not", "from": ["is_last", "reward"]}).apply(
+            {**cols, "reward": np.ones((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize(("then", "message"), [
+    ([{"op": "unsqeeze", "axis": -1}],
+     f'fields.out.then[0]: unknown op "unsqeeze" (did you mean "unsqueeze"?); ops a step may '
+     f"use: {STEP_OPS}"),
+    ([UNSQUEEZE, {"op": "__import__", "name": "os"}],
+     f'fields.out.then[1]: unknown op "__import__"; ops a step may use: {STEP_OPS}'),
+    ([{"axis": -1}], f'fields.out.then[0]: a step needs "op"; ops a step may use: {STEP_OPS}'),
+    ([{"op": "any"}],
+     'fields.out.then[0]: op "any" does not take exactly one input; a step\'s only input is the '
+     f"result so far; ops a step may use: {STEP_OPS}"),
+    ([{"op": "gae", "gamma": 0.9, "lam": 0.9}],
+     'fields.out.then[0]: op "gae" does not take exactly one input; a step\'s only input is '
+     f"the result so far; ops a step may use: {STEP_OPS}"),
+    ([{"op": "mask"}],
+     'fields.out.then[0]: op "mask" does not take exactly one input; a step\'s only input is '
+     f"the result so far; ops a step may use: {STEP_OPS}"),
+    ([{"op": "rename"}],
+     'fields.out.then[0]: op "rename" does nothing in a chain; a step\'s only input is the '
+     f"result so far; ops a step may use: {STEP_OPS}"),
+    ([{"op": "unsqueeze", "from": "reward", "axis": -1}],
+     'fields.out.then[0]: a step takes no "from": its input is the result so far'),
+    ([{"op": "cast", "dtype": "float128"}],
+     'fields.out.then[0]: "dtype" must be one of bool, int8, int16, int32, int64, uint8, '
+     'uint16, uint32, uint64, float16, float32, float64, string, got "float128"'),
+    ([{"op": "squeeze", "axes": -1}],
+     '2 problems: fields.out.then[0]: op "squeeze" does not take axes (did you mean "axis"?); '
+     'allowed keys: axis, op; fields.out.then[0]: op "squeeze" needs argument "axis"'),
+    ([{"op": "transpose", "axes": [1, 0], "then": [UNSQUEEZE]}],
+     'fields.out.then[0]: op "transpose" does not take then; allowed keys: axes, op'),
+    ([UNSQUEEZE] * 9, 'fields.out: "then" must hold 1 to 8 steps, got 9'),
+    ([], 'fields.out: "then" must hold 1 to 8 steps, got 0'),
+    ({"op": "unsqueeze", "axis": -1},
+     'fields.out: "then" must be a list of steps such as [{"op": "unsqueeze", "axis": -1}], '
+     "got an object"),
+    (["unsqueeze"],
+     'fields.out.then[0]: expected an object such as {"op": "unsqueeze", "axis": -1}, '
+     'got the string "unsqueeze"'),
+])
+def test_bad_then_chains_say_what_is_wrong(then, message):
+    with pytest.raises(FieldMapError) as err:
+        one({"op": "any", "from": ["terminated", "truncated"], "then": then})
+    assert str(err.value) == f"field map: {message}"
+
+
+def test_a_chain_of_eight_steps_is_accepted(cols):
+    steps = [UNSQUEEZE, {"op": "squeeze", "axis": -1}] * 4
+    out = one({"from": "reward", "then": steps}).apply(cols)["out"]
+    np.testing.assert_array_equal(out, cols["reward"])
+
+
+def test_a_custom_one_input_op_may_be_a_step(cols):
+    def double(inputs, columns):
+        return inputs[0] * 2
+
+    register_op("double", double)
+    try:
+        fmap = one({"from": "reward", "then": [{"op": "double"}, UNSQUEEZE]})
+        assert fmap.apply(cols)["out"].shape == (2, 3, 1)
+    finally:
+        unregister_op("double")
+    with pytest.raises(FieldMapError, match=r"fields\.out: op 'double' is no longer registered"):
+        fmap.apply(cols)

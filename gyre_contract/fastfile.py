@@ -1,0 +1,285 @@
+"""Bulk checking of rollout lines for simple step models: typed decoding, vectorised rules.
+
+Why: the per-line path builds a pydantic instance per step and feeds the episode tracker one
+step at a time, several microseconds a line, while parsing a line costs well under one. For a
+*simple* model (every field a scalar or a tensor of fixed dims, one dtype each, no modalities,
+no named dims: CartPole-like), a block of lines is decoded by msgspec into typed structs (types,
+ranges, unknown keys and nulls checked in C), the line-level traps the normal reader looks for
+are ruled out on the whole block at once, and the episode rules run vectorised
+(`EpisodeTracker.add_columns`).
+
+Like the fast path of `validate_step`, this only ever accepts: a block holding anything unusual
+(any error, a duplicate key, an escape sequence, a float tensor element beyond the range where
+an integer is exact, ...) gets None and is checked line by line by the normal path, which decides
+and explains. `tests/test_fast_file.py` pins that reports are identical either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter, ne
+from typing import Annotated, Any
+
+import msgspec
+import numpy as np
+from pydantic import BaseModel
+
+from gyre_contract.dims import FLOAT_DTYPES, FLOAT_EXACT_INT, FLOAT_MAX, INT_RANGES, numpy_dtype
+from gyre_contract.models import JsonScalars, RolloutStepV1, field_specs
+from gyre_contract.tensor import TensorSpec
+
+_FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
+"""The normal reader takes integer literals within int64/uint64 and reports any beyond; a float
+field strictly inside these bounds cannot have been such a literal."""
+_UNSET = msgspec.UNSET
+_EPISODE_FIELDS = ("episode_id", "step", "policy_version", "terminated", "truncated")
+
+
+@dataclass
+class Block:
+    """A run of lines that hold clean step records, as columns (one entry per line)."""
+
+    records: list[Any]
+    """The decoded records (msgspec structs), in line order."""
+    n: int
+    episode_id: list[str]
+    step: np.ndarray
+    policy_version: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    key_counts: dict[str, int]
+    """Wire name -> how many lines carry the key."""
+
+
+class BulkPlan:
+    """The msgspec decoder and column plan of one simple step model."""
+
+    def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
+                 discrete: bool) -> None:
+        self.model = model
+        self.fields = fields  # (wire, struct attribute, msgspec type, required)
+        struct = msgspec.defstruct(
+            f"{model.__name__}Record",
+            [(attr, kind) if required else (attr, kind, _UNSET)
+             for _, attr, kind, required in fields],
+            kw_only=True, forbid_unknown_fields=True, gc=False,
+            rename={attr: wire for wire, attr, _, _ in fields})
+        self.decode_line = msgspec.json.Decoder(struct).decode
+        self.getters = {wire: attrgetter(attr) for wire, attr, _, _ in fields}
+        self.optional = [wire for wire, _, _, required in fields if not required]
+        self.required = [wire for wire, _, _, required in fields if required]
+        self.discrete = discrete  # a discrete action: every logprob must be <= 0
+        specs = field_specs(model)
+        self.specs = {wire: specs[wire] for wire, _, _, _ in fields if wire in specs}
+        self.dtypes = {wire: numpy_dtype(spec.dtype) for wire, spec in self.specs.items()}
+
+    def decode(self, lines: list[Any]) -> Block | None:
+        """The block's columns when every line is a clean record, else None (see module doc)."""
+        if not lines:
+            return None
+        decode = self.decode_line
+        try:
+            records = [decode(raw) for raw in lines]
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+            return None  # a bad or unusual line: the normal path reads this block and explains
+        n = len(records)
+        counts = dict.fromkeys(self.required, n)
+        for wire in self.optional:
+            missing = list(map(self.getters[wire], records)).count(_UNSET)
+            if missing < n:
+                counts[wire] = n - missing
+        keys = sum(counts.values())
+        if "info" in counts:
+            keys += sum(len(i) for i in map(self.getters["info"], records) if i is not _UNSET)
+        # Every ':' of a line follows a key or sits in a string, and every key written is
+        # followed by one: as many ':' as distinct keys means no key is written twice.
+        if b"\n".join(lines).count(b":") != keys:
+            return None
+        if self.discrete and "logprob" in counts and not self._logprobs_ok(records):
+            return None
+        get = self.getters
+        return Block(records=records, n=n, episode_id=list(map(get["episode_id"], records)),
+                     step=np.fromiter(map(get["step"], records), np.int64, n),
+                     policy_version=np.fromiter(map(get["policy_version"], records), np.int64, n),
+                     terminated=np.fromiter(map(get["terminated"], records), bool, n),
+                     truncated=np.fromiter(map(get["truncated"], records), bool, n),
+                     key_counts=counts)
+
+    def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
+        """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
+        out = []
+        for wire, spec in field_specs(self.model).items():
+            if isinstance(spec, TensorSpec) and not spec.is_scalar and wire in block.key_counts:
+                shape = tuple(d.size for d in spec.shape)
+                out.append((wire, str(spec.dtype), shape, block.key_counts[wire]))
+        return out
+
+    def values(self, block: Block) -> dict[str, list[Any]]:
+        """Each field the block carries -> its value on every line (None where absent).
+
+        Values are those the normal path validates to, except that a tensor is still a list.
+        """
+        out = {}
+        for wire, _, _, _ in self.fields:
+            if wire in block.key_counts:
+                values = list(map(self.getters[wire], block.records))
+                if block.key_counts[wire] < block.n:
+                    values = [None if v is _UNSET else v for v in values]
+                out[wire] = values
+        return out
+
+    def episode(self, episode_id: str, parts: list[tuple[dict[str, list[Any]], Any]],
+                lines: list[int]) -> Any:
+        """The `Episode` of the rows `parts` [(block values, row indices), ...] hold, in order.
+
+        The columns are those `rollout.episode_from_steps` builds from the same steps.
+        """
+        from gyre_contract.rollout import Episode
+
+        columns: dict[str, Any] = {}
+        for wire, _, _, _ in self.fields:
+            values: list[Any] = []
+            for block_values, rows in parts:
+                column = block_values.get(wire)
+                if column is None:
+                    values += [None] * len(rows)
+                elif rows.__class__ is slice:
+                    values += column[rows]
+                else:
+                    values += [column[i] for i in rows]
+            if any(v is not None for v in values):
+                columns[wire] = self._column(wire, values)
+        return Episode(episode_id, columns, lines)
+
+    def _column(self, wire: str, values: list[Any]) -> Any:
+        if wire == "info":
+            return values
+        spec = self.specs[wire]
+        dtype = self.dtypes[wire]
+        if None not in values:
+            return np.array(values, dtype=dtype)
+        if spec.dtype in FLOAT_DTYPES:
+            shape = tuple(d.size for d in spec.shape)
+            out = np.full((len(values), *shape), np.nan, dtype=dtype)
+            present = [i for i, v in enumerate(values) if v is not None]
+            out[present] = np.array([values[i] for i in present], dtype=dtype)
+            return out
+        if spec.shape:
+            return [None if v is None else np.array(v, dtype=dtype) for v in values]
+        return values
+
+    def _logprobs_ok(self, records: list[Any]) -> bool:
+        values = [v for v in map(self.getters["logprob"], records) if v is not _UNSET]
+        return max(values) <= 0
+
+
+def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
+    """The bulk plan of `model`, or None when it is not simple enough (cached per model)."""
+    if model in _PLANS:
+        return _PLANS[model]
+    plan = _PLANS[model] = _build(model)
+    return plan
+
+
+_PLANS: dict[type, BulkPlan | None] = {}
+_INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
+_CROSS = "_cross_field_rules"
+
+
+def _cross_rules() -> Any:
+    return RolloutStepV1.__pydantic_decorators__.model_validators[_CROSS].func
+
+
+def _build(model: type[BaseModel]) -> BulkPlan | None:
+    if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):
+        return None
+    decorators = model.__pydantic_decorators__
+    if decorators.field_validators or decorators.model_validators.keys() != {_CROSS} \
+            or decorators.model_validators[_CROSS].func is not _cross_rules():
+        return None  # rules of the project's own: only the normal path knows them
+    specs = field_specs(model)
+    fields = []
+    for name, info in model.model_fields.items():
+        wire = info.alias or name
+        spec = specs.get(wire)
+        if spec is None and any(isinstance(m, JsonScalars) for m in info.metadata):
+            kind: Any = dict[str, str | _INFO_INT | _INFO_FLOAT | bool]
+        elif isinstance(spec, TensorSpec):
+            kind = _msgspec_type(spec)
+        else:
+            return None  # an observation of modalities, free-form observation, plain field
+        if kind is None:
+            return None
+        fields.append((wire, name, kind, info.is_required()))
+    if {f[0] for f in fields} < {*_EPISODE_FIELDS, "action", "logprob", "observation",
+                                 "next_observation"}:
+        return None
+    obs, nxt = specs.get("observation"), specs.get("next_observation")
+    if not isinstance(obs, TensorSpec) or not isinstance(nxt, TensorSpec) \
+            or obs.shape != nxt.shape:
+        return None
+    action, logprob = specs["action"], specs["logprob"]
+    if not logprob.is_scalar:
+        return None  # logprob's shape rules and per-element sign: the normal path
+    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES)
+
+
+def _msgspec_type(spec: TensorSpec) -> Any:
+    """The msgspec type that accepts exactly a subset of what the normal path accepts."""
+    if not isinstance(spec.dtype, str) or spec.dtype in ("bfloat16", "string") and spec.shape:
+        return None
+    if any(d.size is None or d.size == 0 for d in spec.shape):
+        return None  # named or zero-size dims: the normal path
+    if spec.dtype == "string":
+        return Annotated[str, msgspec.Meta(min_length=1)]
+    if not spec.finite:
+        return None
+    if spec.shape:  # a float element beyond the exact-int range may have been written as an int
+        leaf = _number(spec.dtype, exact_ints=True)
+        for dim in reversed(spec.shape):
+            leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
+        return leaf
+    return _number(spec.dtype, exact_ints=False)
+
+
+def _number(dtype: str, exact_ints: bool) -> Any:
+    """A number of `dtype`. msgspec reads an integer literal into a float field, so a float is
+    bounded where any integer literal it could be is one the normal path takes as it is:
+    within 64 bits, and within the exactly representable range inside a tensor."""
+    if dtype == "bool":
+        return bool
+    if dtype in INT_RANGES:
+        lo, hi = INT_RANGES[dtype]
+        return Annotated[int, msgspec.Meta(ge=lo, le=hi)] if hi < 2**63 else None
+    if dtype not in FLOAT_DTYPES:
+        return None
+    if exact_ints:
+        top = min(FLOAT_MAX[dtype], FLOAT_EXACT_INT[dtype])
+        return Annotated[float, msgspec.Meta(ge=-top, le=top)]
+    top = FLOAT_MAX[dtype]
+    return Annotated[float, msgspec.Meta(gt=max(-top, _FLOAT_LO), lt=min(top, _FLOAT_HI))]
+
+
+def episode_rows(block: Block) -> list[tuple[str, Any, bool]]:
+    """(episode id, its rows in the block, whether its last row ends it), by first appearance.
+
+    Rows are a slice when the episode's lines are contiguous (the usual case), else a list.
+    """
+    ids, n = block.episode_id, block.n
+    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, n - 1)
+    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
+    index: dict[str, list[tuple[int, int]]] = {}
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        index.setdefault(ids[start], []).append((start, stop))
+    done = (block.terminated | block.truncated).tolist()
+    out = []
+    for eid, runs in index.items():
+        if len(runs) == 1:
+            rows: Any = slice(*runs[0])
+            last = runs[0][1] - 1
+        else:
+            rows = [i for a, b in runs for i in range(a, b)]
+            last = rows[-1]
+        out.append((eid, rows, done[last]))
+    return out

@@ -1,0 +1,181 @@
+"""Bulk checking of rollout lines (fastfile, EpisodeTracker.add_columns) = the line-by-line path.
+
+The bulk path only ever accepts: when it accepts a block, checking the block line by line finds
+no problem and leaves the episode tracker in exactly the same state; when it gives up, nothing
+has changed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gyre_contract.errors import ContractError
+from gyre_contract.fastfile import bulk_plan
+from gyre_contract.models import RolloutStep
+from gyre_contract.validate import EpisodeTracker, validate_step
+
+SETTINGS = settings(max_examples=120, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def tracker_state(tracker: EpisodeTracker) -> tuple:
+    return (tracker.steps, tracker.terminated, tracker.truncated, sorted(tracker.policy_versions),
+            [(k, v.step, v.policy_version, v.line, v.dims) for k, v in tracker._open.items()],
+            list(tracker._ended.items()))
+
+
+def one_by_one(tracker: EpisodeTracker, records: list[dict], first_line: int) -> list[str]:
+    problems = []
+    for i, record in enumerate(records):
+        problems += [str(p) for p in tracker.add(validate_step(record, tracker.model),
+                                                 first_line + i)]
+    return problems
+
+
+def check_columns(tracker: EpisodeTracker, records: list[dict], first_line: int) -> None:
+    """add_columns accepts exactly when adding one by one finds nothing, with the same state."""
+    bulk = copy.deepcopy(tracker)
+    accepted = bulk.add_columns(
+        [r["episode_id"] for r in records], np.array([r["step"] for r in records], np.int64),
+        np.array([r["policy_version"] for r in records], np.int64),
+        np.array([r["terminated"] for r in records], bool),
+        np.array([r["truncated"] for r in records], bool), first_line)
+    before = tracker_state(tracker)
+    problems = one_by_one(tracker, records, first_line)
+    assert accepted == (not problems), problems
+    assert tracker_state(bulk) == (tracker_state(tracker) if accepted else before)
+
+
+steps = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 3), st.integers(0, 2),
+                  st.sampled_from(["", "", "", "terminated", "truncated", "both"]))
+
+
+def records_of(base: dict, spec: list[tuple[str, int, int, str]]) -> list[dict]:
+    return [dict(base, episode_id=eid, step=step, policy_version=version,
+                 terminated=end in ("terminated", "both"), truncated=end in ("truncated", "both"))
+            for eid, step, version, end in spec]
+
+
+def natural(spec_len: int, n_episodes: int) -> list[tuple[str, int, int, str]]:
+    """Interleaved well-formed episodes: what a vector env writes."""
+    out, counters = [], [0] * n_episodes
+    for i in range(spec_len):
+        e = i % n_episodes
+        out.append((f"ep{e}", counters[e], 1, "terminated" if counters[e] == 4 else ""))
+        counters[e] = 0 if counters[e] == 4 else counters[e] + 1
+        if counters[e] == 0:
+            out[-1] = out[-1]
+    return out
+
+
+@SETTINGS
+@given(prefix=st.lists(steps, max_size=6), block=st.lists(steps, min_size=1, max_size=12))
+def test_add_columns_matches_add_random(cartpole_record, cartpole_model, prefix, block):
+    tracker = EpisodeTracker(cartpole_model)
+    one_by_one(tracker, records_of(cartpole_record, prefix), 1)
+    check_columns(tracker, records_of(cartpole_record, block), len(prefix) + 1)
+
+
+@pytest.mark.parametrize("n_episodes", [1, 2, 3])
+def test_add_columns_accepts_well_formed_blocks(cartpole_record, cartpole_model, n_episodes):
+    spec = [(f"x{eid}", s, v, e) for eid, s, v, e in natural(23, n_episodes)]
+    tracker = EpisodeTracker(cartpole_model)
+    records = records_of(cartpole_record, spec)
+    one_by_one(tracker, records[:7], 1)
+    check_columns(tracker, records[7:], 8)
+    assert tracker.steps == 23
+
+
+def test_add_columns_refuses_models_with_named_dims(llm_model):
+    tracker = EpisodeTracker(llm_model)
+    assert not tracker.add_columns(["a"], np.array([0]), np.array([0]), np.array([True]),
+                                   np.array([False]), 1)
+    assert tracker.steps == 0
+
+
+# -- decoding a block ------------------------------------------------------------------------
+
+def test_simple_models_only(cartpole_model, llm_model):
+    assert bulk_plan(cartpole_model) is not None
+    assert bulk_plan(llm_model) is None and bulk_plan(RolloutStep) is None
+
+
+def lines_of(records: list[dict]) -> list[bytes]:
+    return [orjson.dumps(r) for r in records]
+
+
+def test_clean_block_decodes(cartpole_record, cartpole_model):
+    records = records_of(cartpole_record, [("a", 0, 0, ""), ("a", 1, 0, "truncated")])
+    records[1]["next_value"] = 0.5
+    block = bulk_plan(cartpole_model).decode(lines_of(records))
+    assert block is not None and block.n == 2 and block.episode_id == ["a", "a"]
+    assert block.step.tolist() == [0, 1] and block.truncated.tolist() == [False, True]
+    assert block.key_counts["next_value"] == 1 and "entropy" not in block.key_counts
+    assert block.key_counts["observation"] == 2
+
+
+def normal_verdict(raw: bytes, model: Any, tmp_path: Any) -> bool:
+    """What the line-by-line reader decides for one line on its own (line and record rules)."""
+    from gyre_contract.rollout import _Lines
+
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(raw + b"\n")
+    items = list(_Lines(path, allow_partial_tail=False))
+    if len(items) != 1 or items[0].__class__ is not tuple:
+        return False
+    try:
+        validate_step(items[0][1], model)
+    except ContractError:
+        return False
+    return True
+
+
+HEAD = b'{"observation":[0.1,0.2,0.3,0.4],"action":1,"episode_id":"e","terminated":false,'
+GOOD = HEAD + b'"truncated":false,"policy_version":0,"step":0,"reward":1.0,"logprob":-0.5}'
+
+
+@pytest.mark.parametrize("raw", [
+    GOOD,
+    GOOD.replace(b'"step":0', b'"step":0,"step":1'),  # duplicate key: readers keep the last
+    GOOD.replace(b'"step":0', b'"step":0, "step" :1'),
+    GOOD.replace(b"}", b',"info":{"k":1,"k":2}}'),
+    GOOD.replace(b"}", b',"info":{"k":99999999999999999999}}'),  # beyond 64 bits
+    GOOD.replace(b"}", b',"info":{"k":-9223372036854775809}}'),
+    GOOD.replace(b"}", b',"info":{"k":18446744073709551615}}'),
+    GOOD.replace(b"}", b',"value":99999999999999999999}'),
+    GOOD.replace(b"}", b',"value":-9223372036854775809}'),
+    GOOD.replace(b"}", b',"value":18446744073709551616}'),
+    GOOD.replace(b"}", b',"value":1e39}'),
+    GOOD.replace(b"}", b',"value":null}'),
+    GOOD.replace(b"}", b',"trunctaed":true}'),
+    GOOD.replace(b"}", b',"info":{"a:b":1}}'),
+    GOOD.replace(b"}", b',"info":{"k":"x\\"y"}}'),
+    GOOD.replace(b"}", b',"info":{"k\\u0062":1,"kb":2}}'),
+    GOOD.replace(b"}", b',"next_observation":[1,2,3,16777217]}'),
+    GOOD.replace(b"}", b',"next_observation":[1,2,3,16777216]}'),
+    GOOD.replace(b"}", b',"next_observation":[0.5,2,3,16777217]}'),
+    GOOD.replace(b"}", b',"next_observation":[0.5,2,3,true]}'),
+    GOOD.replace(b'"logprob":-0.5', b'"logprob":0.5'),
+    GOOD.replace(b'"logprob":-0.5', b'"logprob":1e-50'),
+    GOOD.replace(b'"reward":1.0', b'"reward":1'),
+    GOOD.replace(b'"reward":1.0', b'"reward":123456789012345678'),
+    GOOD.replace(b'"episode_id":"e"', b'"episode_id":""'),
+    GOOD.replace(b'"episode_id":"e"', b'"episode_id":"\\u00e9"'),
+    GOOD.replace(b'"action":1', b'"action":1.0'),
+    GOOD + b" ", GOOD + b"\r", b" " + GOOD, b"\xef\xbb\xbf" + GOOD, b"", GOOD[:-1],
+])
+def test_block_decode_never_accepts_what_the_line_reader_refuses(cartpole_model, raw, tmp_path):
+    if bulk_plan(cartpole_model).decode([raw]) is not None:
+        assert normal_verdict(raw, cartpole_model, tmp_path), raw
+
+
+def test_the_usual_line_is_accepted(cartpole_model, tmp_path):
+    assert bulk_plan(cartpole_model).decode([GOOD]) is not None
+    assert normal_verdict(GOOD, cartpole_model, tmp_path)
