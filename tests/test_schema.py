@@ -147,3 +147,38 @@ def test_random_records_never_crash(record):
         validate_step(record)
     except ContractError as err:
         assert err.problems and all(p.path is not None for p in err.problems)
+
+
+dtypes = st.sampled_from(["bool", "int8", "int32", "int64", "uint8", "uint16", "float16",
+                          "float32", "float64"])
+dims = st.lists(st.integers(0, 5) | st.sampled_from(["N", "K", "*rest"]), max_size=3).filter(
+    lambda shape: shape.count("*rest") <= 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtypes, dims, st.sampled_from(["int64", "float32"]), dims.filter(lambda s: "*rest" not in s))
+def test_schema_export_then_load_gives_the_models_field_table(tmp_path_factory, obs_dtype,
+                                                              obs_shape, act_dtype, act_shape):
+    """model → exported file → load_schema → field table: the same dtypes, shapes and roles."""
+    from pydantic import create_model
+
+    from gyre_contract.fieldtable import field_table, load_schema
+    from gyre_contract.models import RolloutStep, field_specs
+    from gyre_contract.tensor import Tensor
+
+    model = create_model(
+        "RandomStep", __base__=RolloutStep,
+        observation=(Tensor(obs_dtype, obs_shape, role="observation"), ...),
+        action=(Tensor(act_dtype, act_shape, role="action"), ...))
+    path = tmp_path_factory.mktemp("schema") / "step.json"
+    path.write_text(render(json_schema(model)), encoding="utf-8")
+    table = field_table(load_schema(path))
+    assert table.kind == "rollout_step"
+    for wire, spec in field_specs(model).items():
+        if not hasattr(spec, "dtype"):
+            continue  # free-form observation objects have no single dtype
+        got = table.fields[wire]
+        assert got.dtype == spec.dtype, wire
+        assert tuple(str(d) for d in got.shape) == tuple(str(d) for d in spec.shape), wire
+        assert got.role == spec.role, wire
+    assert table.fields["next_observation"].role == "next_observation"
