@@ -97,7 +97,7 @@ def rollouts(generator: FakeGenerator, questions: list[list[int]], group: int,
                 yield {
                     "observation": {"token_ids": list(conversation),
                                     "text": f"question {q}" + (" (retry)" if turn else "")},
-                    "action": tokens, "logprob": logprobs, "reward": reward if last else 0.0,
+                    "action": tokens, "logprob": logprobs, "reward": reward,
                     "step": turn, "episode_id": f"q{q}-s{g}", "terminated": last,
                     "truncated": False, "policy_version": policy_version,
                 }
@@ -192,9 +192,21 @@ def heading(title: str, criteria: str) -> None:
     say(f"pass criteria: {criteria}")
 
 
+OUTCOME = {True: "pass", False: "FAIL", None: "not run"}
+
+
 def verdict(ok: bool, text: str) -> bool:
     say(f"result: {'PASS' if ok else 'FAIL'} — {text}")
     return ok
+
+
+def checked(records: list[dict[str, Any]]) -> Iterator[LLMStep]:
+    """Each record validated before it is written; a bad one is named by its index."""
+    for i, record in enumerate(records):
+        try:
+            yield validate_step(record, LLMStep)
+        except ContractError as err:
+            raise ContractError([p.under(f"records[{i}]") for p in err.problems]) from None
 
 
 def stage1(out: Path, records: list[dict[str, Any]]) -> bool:
@@ -202,7 +214,11 @@ def stage1(out: Path, records: list[dict[str, Any]]) -> bool:
             "every generation validates as an LLMStep (token ids and log-probs of one length, "
             "log-probs <= 0) and every episode is complete")
     path = out / "rollouts.jsonl"
-    count = write_steps(path, (validate_step(r, LLMStep) for r in records))
+    try:
+        count = write_steps(path, checked(records))
+    except ContractError as err:  # the sampler checks each generation before writing it
+        say(str(err))
+        return verdict(False, "a generation broke the contract before it was written")
     report = validate_file(path, LLMStep, require_complete=True)
     say(f"wrote {count} generations to {path}")
     say(report.to_text())
@@ -253,11 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{MAX_TURNS} turns each (files in {out})")
     records = list(rollouts(FakeGenerator(args.seed), prompts(args.prompts, args.seed),
                             args.group))
-    results = {"stage 1": stage1(out, records)}
-    results["stage 2"] = results["stage 1"] and stage2(out, records, args.group)
+    results: dict[str, bool | None] = {"stage 1": stage1(out, records)}
+    results["stage 2"] = stage2(out, records, args.group) if results["stage 1"] else None
     passed = all(results.values())
     say(f"\n{'BOTH STAGES PASS' if passed else 'SOME STAGES FAILED'}: "
-        + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in results.items()))
+        + ", ".join(f"{k} {OUTCOME[v]}" for k, v in results.items()))
     return 0 if passed else 1
 
 

@@ -193,6 +193,9 @@ def heading(title: str, criteria: str) -> None:
     say(f"pass criteria: {criteria}")
 
 
+OUTCOME = {True: "pass", False: "FAIL", None: "not run"}
+
+
 def verdict(ok: bool, text: str) -> bool:
     say(f"result: {'PASS' if ok else 'FAIL'} — {text}")
     return ok
@@ -204,7 +207,11 @@ def stage1(out: Path, agent: LinearAgent, seed: int, episodes: int) -> bool:
     path = out / "rollouts.jsonl"
     with closing(make_envs(STAGE1_TIME_LIMIT)) as envs:
         recorder = make_recorder(envs, agent, seed, run_id="stage1")
-        count = write_steps(path, recorder.record_episodes(episodes))
+        try:
+            count = write_steps(path, recorder.record_episodes(episodes))
+        except ContractError as err:  # the recorder validates each step before it is written
+            say(str(err))
+            return verdict(False, "a recorded step broke the contract")
     report = validate_file(path, CartPoleStep, require_complete=True)
     say(f"wrote {count} steps to {path}")
     say(report.to_text())
@@ -288,13 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     say(f"your sampler and trainer on {ENV_ID} through the three stages (files in {out})")
     agent = LinearAgent(seed=args.seed)
-    results = {"stage 1": stage1(out, agent, args.seed, args.episodes), "diff": diff_stage(out)}
-    results["stage 2"] = results["diff"] and stage2(out, agent)
-    results["stage 3"] = results["stage 2"] and stage3(out, agent, args.seed, args.cycles,
-                                                       args.episodes)
+    results: dict[str, bool | None] = {"stage 1": stage1(out, agent, args.seed, args.episodes),
+                                       "diff": diff_stage(out)}
+    results["stage 2"] = stage2(out, agent) if results["diff"] else None
+    results["stage 3"] = (stage3(out, agent, args.seed, args.cycles, args.episodes)
+                          if results["stage 2"] else None)
     passed = all(results.values())
     say(f"\n{'ALL STAGES PASS' if passed else 'SOME STAGES FAILED'}: "
-        + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in results.items()))
+        + ", ".join(f"{k} {OUTCOME[v]}" for k, v in results.items()))
     return 0 if passed else 1
 
 

@@ -9,8 +9,9 @@ Wire format: one JSON object per line, UTF-8, `\\n` line ends. What the reader d
   (JSON forbids writing one and a plain `orjson.loads` per line fails on it) but the rest of the
   line is still checked;
 - a blank line, bytes that are not UTF-8, text that is not JSON, JSON that is not an object,
-  `NaN` / `Infinity`, a duplicate key, an integer beyond int64/uint64 and a line longer than
-  `MAX_LINE_BYTES` are each a problem on their line, never a traceback;
+  `NaN` / `Infinity`, a duplicate key, an integer beyond int64/uint64, a line longer than
+  `MAX_LINE_BYTES` and a record with more than `MAX_RECORD_KEYS` keys are each a problem on
+  their line, never a traceback;
 - a last line with no newline that does not parse is a *truncated line* (a writer cut
   mid-write). `allow_partial_tail=True` skips it and reports how many bytes were left
   unchecked, which is also how to check a file that is still being appended to.
@@ -39,6 +40,11 @@ from gyre_contract.validate import EpisodeTracker, validate_step
 
 MAX_LINE_BYTES = 128 * 2**20
 """A longer line is reported (`line too long`) and skipped, so memory stays bounded."""
+
+MAX_RECORD_KEYS = 10_000
+"""A record with more keys (through nested objects) is reported (`too many keys`) and not
+validated key by key, so time and memory stay bounded."""
+_MANY_KEYS_BYTES = 4 * MAX_RECORD_KEYS  # a shorter line cannot hold that many keys ("":0,)
 
 CHUNK_BYTES = 2**20
 """Bytes read from the file at a time."""
@@ -266,8 +272,13 @@ class _Lines:
                             except orjson.JSONDecodeError:
                                 yield _parse_failure(raw, n)
                                 continue
-                            if obj.__class__ is dict and dumps(obj) == raw:
-                                yield n, obj
+                            try:
+                                same = obj.__class__ is dict and dumps(obj) == raw
+                            except TypeError:  # deeper than orjson writes (255): slow path
+                                same = False
+                            if same:
+                                yield (n, obj) if len(raw) < _MANY_KEYS_BYTES else \
+                                    _key_count_checked(obj, n)
                             else:
                                 yield _checked(raw, obj, n, [])
                         else:
@@ -318,6 +329,9 @@ def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> Any:
         problems.append(Problem("", "a JSON object {...} per line", describe(obj),
                                 "not a JSON object", line=n))
         return _Parsed(n, None, problems)
+    counted = _key_count_checked(obj, n)
+    if counted.__class__ is _Parsed:
+        return _Parsed(n, None, problems + counted.problems)  # type: ignore[union-attr]
     hidden = _hidden_problems(raw, obj)
     if hidden:
         problems += [p.at_line(n) for p in hidden]
@@ -325,6 +339,16 @@ def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> Any:
     if problems:
         return _Parsed(n, obj, problems)
     return n, obj
+
+
+def _key_count_checked(obj: dict[str, Any], n: int) -> Any:
+    """`(n, obj)`, or a `_Parsed` problem when the record holds more than MAX_RECORD_KEYS keys."""
+    keys, _ = _count_keys(obj)
+    if keys <= MAX_RECORD_KEYS:
+        return n, obj
+    return _Parsed(n, None, [Problem(
+        "", f"at most {MAX_RECORD_KEYS} keys per record (counted through nested objects)",
+        f"{keys} keys", "too many keys (record not validated)", line=n)])
 
 
 def _parse_failure(raw: bytes, n: int) -> _Parsed:
@@ -368,7 +392,8 @@ def _json_problem(raw: bytes, n: int) -> Problem:
     if reason.startswith("number is infinity"):
         number = _NUMBER.match(rest)
         return Problem("", "a number that fits in float64",
-                       f"{number.group() if number else _snippet(text, pos)} at column {column}",
+                       f"{_short(number.group()) if number else _snippet(text, pos)} at column "
+                       f"{column}",
                        "number too large", line=n)
     if reason.startswith(("recursion limit", "depth limit")):
         return Problem("", "at most 1024 nested levels", f"deeper at column {column}",
@@ -380,6 +405,10 @@ def _json_problem(raw: bytes, n: int) -> Problem:
 
 def _snippet(text: str, pos: int) -> str:
     return repr(text[pos:pos + 12])
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:37]}... ({len(text)} chars)"
 
 
 def _blank(n: int) -> _Parsed:
@@ -1004,8 +1033,18 @@ def _declared(spec: Any, name: str, model: type[BaseModel] | None) -> tuple[str,
             sub = field_specs(parent).get(key)
             if isinstance(sub, TensorSpec):
                 return "", f"{sub.dtype} {format_shape(sub.shape)}"
+            if key in _wire_attrs(parent):
+                return _plain_declared(parent, key)
         return "", ""
     return "", "not in the model" if model is not None else ""
+
+
+def _plain_declared(model: type[BaseModel], wire: str) -> tuple[str, str]:
+    """A modality declared with a plain Python type (`text: str`)."""
+    annotation = model.model_fields[_wire_attrs(model)[wire]].annotation
+    if annotation is str:
+        return "string", "string []"
+    return "", getattr(annotation, "__name__", str(annotation))
 
 
 def _shapes_text(shapes: list[tuple[int, ...]]) -> str:
@@ -1162,6 +1201,10 @@ def _validate_with_schema(
         except Unresolvable as err:
             raise SchemaError(f"schema $ref cannot be resolved inside the document: {err}"
                               ) from None
+        except RecursionError:  # jsonschema recurses per level of the record
+            groups.add([Problem("", "a record the JSON Schema validator can walk",
+                                "nesting too deep to check", "nested too deeply", line=n)])
+            continue
         if errors:
             groups.add(_schema_problem(e, n) for e in errors)
         else:

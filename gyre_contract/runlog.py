@@ -321,7 +321,7 @@ def plot_runs(records: Sequence[RunRecord], path: str | Path) -> Path:
             ax.hlines(statistics.median(values), x - 0.25, x + 0.25, colors="black")
         ax.set_title(f"{name.removesuffix('_s')} time per run")
         ax.set_ylabel("seconds")
-        ax.set_xticks(range(len(keys)), [_short(k) for k in keys], rotation=20, ha="right")
+        ax.set_xticks(range(len(keys)), _labels(keys), rotation=20, ha="right")
         ax.set_ylim(bottom=0)
     out = Path(path)
     fig.savefig(out, dpi=100)
@@ -333,6 +333,14 @@ def _spread_offsets(n: int) -> list[float]:
     if n == 1:
         return [0.0]
     return [-0.15 + 0.3 * i / (n - 1) for i in range(n)]
+
+
+def _labels(keys: Sequence[str]) -> list[str]:
+    """Short tick labels, numbered when shortening would make two configurations look alike."""
+    short = [_short(k) for k in keys]
+    if len(set(short)) == len(short):
+        return short
+    return [f"{i + 1}: {_short(k, 20)}" for i, k in enumerate(keys)]
 
 
 def _short(text: str, limit: int = 24) -> str:

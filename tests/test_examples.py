@@ -84,7 +84,7 @@ def test_llm_rollout_passes_stages_1_and_2(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.count("result: PASS") == 2 and "FAIL" not in text
     assert "BOTH STAGES PASS: stage 1 pass, stage 2 pass" in text
-    assert "16 episodes" not in text and "12 episodes (0 open, 12 terminated, 0 truncated)" in text
+    assert "12 episodes (0 open, 12 terminated, 0 truncated)" in text
     assert known_ops() == ops_before  # the example's op does not leak into the registry
     for name in ("rollouts.jsonl", "map.json"):
         assert (tmp_path / name).is_file(), name
@@ -120,3 +120,44 @@ def test_group_advantage_normalises_within_a_prompt_and_refuses_cut_rows():
     assert str(err.value) == ("group_advantage: a row without its first prompt cannot be "
                               "grouped: expected rows that start at step 0, got rows [1] "
                               "start later")
+
+
+def test_own_trainer_reports_a_broken_train_step_and_exits_1(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("gymnasium")
+    own = load_example("own_trainer")
+    real = own.make_train_step
+
+    def skipping_versions(agent):
+        step = real(agent)
+
+        def train_step(batch):
+            metrics = step(batch)
+            agent.version += 1  # a trainer that counts two updates per step
+            return {**metrics, "policy_version": agent.version}
+        return train_step
+
+    monkeypatch.setattr(own, "make_train_step", skipping_versions)
+    code = own.main(["--out", str(tmp_path), "--cycles", "2", "--episodes", "4"])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert ("cycles[0].policy_version: policy_version did not advance by one update: "
+            "expected 1 (one update after 0), got 2") in text
+    assert "result: FAIL — the loop broke the contract" in text
+    assert "SOME STAGES FAILED: stage 1 pass, diff pass, stage 2 pass, stage 3 FAIL" in text
+
+
+def test_llm_rollout_reports_a_bad_sampler_and_exits_1(tmp_path, capsys, monkeypatch):
+    llm = load_example("llm_rollout")
+    real = llm.FakeGenerator.generate
+
+    def positive_logprobs(self, prompt, sample):
+        tokens, logprobs = real(self, prompt, sample)
+        return tokens, -logprobs  # a sign slip: log-probs above 0
+
+    monkeypatch.setattr(llm.FakeGenerator, "generate", positive_logprobs)
+    assert llm.main(["--out", str(tmp_path), "--prompts", "1", "--group", "2"]) == 1
+    text = capsys.readouterr().out
+    assert "records[0].logprob: positive log-probability: expected <= 0" in text
+    assert "result: FAIL — a generation broke the contract before it was written" in text
+    assert "SOME STAGES FAILED: stage 1 FAIL, stage 2 not run" in text
+    assert not (tmp_path / "map.json").exists()

@@ -59,8 +59,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.max_len is not None and args.max_len < 1:
         raise InputError(f"--max-len must be at least 1, got {args.max_len}")
-    fmap = FieldMap.load(args.map_path)
+    # The loss module first: it may register the custom ops the map uses.
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
+    fmap = FieldMap.load(args.map_path)
     step_model = None
     if args.model:
         from gyre_contract.cli.validate import load_model

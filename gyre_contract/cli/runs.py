@@ -36,7 +36,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "plot": plot,
     }
     noun = "configuration" if len(summaries) == 1 else "configurations"
-    lines = [f"{args.runs}: {len(records)} runs, {len(summaries)} {noun}", "",
+    runs = "run" if len(records) == 1 else "runs"
+    lines = [f"{args.runs}: {len(records)} {runs}, {len(summaries)} {noun}", "",
              format_summary(summaries)]
     if plot:
         lines += ["", f"plot: {plot}"]
