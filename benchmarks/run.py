@@ -295,8 +295,7 @@ def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
         if not report.holds or report.steps != lines:
             raise AssertionError(f"generated file does not validate: {report.to_text()[:2000]}")
 
-    rounds = 1 if quick else 3
-    a, b, ratio = paired(ours, lambda: parse_floor(big), rounds)
+    a, b, ratio = paired(ours, lambda: parse_floor(big), 5 if quick else 3)
     figures = [Figure(f"validate {lines:,} CartPole lines / orjson loop", a, b, "orjson.loads loop",
                       ratio, "<= 2", check(ratio, "<= 2"))]
     peak_small, peak_big = peak_rss(small), peak_rss(big)
@@ -347,7 +346,7 @@ def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
         if int(batch.mask.sum()) != lines:
             raise AssertionError("the batch lost steps")
 
-    a, b, ratio = paired(ours, lambda: parse_floor(path), 3 if quick else 5)
+    a, b, ratio = paired(ours, lambda: parse_floor(path), 5)
     return [Figure(f"JSONL {lines:,} lines -> TrainBatch / orjson loop", a, b,
                    "orjson.loads loop", ratio, "<= 3", check(ratio, "<= 3"))]
 

@@ -7,6 +7,11 @@ sampler field of the same role, scored by dtype/shape fit and name likeness; a k
 (done = any(terminated, truncated), mask from padding, advantage by GAE, ...); else `missing`.
 Sampler fields no trainer field reads are `unused`. Warnings name semantic losses no tier shows.
 
+Two LLM-shaped cases: a trainer field that accepts an object of modalities (TrainBatch `obs`)
+reads the sampler's whole object (`{"from": "observation"}`, each modality keeping its dtype),
+never one modality cast to float; and per-element values of a summable role (per-token
+`logprob [A]`, A a varying dim) become one per step by `masked_sum` over the varying dims.
+
 Matching is O(n·k): sampler fields are indexed by name and by role, so each trainer field looks
 only at the few sampler fields that share its role.
 """
@@ -31,7 +36,12 @@ from gyre_contract.fieldtable import (
     field_table_from_model,
     shape_text,
 )
-from gyre_contract.roles import BEHAVIOUR_LOGPROB_NAMES, is_recomputed_logprob, synonyms
+from gyre_contract.roles import (
+    BEHAVIOUR_LOGPROB_NAMES,
+    SUMMABLE_ROLES,
+    is_recomputed_logprob,
+    synonyms,
+)
 
 _SAME_REASON = "same name, dtype and shape"
 _UNUSED_REASON = "produced by the sampler, read by no trainer field"
@@ -72,6 +82,7 @@ class Conversion:
     entry: dict[str, Any] | None
     cast: str | None = None  # "lossless" | "lossy" | None
     manual: str = ""  # what the written map cannot express and a person must do
+    keeps_dtypes: bool = False  # an object of modalities, each keeping its own dtype
 
     def to_dict(self) -> dict[str, Any]:
         return {"ops": list(self.ops), "text": self.text, "map": self.entry, "cast": self.cast,
@@ -521,6 +532,7 @@ class _Engine:
             for token in _tokens(f.name):
                 self.by_token.setdefault((f.role, token), []).append(f)
         self.used: set[str] = set()
+        self.prefix_roles: dict[str, set[str]] | None = None  # dotted prefix -> roles under it
         self.warnings: list[DiffWarning] = []
         self.optional: list[tuple[str, str]] = []
         self._check_renames()
@@ -558,7 +570,12 @@ class _Engine:
             s = self.s_tab[self.renames[t.name]]
             return self._direct(t, s, t_step, stripped, "renamed by --rename")
         same = self.s_tab.fields.get(t.name)
-        source = same if same is not None and _roles_agree(same, t) else self._by_role(t, t_step)
+        if same is not None and _roles_agree(same, t):
+            source: Field | None = same
+        elif t.modalities and (group := self._modality_group(t)) is not None:
+            return self._group_entry(t, *group, stripped)
+        else:
+            source = self._by_role(t, t_step)
         if source is not None and not source.required and t.role in _COMPUTED_ROLES:
             derived = self._derive(t, t_step, stripped)
             if derived.tier != "missing":
@@ -620,13 +637,14 @@ class _Engine:
         fit_s = compare_shape(s_step, t_step, s.varying)
         base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
                     sampler_shape=s.shape, trainer_shape=t.shape)
+        if fit_d.ok and not fit_s.ok and self._summable(t, s, s_step, t_step, stripped):
+            return self._summed(t, s, s_step, fit_d, stripped, note)
         if not fit_d.ok or not fit_s.ok:
             why = fit_d.why if not fit_d.ok else fit_s.why
             return Entry("missing", t.name, (s.name,), reason=f"{s.name} has the role "
                          f"{s.role} but {why}; no known conversion", **base)
         self.used.add(s.name)
-        if fit_d.narrowing:
-            self._warn_narrowing(t, s, *fit_d.narrowing)
+        self._warn_cast(t, s, fit_d)
         self._warn_optional(t, s)
         conversion = self._conversion(t, s.name, fit_d, fit_s, t_step, stripped,
                                       s_step=s_step)
@@ -638,6 +656,144 @@ class _Engine:
             return Entry(tier, t.name, (s.name,), reason="; ".join([reason, *notes]), **base)
         return Entry("needs_conversion", t.name, (s.name,), conversion=conversion,
                      reason="; ".join([conversion.text, *notes]), **base)
+
+    # -- an object of modalities, and per-element values summed to one per step --------------
+
+    def _modality_group(self, t: Field) -> tuple[str, list[Field]] | None:
+        """The sampler object of modalities of `t`'s role (`observation` holding
+        `observation.token_ids`, `observation.text`), for a trainer field that accepts one.
+
+        None when a sampler field of the role is a plain tensor (ordinary matching applies) or
+        no object holds only fields of the role. Several such objects: the one named like `t`,
+        else the first, with an `ambiguous_match` warning.
+        """
+        fields = self.by_role.get(t.role, ())
+        if not fields or any("." not in f.name for f in fields):
+            return None
+        groups: dict[str, list[Field]] = {}
+        for f in fields:
+            prefix = self._group_of(f)
+            if prefix is not None and prefix not in groups:
+                groups[prefix] = [g for g in self.s_tab if g.name.startswith(f"{prefix}.")]
+        if not groups:
+            return None
+        names = sorted(groups, key=lambda g: (g != t.name, -_name_likeness(g, t.name)))
+        if len(names) > 1:
+            self.warnings.append(DiffWarning(
+                "ambiguous_match", (t.name, *names),
+                f"{t.name}: several sampler objects of modalities fit ({', '.join(names)}); "
+                f"chose {names[0]}. Use --rename {t.name}=<field> to read one field instead"))
+        return names[0], groups[names[0]]
+
+    def _group_of(self, f: Field) -> str | None:
+        """The shortest dotted prefix of `f` under which every sampler field has `f`'s role."""
+        if self.prefix_roles is None:  # built once: O(fields x depth)
+            self.prefix_roles = {}
+            for g in self.s_tab:
+                parts = g.name.split(".")
+                for n in range(1, len(parts)):
+                    self.prefix_roles.setdefault(".".join(parts[:n]), set()).add(g.role)
+        parts = f.name.split(".")
+        for n in range(1, len(parts)):
+            prefix = ".".join(parts[:n])
+            if prefix not in self.s_tab and self.prefix_roles[prefix] == {f.role}:
+                return prefix
+        return None
+
+    def _group_entry(self, t: Field, prefix: str, members: list[Field], stripped: int
+                     ) -> Entry:
+        """The whole object of modalities as the trainer field: `{"from": prefix}` gives the
+        map a dict of its modality columns, each keeping its dtype (no cast)."""
+        self.used.update(f.name for f in members)
+        if t.required and not any(f.required for f in members):
+            self.optional.append((t.name, prefix))
+        keys = [f.name[len(prefix) + 1:] for f in members]
+        parts = ", ".join(f"{k} {dtype_text(f.dtype)} {shape_text(self._s_shape(f))}"
+                          for k, f in zip(keys, members))
+        ops, texts = ["rename"], [f"{prefix} {{{', '.join(keys)}}}"]
+        manual = ""
+        varying = list(dict.fromkeys(d for f in members for d in f.varying))
+        if varying:
+            masks = ", ".join(f"{f.name[len(prefix) + 1:]}_mask" for f in members if f.varying)
+            ops.append("pad")
+            texts.append(f"pad varying dim {', '.join(varying)} to the batch maximum (the "
+                         f"object gains {masks})")
+        layout = self._layout_op(None, stripped)
+        if layout is not None:
+            ops.append(layout[0])
+            texts.append(layout[2])
+            manual = layout[2] if layout[1] is None else ""
+        reason = (f"the trainer's {t.name} takes an object of modalities: all of {prefix} "
+                  f"({parts}), dtypes kept")
+        conversion = Conversion(tuple(ops), "; ".join(texts),
+                                None if manual else {"from": prefix}, None, manual,
+                                keeps_dtypes=True)
+        tier = "needs_conversion" if len(ops) > 1 else "renamed" if prefix != t.name else "same"
+        if tier == "needs_conversion":
+            reason = f"{'; '.join(texts[1:])}; {reason}"
+        dtypes = tuple(dict.fromkeys(d for f in members for d in _dtypes(f.dtype)))
+        note = _row_note(t, stripped, self.layout)
+        return Entry(tier, t.name, (prefix,), t.role, dtypes or None, t.dtype, None, t.shape,
+                     conversion, "; ".join(filter(None, [reason, note])))
+
+    def _summable(self, t: Field, s: Field, s_step: tuple[Dim, ...] | None,
+                  t_step: tuple[Dim, ...] | None, stripped: int) -> bool:
+        """Whether per-element values of `s` (every per-step dim a declared varying dim) add up
+        to the one value per step that `t` holds (a summable role: a sequence's log-prob)."""
+        return (t.role in SUMMABLE_ROLES and s.role == t.role and t_step == ()
+                and stripped == len(self.layout.batch_dims) and bool(s_step)
+                and all(isinstance(d, str) and not _variadic(d) and d in s.varying
+                        for d in s_step or ()))
+
+    def _summed(self, t: Field, s: Field, s_step: tuple[Dim, ...] | None, fit_d: _DtypeFit,
+                stripped: int, note: str) -> Entry:
+        """`masked_sum` over the varying dims of `s`: one value per step, padding left out."""
+        self.used.add(s.name)
+        self._warn_cast(t, s, fit_d)
+        self._warn_optional(t, s)
+        dims = list(s_step or ())
+        mask = f"{s.name}_mask"
+        last = 1 + len(dims)  # axis of the last varying dim in the collated [B, T, *dims]
+        ops = ["masked_sum"]
+        texts = [f"masked_sum({s.name}, {mask}, axis={last})"]
+        steps: list[tuple[str, dict[str, Any]]] = [("sum", {"axis": a})
+                                                   for a in range(last - 1, 1, -1)]
+        if steps:
+            ops += ["sum"] * len(steps)
+            texts.append(f"then sum over axis {', '.join(str(a['axis']) for _, a in steps)}")
+        entry: dict[str, Any] = {"op": "masked_sum", "from": [s.name, mask], "axis": last}
+        manual = ""
+        layout = self._layout_op((), stripped)
+        if layout is not None:
+            ops.append(layout[0])
+            texts.append(layout[2])
+            if layout[1] is None:
+                manual = layout[2]
+            else:
+                steps.append((layout[0], layout[1]))
+        cast = None
+        if fit_d.cast_to is not None:
+            cast = "lossless" if fit_d.lossless else "lossy"
+            ops.append("cast")
+            texts.append(f"{cast} cast to {fit_d.cast_to}")
+            entry["cast"] = fit_d.cast_to
+        entry.update(_then(steps))
+        what = {"logprob": "the whole sequence's log-prob",
+                "ref_logprob": "the whole sequence's reference log-prob",
+                "reward": "the step's total reward"}[t.role]
+        reason = (f"one {t.role} per step = the sum of {s.name} over its real elements (varying "
+                  f"dim {', '.join(map(str, dims))}; {mask} drops the padding): {what}")
+        conversion = Conversion(tuple(ops), "; ".join(texts), None if manual else entry, cast,
+                                manual)
+        self.warnings.append(DiffWarning(
+            "summed_elements", (t.name, s.name),
+            f"{t.name} <- {s.name}: the trainer reads one {t.role} per step, so the map sums "
+            f"{s.name} over {', '.join(map(str, dims))}; the per-element values are not in the "
+            f"batch (a token-level loss needs them: add a key such as token_{t.role} "
+            f"{{\"from\": \"{s.name}\"}} to the map)"))
+        notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
+        return Entry("needs_conversion", t.name, (s.name,), t.role, s.dtype, t.dtype, s.shape,
+                     t.shape, conversion, "; ".join([reason, *notes]))
 
     def _conversion(self, t: Field, source: str, fit_d: _DtypeFit, fit_s: _ShapeFit,
                     t_step: tuple[Dim, ...] | None, stripped: int,
@@ -894,6 +1050,22 @@ class _Engine:
             f"{t.name}: the name means {roles} in different libraries; read as {t.role}. "
             f"Declare \"x-gyre-role\" in the trainer schema or use --rename to decide"))
 
+    def _warn_cast(self, t: Field, s: Field, fit: _DtypeFit) -> None:
+        """A narrowing cast, or integers cast to a float that cannot hold them all."""
+        if fit.narrowing:
+            self._warn_narrowing(t, s, *fit.narrowing)
+        to = fit.cast_to
+        if to is None or _kind(to) != "float" or to not in _MANTISSA:
+            return
+        ints = [d for d in _dtypes(s.dtype) if _kind(d) == "int" and _lossless(d, to) is False]
+        if ints:
+            self.warnings.append(DiffWarning(
+                "int_to_float", (t.name, s.name),
+                f"{t.name} <- {s.name}: lossy cast {ints[0]} -> {to}: integers beyond "
+                f"2**{_MANTISSA[to]} do not fit (the map refuses them), and integer codes such "
+                f"as token ids or categories are labels, not quantities: embed them in the "
+                f"trainer rather than reading them as floats"))
+
     def _warn_narrowing(self, t: Field, s: Field, frm: str, to: str) -> None:
         self.warnings.append(DiffWarning(
             "narrowing_cast", (t.name, s.name),
@@ -1052,6 +1224,8 @@ def _cells(e: Entry) -> tuple[str, str, str, str, str]:
         source = ", ".join(e.sampler_fields) if e.sampler_fields else "-"
     s_dtype = dtype_text(e.sampler_dtype) if e.sampler_fields and not derived else ""
     t_dtype = dtype_text(e.trainer_dtype) if e.trainer_field is not None else ""
+    if e.conversion is not None and e.conversion.keeps_dtypes:
+        s_dtype, t_dtype = f"{dtype_text(e.sampler_dtype)} (kept)", ""
     s_shape = shape_text(e.sampler_shape) if e.sampler_shape is not None else ""
     t_shape = shape_text(e.trainer_shape) if e.trainer_field is not None else ""
     why = e.reason

@@ -16,22 +16,26 @@ and explains. `tests/test_fast_file.py` pins that reports are identical either w
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
-from operator import attrgetter, ne
+from itertools import chain
+from operator import ne
 from typing import Annotated, Any
 
 import msgspec
 import numpy as np
+from msgspec.structs import astuple
 from pydantic import BaseModel
 
 from gyre_contract.dims import FLOAT_DTYPES, FLOAT_EXACT_INT, FLOAT_MAX, INT_RANGES, numpy_dtype
 from gyre_contract.models import JsonScalars, RolloutStepV1, field_specs
 from gyre_contract.tensor import TensorSpec
 
+_MAX_INFO_KEYS = 1000
+"""Far below the reader's per-record key limit, whatever the model's own fields."""
 _FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
 """The normal reader takes integer literals within int64/uint64 and reports any beyond; a float
 field strictly inside these bounds cannot have been such a literal."""
-_UNSET = msgspec.UNSET
 _EPISODE_FIELDS = ("episode_id", "step", "policy_version", "terminated", "truncated")
 
 
@@ -39,8 +43,6 @@ _EPISODE_FIELDS = ("episode_id", "step", "policy_version", "terminated", "trunca
 class Block:
     """A run of lines that hold clean step records, as columns (one entry per line)."""
 
-    records: list[Any]
-    """The decoded records (msgspec structs), in line order."""
     n: int
     episode_id: list[str]
     step: np.ndarray
@@ -49,6 +51,11 @@ class Block:
     truncated: np.ndarray
     key_counts: dict[str, int]
     """Wire name -> how many lines carry the key."""
+    columns: dict[str, list[Any]]
+    """Each field some line carries -> its value on every line (None where absent), as the
+    normal path validates it, except that a tensor is still a list."""
+    arrays: dict[str, np.ndarray | None] | None = None
+    """The same as arrays where they are numbers (see `BulkPlan.episode`), made on first use."""
 
 
 class BulkPlan:
@@ -60,50 +67,71 @@ class BulkPlan:
         self.fields = fields  # (wire, struct attribute, msgspec type, required)
         struct = msgspec.defstruct(
             f"{model.__name__}Record",
-            [(attr, kind) if required else (attr, kind, _UNSET)
+            [(attr, kind) if required else (attr, kind, None)  # a null on the wire still fails
              for _, attr, kind, required in fields],
             kw_only=True, forbid_unknown_fields=True, gc=False,
             rename={attr: wire for wire, attr, _, _ in fields})
         self.decode_line = msgspec.json.Decoder(struct).decode
-        self.getters = {wire: attrgetter(attr) for wire, attr, _, _ in fields}
-        self.optional = [wire for wire, _, _, required in fields if not required]
-        self.required = [wire for wire, _, _, required in fields if required]
+        self.optional = {wire for wire, _, _, required in fields if not required}
+        by_attr = {attr: wire for wire, attr, _, _ in fields}
+        self.wires = [by_attr[attr] for attr in struct.__struct_fields__]
         self.discrete = discrete  # a discrete action: every logprob must be <= 0
         specs = field_specs(model)
         self.specs = {wire: specs[wire] for wire, _, _, _ in fields if wire in specs}
         self.dtypes = {wire: numpy_dtype(spec.dtype) for wire, spec in self.specs.items()}
+        self.shapes = {wire: tuple(d.size for d in spec.shape) for wire, spec in self.specs.items()}
 
     def decode(self, lines: list[Any]) -> Block | None:
-        """The block's columns when every line is a clean record, else None (see module doc)."""
+        """The block's columns when every line is a clean record, else None (see module doc).
+
+        The cyclic GC is paused meanwhile: a block allocates many containers that hold no cycle,
+        and scanning them would cost more than decoding (research/perf-baselines.md).
+        """
         if not lines:
             return None
+        if not gc.isenabled():
+            return self._decode(lines)
+        gc.disable()
+        try:
+            return self._decode(lines)
+        finally:
+            gc.enable()
+
+    def _decode(self, lines: list[Any]) -> Block | None:
         decode = self.decode_line
         try:
             records = [decode(raw) for raw in lines]
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
             return None  # a bad or unusual line: the normal path reads this block and explains
         n = len(records)
-        counts = dict.fromkeys(self.required, n)
-        for wire in self.optional:
-            missing = list(map(self.getters[wire], records)).count(_UNSET)
-            if missing < n:
-                counts[wire] = n - missing
+        flat = list(chain.from_iterable(map(astuple, records)))  # every field of every record
+        width = len(self.wires)
+        columns: dict[str, list[Any]] = {}
+        counts: dict[str, int] = {}
+        for i, wire in enumerate(self.wires):
+            values = flat[i::width]
+            present = n - values.count(None) if wire in self.optional else n
+            if present:
+                columns[wire] = values
+                counts[wire] = present
         keys = sum(counts.values())
         if "info" in counts:
-            keys += sum(len(i) for i in map(self.getters["info"], records) if i is not _UNSET)
+            sizes = [len(i) for i in columns["info"] if i is not None]
+            if max(sizes) > _MAX_INFO_KEYS:
+                return None  # a record with very many keys: the normal path bounds and reports
+            keys += sum(sizes)
         # Every ':' of a line follows a key or sits in a string, and every key written is
         # followed by one: as many ':' as distinct keys means no key is written twice.
         if b"\n".join(lines).count(b":") != keys:
             return None
-        if self.discrete and "logprob" in counts and not self._logprobs_ok(records):
+        if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
             return None
-        get = self.getters
-        return Block(records=records, n=n, episode_id=list(map(get["episode_id"], records)),
-                     step=np.fromiter(map(get["step"], records), np.int64, n),
-                     policy_version=np.fromiter(map(get["policy_version"], records), np.int64, n),
-                     terminated=np.fromiter(map(get["terminated"], records), bool, n),
-                     truncated=np.fromiter(map(get["truncated"], records), bool, n),
-                     key_counts=counts)
+        return Block(n=n, episode_id=columns["episode_id"],
+                     step=np.array(columns["step"], np.int64),
+                     policy_version=np.array(columns["policy_version"], np.int64),
+                     terminated=np.array(columns["terminated"], bool),
+                     truncated=np.array(columns["truncated"], bool),
+                     key_counts=counts, columns=columns)
 
     def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
         """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
@@ -111,56 +139,90 @@ class BulkPlan:
         for wire, spec in field_specs(self.model).items():
             if isinstance(spec, TensorSpec) and not spec.is_scalar and wire in block.key_counts:
                 shape = tuple(d.size for d in spec.shape)
-                out.append((wire, str(spec.dtype), shape, block.key_counts[wire]))
+                out.append((wire, self.dtypes[wire], shape, block.key_counts[wire]))
         return out
 
-    def values(self, block: Block) -> dict[str, list[Any]]:
-        """Each field the block carries -> its value on every line (None where absent).
+    def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]) -> Any:
+        """The `Episode` of the rows `parts` [(block, rows: a slice or indices), ...] hold.
 
-        Values are those the normal path validates to, except that a tensor is still a list.
-        """
-        out = {}
-        for wire, _, _, _ in self.fields:
-            if wire in block.key_counts:
-                values = list(map(self.getters[wire], block.records))
-                if block.key_counts[wire] < block.n:
-                    values = [None if v is _UNSET else v for v in values]
-                out[wire] = values
-        return out
-
-    def episode(self, episode_id: str, parts: list[tuple[dict[str, list[Any]], Any]],
-                lines: list[int]) -> Any:
-        """The `Episode` of the rows `parts` [(block values, row indices), ...] hold, in order.
-
-        The columns are those `rollout.episode_from_steps` builds from the same steps.
+        The columns are those `rollout.episode_from_steps` builds from the same steps: numbers
+        come from one array per block and field, sliced per episode.
         """
         from gyre_contract.rollout import Episode
 
         columns: dict[str, Any] = {}
         for wire, _, _, _ in self.fields:
-            values: list[Any] = []
-            for block_values, rows in parts:
-                column = block_values.get(wire)
-                if column is None:
-                    values += [None] * len(rows)
-                elif rows.__class__ is slice:
-                    values += column[rows]
-                else:
-                    values += [column[i] for i in rows]
-            if any(v is not None for v in values):
-                columns[wire] = self._column(wire, values)
+            column = self._array_column(wire, parts)
+            if column is _AS_LIST:
+                column = self._list_column(wire, parts)
+            if column is not None:
+                columns[wire] = column
         return Episode(episode_id, columns, lines)
 
-    def _column(self, wire: str, values: list[Any]) -> Any:
+    def _array_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
+        """The column from block arrays; None when no step has the field; _AS_LIST otherwise."""
+        dtype = self.dtypes.get(wire)
+        pieces, partial = [], False
+        for block, rows in parts:
+            array = self._arrays(block).get(wire)
+            if array is None:
+                if wire in block.columns or dtype is None or dtype.kind != "f":
+                    return _AS_LIST
+                length = rows.stop - rows.start if rows.__class__ is slice else len(rows)
+                array = np.full((length, *self.shapes[wire]), np.nan, dtype)
+                partial = True
+            else:
+                partial = partial or block.key_counts[wire] < block.n
+                array = array[rows]
+            pieces.append(array)
+        column = np.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
+        if partial and np.isnan(column.reshape(len(column), -1)[:, 0]).all():
+            return None  # a float NaN here marks a step without the field: none has it
+        return column
+
+    def _arrays(self, block: Block) -> dict[str, np.ndarray | None]:
+        """Per field of the block: one array over its lines (floats NaN where absent), or None
+        for a field that stays a list (strings, `info`, a non-float field some lines lack)."""
+        if block.arrays is None:
+            block.arrays = {wire: self._block_array(wire, values, block)
+                            for wire, values in block.columns.items()}
+        return block.arrays
+
+    def _block_array(self, wire: str, values: list[Any], block: Block) -> np.ndarray | None:
+        dtype = self.dtypes.get(wire)
+        if dtype is None or dtype.kind == "U":
+            return None
+        shape = self.shapes[wire]
+        if block.key_counts[wire] == block.n:
+            return _array(values, dtype, shape)
+        if dtype.kind != "f":
+            return None
+        out = np.full((block.n, *shape), np.nan, dtype)
+        present = [i for i, v in enumerate(values) if v is not None]
+        out[present] = _array([values[i] for i in present], dtype, shape)
+        return out
+
+    def _list_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
+        values: list[Any] = []
+        for block, rows in parts:
+            column = block.columns.get(wire)
+            if column is None:
+                values += [None] * (rows.stop - rows.start if rows.__class__ is slice
+                                    else len(rows))
+            elif rows.__class__ is slice:
+                values += column[rows]
+            else:
+                values += [column[i] for i in rows]
+        missing = values.count(None)
+        if missing == len(values):
+            return None
         if wire == "info":
             return values
-        spec = self.specs[wire]
-        dtype = self.dtypes[wire]
-        if None not in values:
+        spec, dtype = self.specs[wire], self.dtypes[wire]
+        if not missing:
             return np.array(values, dtype=dtype)
         if spec.dtype in FLOAT_DTYPES:
-            shape = tuple(d.size for d in spec.shape)
-            out = np.full((len(values), *shape), np.nan, dtype=dtype)
+            out = np.full((len(values), *self.shapes[wire]), np.nan, dtype=dtype)
             present = [i for i, v in enumerate(values) if v is not None]
             out[present] = np.array([values[i] for i in present], dtype=dtype)
             return out
@@ -168,9 +230,21 @@ class BulkPlan:
             return [None if v is None else np.array(v, dtype=dtype) for v in values]
         return values
 
-    def _logprobs_ok(self, records: list[Any]) -> bool:
-        values = [v for v in map(self.getters["logprob"], records) if v is not _UNSET]
-        return max(values) <= 0
+
+_AS_LIST = object()
+"""`_array_column`'s answer when the column must be built from the values themselves."""
+
+
+def _array(values: list[Any], dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if len(shape) == 1:  # flattening first is cheaper than numpy's nested-list discovery
+        flat = np.fromiter(chain.from_iterable(values), dtype, len(values) * shape[0])
+        return flat.reshape(len(values), shape[0])
+    return np.array(values, dtype=dtype)
+
+
+def _nonpositive(logprobs: list[Any]) -> bool:
+    present = [v for v in logprobs if v is not None] if None in logprobs else logprobs
+    return max(present) <= 0
 
 
 def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:

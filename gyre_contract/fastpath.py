@@ -82,7 +82,8 @@ def _compile(model: type[BaseModel]) -> SchemaValidator | None:
     schema = model.__pydantic_core_schema__
     try:
         config = _root_model(schema).get("config")
-        return SchemaValidator(_Compiler(config).node(schema), config)
+        compiler = _Compiler(config, _nonpositive_specs(model))
+        return SchemaValidator(compiler.node(schema), config)
     except Unsupported:
         return None
 
@@ -103,8 +104,9 @@ class _Compiler:
     builds the instance: pydantic-core would otherwise reuse the class's own, normal validator.
     """
 
-    def __init__(self, config: dict[str, Any] | None) -> None:
+    def __init__(self, config: dict[str, Any] | None, nonpositive: set[int]) -> None:
         self.config = _config_key(config)
+        self.nonpositive = nonpositive  # ids of the specs whose list elements must be <= 0
 
     def node(self, node: dict[str, Any]) -> dict[str, Any]:
         kind = node.get("type")
@@ -139,7 +141,7 @@ class _Compiler:
         function = node["function"]["function"]
         owner = getattr(function, "__self__", None)
         if isinstance(owner, TensorSpec):
-            return _tensor_schema(owner, node)
+            return _tensor_schema(owner, node, id(owner) in self.nonpositive)
         if isinstance(owner, (AnyObservation, JsonScalars)):
             return node  # validated by the normal function; its result is final
         raise Unsupported(f"validator {function!r}")
@@ -179,7 +181,21 @@ def _wrap(finish: Callable[[Any], Any], schema: dict[str, Any], ref: str | None)
 
 # -- tensor fields ------------------------------------------------------------------------------
 
-def _tensor_schema(spec: TensorSpec, normal: dict[str, Any]) -> dict[str, Any]:
+def _nonpositive_specs(model: type[BaseModel]) -> set[int]:
+    """A step's logprob under a discrete action (an int dtype): every element is <= 0.
+
+    Checking that on list elements in pydantic-core spares a pass over the array later.
+    """
+    specs = field_specs(model) if issubclass(model, RolloutStepV1) else {}
+    action, logprob = specs.get("action"), specs.get("logprob")
+    if isinstance(action, TensorSpec) and isinstance(logprob, TensorSpec) \
+            and action.dtype in INT_DTYPES and logprob.dtype in FLOAT_DTYPES:
+        return {id(logprob)}
+    return set()
+
+
+def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False
+                   ) -> dict[str, Any]:
     """A numpy array (checked later), strict nested lists of the dtype, else the normal function.
 
     Only single-dtype tensors get the list forms; the normal function (last choice) handles every
@@ -187,7 +203,7 @@ def _tensor_schema(spec: TensorSpec, normal: dict[str, Any]) -> dict[str, Any]:
     """
     choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
     if isinstance(spec.dtype, str):
-        leaf = _leaf(spec.dtype)
+        leaf = _leaf(spec.dtype, nonpositive)
         variadic = [d for d in spec.shape if d.variadic]
         if not variadic:
             choices.append(_nested(leaf, spec.shape))
@@ -197,7 +213,7 @@ def _tensor_schema(spec: TensorSpec, normal: dict[str, Any]) -> dict[str, Any]:
     return cs.union_schema(choices, mode="left_to_right")
 
 
-def _leaf(dtype: str) -> dict[str, Any]:
+def _leaf(dtype: str, nonpositive: bool = False) -> dict[str, Any]:
     """One element, strictly: a float tensor refuses ints here (their exactness rule is the
     normal path's), and every float must be finite and within the dtype's range."""
     if dtype == "bool":
@@ -207,8 +223,8 @@ def _leaf(dtype: str) -> dict[str, Any]:
     if dtype in INT_DTYPES:
         return cs.int_schema(strict=True)  # range: numpy raises OverflowError on conversion
     top = FLOAT_MAX[dtype]
-    return cs.chain_schema([cs.is_instance_schema(float),
-                            cs.float_schema(strict=True, allow_inf_nan=False, ge=-top, le=top)])
+    return cs.chain_schema([cs.is_instance_schema(float), cs.float_schema(
+        strict=True, allow_inf_nan=False, ge=-top, le=0.0 if nonpositive else top)])
 
 
 def _nested(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
@@ -332,6 +348,20 @@ def _converter(spec: TensorSpec) -> Converter:
             return general(value)
 
         return fixed
+    if len(spec.shape) == 1 and not spec.shape[0].variadic:  # [N]: a flat list cannot be ragged
+
+        def flat(value: Any) -> Any:
+            if value.__class__ is list:
+                try:
+                    out = array(value, dtype)
+                except OverflowError:
+                    raise _GiveUp from None
+                if not value and dtype.kind != "f":
+                    raise _GiveUp  # numpy reads [] as float64; the normal path decides
+                return out
+            return general(value)
+
+        return flat
     if len(spec.shape) == 1 and spec.shape[0].variadic and dtype.kind == "f":
         scalar = dtype.type
 
@@ -382,6 +412,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     free_logprob = any(d.variadic for d in logprob_spec.shape)
     # A scalar int action is always a Python int here: a Python float logprob needs its sign only.
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
+    # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
+    checked_lists = bool(_nonpositive_specs(model)) and not free_logprob
 
     def finish(step: Any) -> Any:
         values = step.__dict__
@@ -395,6 +427,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
                 raise _GiveUp
             if convert_logprob is not None:
                 values["logprob"] = convert_logprob(logprob)
+        elif logprob.__class__ is list and checked_lists:
+            values["logprob"] = convert_logprob(logprob)  # type: ignore[misc]
         elif logprob is not None:
             if convert_logprob is not None:
                 logprob = values["logprob"] = convert_logprob(logprob)
@@ -410,23 +444,34 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     return finish
 
 
-_Location = tuple[tuple[str, ...], Shape]
+_Location = tuple[str, str | None, str | None, Shape]
+"""(attribute, attribute inside a modalities instance or None, the name of a lone [N] dim or
+None, the shape): one tensor whose dims another tensor shares."""
 
 
 def _shared_locations(model: type[BaseModel]) -> list[_Location]:
     """Where the dims named in more than one place live: only there can two fields disagree."""
-    locations: list[_Location] = []
-    _collect(model, (), locations)
+    found: list[tuple[tuple[str, ...], Shape]] = []
+    _collect(model, (), found)
     counts: dict[str, int] = {}
-    for _, shape in locations:
+    for _, shape in found:
         for dim in shape:
             if dim.name is not None:
                 counts[dim.name] = counts.get(dim.name, 0) + 1
     shared = {name for name, n in counts.items() if n > 1}
-    return [(path, shape) for path, shape in locations if any(d.name in shared for d in shape)]
+    out = []
+    for path, shape in found:
+        if not any(d.name in shared for d in shape):
+            continue
+        if len(path) > 2:
+            raise Unsupported("modalities nested in modalities")
+        lone = shape[0].name if len(shape) == 1 and not shape[0].variadic else None
+        out.append((path[0], path[1] if len(path) == 2 else None, lone, shape))
+    return out
 
 
-def _collect(model: type[BaseModel], prefix: tuple[str, ...], out: list[_Location]) -> None:
+def _collect(model: type[BaseModel], prefix: tuple[str, ...],
+             out: list[tuple[tuple[str, ...], Shape]]) -> None:
     attrs = {info.alias or name: name for name, info in model.model_fields.items()}
     for wire, spec in field_specs(model).items():
         path = (*prefix, attrs[wire])
@@ -441,15 +486,19 @@ def _collect(model: type[BaseModel], prefix: tuple[str, ...], out: list[_Locatio
 
 
 def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
+    """`models.record_bindings` finds no conflict among these locations."""
     bindings: dict[str, Any] = {}
-    for path, shape in locations:
-        value: Any = values[path[0]]
-        for attr in path[1:]:
-            if not isinstance(value, BaseModel):
-                value = None
-                break
-            value = value.__dict__[attr]
-        if value.__class__ is np.ndarray and bind_dims(shape, value.shape, bindings):
+    for attr, sub, lone, shape in locations:
+        value = values[attr]
+        if sub is not None and value is not None:
+            value = value.__dict__[sub]
+        if value.__class__ is not np.ndarray:
+            continue
+        if lone is not None:  # the usual [N]: no pairing of dims needed
+            size = value.shape[0]
+            if bindings.setdefault(lone, size) != size:
+                return False
+        elif bind_dims(shape, value.shape, bindings):
             return False
     return True
 

@@ -478,7 +478,10 @@ class FieldMap:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> FieldMap:
-        """Read and check a `map.json` file (InputError if unreadable, FieldMapError if bad)."""
+        """Read and check a `map.json` file (InputError if unreadable, FieldMapError if bad).
+
+        Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogates, at most
+        `MAX_MAP_BYTES`. Nothing in the file is imported, evaluated or opened."""
         path = Path(path)
         try:
             if path.stat().st_size > MAX_MAP_BYTES:

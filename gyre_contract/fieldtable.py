@@ -9,7 +9,8 @@ Pydantic model, or inferred from real data (`infer_schema`).
 Safety: only local `$ref`s (`#/...`, `#anchor`) are resolved; a remote or `file:` `$ref` is a
 `SchemaError` and is never fetched or opened. `$ref` cycles are a `SchemaError`. Documents larger
 than `MAX_SCHEMA_BYTES`, with more than `MAX_FIELDS` fields, nested deeper than `MAX_DEPTH` or with
-more than `MAX_RANK` dims are refused with a `SchemaError`.
+more than `MAX_RANK` dims are refused with a `SchemaError`. A schema file must be strict JSON:
+UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogates (`\\ud800`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
-
-import orjson
 
 from gyre_contract.errors import InputError, SchemaError, describe
 from gyre_contract.roles import ROLES, resolve_role
@@ -64,6 +63,8 @@ class Field:
     `dtype` is a contract dtype, `"number"` / `"integer"` for a JSON number of unknown width,
     `"object"` for free-form JSON, or a tuple when several are allowed (`("int64", "float32")`).
     `varying` lists the dims of `shape` that may change between the steps of an episode.
+    `modalities` is True when the field also accepts an object of named modalities (an
+    `anyOf`/`oneOf` branch of type object, as the contract's `observation` and `obs` have).
     """
 
     name: str
@@ -77,6 +78,7 @@ class Field:
     role_how: str = "unknown"
     role_candidates: tuple[tuple[str, float], ...] = ()
     declared_role: bool = False
+    modalities: bool = False
 
     @property
     def dtype_text(self) -> str:
@@ -492,7 +494,21 @@ class _Walker:
             description=description if isinstance(description, str) else "", varying=varying,
             role_score=match.score, role_how=match.how, role_candidates=match.candidates,
             declared_role=declared is not None,
+            modalities=isinstance(node, dict) and self._object_branch(node, pointer),
         )
+
+    def _object_branch(self, node: dict[str, Any], pointer: str) -> bool:
+        """Whether an `anyOf`/`oneOf` branch of the field is an object (of named modalities)."""
+        for key in ("anyOf", "oneOf"):
+            branches = node.get(key)
+            if not isinstance(branches, list):
+                continue
+            for i, branch in enumerate(branches):
+                sub = self.deref(branch, f"{pointer}/{key}/{i}", ()).node
+                if isinstance(sub, dict) and "object" in _json_types(sub, self.where,
+                                                                      f"{pointer}/{key}/{i}"):
+                    return True
+        return False
 
     def _x_gyre_leaf(self, node: dict[str, Any], pointer: str, depth: int,
                      refs: tuple[str, ...]) -> _Leaf:
@@ -831,31 +847,38 @@ def _kinds_dtype(kinds: set[str]) -> str | None:
 
 
 def _infer_jsonl(path: Path) -> dict[str, Any]:
+    from gyre_contract.rollout import _Lines  # the rollout reader's line checks, not a copy
+
     columns: dict[str, _Column] = {}
     records = 0
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
+    for item in _Lines(path, allow_partial_tail=False):
+        if item.__class__ is not tuple:  # a line that is not a clean JSON object
+            problem = item.problems[0]  # type: ignore[union-attr]
+            if problem.message == "blank line":
                 continue
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise InputError(f"{path}: line {number}: not JSON: {exc}") from exc
-            if not isinstance(record, dict):
-                raise InputError(f"{path}: line {number}: a record must be a JSON object, got "
-                                 f"{describe(record)}")
-            records += 1
+            if problem.message == "not a JSON object":
+                raise InputError(f"{path}: line {problem.line}: a record must be a JSON object, "
+                                 f"got {problem.got}")
+            raise InputError(f"{path}: {problem}")
+        number, record = item  # type: ignore[misc]
+        records += 1
+        try:
             for key, value in record.items():
                 columns.setdefault(key, _Column()).add(value)
+        except RecursionError:
+            raise InputError(f"{path}: line {number}: objects nested too deeply to infer a "
+                             f"schema") from None
+        if len(columns) > MAX_FIELDS:
+            raise InputError(f"{path}: line {number}: more than {MAX_FIELDS} distinct keys "
+                             f"(MAX_FIELDS): a schema that large is refused by diff")
     if not records:
         raise InputError(f"{path}: no records")
     varying: set[str] = set()
     doc = _schema_head(path, "rollout_step" if "episode_id" in columns else None)
-    doc["properties"] = {k: _with_role(k, c.schema(k, varying)) for k, c in columns.items()}
+    try:
+        doc["properties"] = {k: _with_role(k, c.schema(k, varying)) for k, c in columns.items()}
+    except RecursionError:
+        raise InputError(f"{path}: objects nested too deeply to infer a schema") from None
     doc["required"] = [k for k, c in columns.items() if c.count == records]
     doc["additionalProperties"] = False
     if varying:

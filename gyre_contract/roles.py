@@ -142,6 +142,10 @@ BEHAVIOUR_LOGPROB_NAMES: frozenset[str] = frozenset(
      "action_log_prob", "behaviour_logprob", "behavior_logprob", "logprob", "logprobs",
      "log_probs", "b_logprobs", "old_log_prob"}
 )
+# Roles whose per-element values add up to the step's value: a generation's log-prob is the sum
+# of its tokens' log-probs (log π(a|s) = Σ_i log π(a_i|s, a_<i)); a step's reward is the sum of
+# per-token rewards. Never value, return, advantage or entropy: those do not add up.
+SUMMABLE_ROLES: frozenset[str] = frozenset({"logprob", "ref_logprob", "reward"})
 
 _PREFIXES = ("b_", "mb_", "old_", "batch_")
 # Word heuristics, tried in order; the first hit wins. ref/base before logprob on purpose.

@@ -1201,7 +1201,10 @@ def _validate_with_schema(
         except Unresolvable as err:
             raise SchemaError(f"schema $ref cannot be resolved inside the document: {err}"
                               ) from None
-        except RecursionError:  # jsonschema recurses per level of the record
+        except RecursionError:  # jsonschema recurses per level of the record and per $ref
+            if _depth(record) <= _SHALLOW:
+                raise SchemaError("schema: validation never ends: a $ref leads back to itself "
+                                  "without descending into the record ($ref cycle)") from None
             groups.add([Problem("", "a record the JSON Schema validator can walk",
                                 "nesting too deep to check", "nested too deeply", line=n)])
             continue
@@ -1212,6 +1215,23 @@ def _validate_with_schema(
     title = schema.get("title") or schema.get("$id") or "a JSON Schema"
     return FileReport(path="", checked_against=f"JSON Schema {title}", records=records,
                       steps=steps)
+
+
+_SHALLOW = 32
+"""A record at most this deep cannot exhaust the stack by itself: a RecursionError then means
+the schema loops (`{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}`)."""
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value (0 for a scalar), without recursion."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            todo += [(v, depth) for v in (node.values() if isinstance(node, dict) else node)]
+    return deepest
 
 
 def _schema_validator(schema: Mapping[str, Any]) -> Any:

@@ -1,7 +1,8 @@
 """The validation API: one step, one episode, one training batch. All problems, never the first.
 
-`validate_step` is meant for the sampler's hot loop: a valid record costs one pydantic
-validation; the work of explaining a bad one is only done when there is something to explain.
+`validate_step` is meant for the sampler's hot loop: a valid record costs one pass of a
+validator compiled for its model (`fastpath`); the work of explaining a bad one is only done
+when there is something to explain, by the model's own pydantic validation.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import ne
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,7 +35,12 @@ M = TypeVar("M", bound=GyreModel)
 
 
 def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = RolloutStep) -> M:
-    """Validate one step record; return the model instance or raise ContractError with all problems."""
+    """Validate one step record; return the model instance or raise ContractError with all problems.
+
+    Arrays may be given as nested lists or numpy arrays. The fast path for samplers: give each
+    tensor as a numpy array of exactly the declared dtype (it is kept as is, not copied) and
+    scalars as Python or numpy scalars.
+    """
     if record.__class__ is not dict:
         if type(record) is model:
             return record  # type: ignore[return-value]
@@ -237,9 +244,12 @@ class EpisodeTracker:
         """
         if _has_named_dims(self.model):
             return False
-        index: dict[str, int] = {}
-        code = np.fromiter((index.setdefault(e, len(index)) for e in episode_id), np.int64,
-                           len(episode_id))
+        n = len(episode_id)
+        changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
+        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+        index: dict[str, int] = {}  # episode id -> code, in order of first appearance
+        codes = [index.setdefault(episode_id[i], len(index)) for i in starts]
+        code = np.repeat(codes, np.diff([*starts, n]))
         order = np.argsort(code, kind="stable")
         code, step, version = code[order], step[order], policy_version[order]
         done = (terminated | truncated)[order]

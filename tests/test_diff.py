@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 from gyre_contract.diff import compare_dtype, diff
 from gyre_contract.errors import SchemaError
 from gyre_contract.fieldmap import FieldMap
+from gyre_contract.models import Modalities, RolloutStep, TrainBatch
+from gyre_contract.pinned import CartPoleBatch, LLMStep
 from gyre_contract.rollout import Episode
 from gyre_contract.schema import json_schema
+from gyre_contract.tensor import Tensor
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = "schemas/rollout_step.v1.json"
@@ -421,6 +424,133 @@ def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str) -> None:
     check_report(r)
 
 
+# -- per-token fields into a per-step trainer (LLM rollouts) -----------------------------------
+
+def test_llm_step_logprob_is_the_masked_sum_of_its_token_logprobs() -> None:
+    r = diff(LLMStep, TrainBatch)
+    e = r.entry("logprob")
+    assert (e.tier, e.sampler_fields) == ("needs_conversion", ("logprob",))
+    assert e.conversion.entry == {"op": "masked_sum", "from": ["logprob", "logprob_mask"],
+                                  "axis": 2}
+    assert e.conversion.ops == ("masked_sum",) and e.conversion.cast is None
+    assert e.reason == ("one logprob per step = the sum of logprob over its real elements "
+                        "(varying dim A; logprob_mask drops the padding): the whole sequence's "
+                        "log-prob")
+    summed = r.warnings[codes(r).index("summed_elements")]
+    assert summed.message == (
+        "logprob <- logprob: the trainer reads one logprob per step, so the map sums logprob "
+        "over A; the per-element values are not in the batch (a token-level loss needs them: "
+        "add a key such as token_logprob {\"from\": \"logprob\"} to the map)")
+    assert codes(r) == ["summed_elements", "optional_source"]
+    assert r.counts()["missing"] == 0 and r.exit_code() == 0
+    check_report(r)
+
+
+def test_llm_step_obs_is_the_whole_observation_object_never_a_float_cast() -> None:
+    r = diff(LLMStep, TrainBatch)
+    e = r.entry("obs")
+    assert (e.tier, e.sampler_fields) == ("needs_conversion", ("observation",))
+    assert e.conversion.entry == {"from": "observation"}
+    assert e.conversion.ops == ("rename", "pad") and e.conversion.cast is None
+    assert e.sampler_dtype == ("int64", "string")
+    assert e.reason == ("pad varying dim P to the batch maximum (the object gains "
+                        "token_ids_mask); the trainer's obs takes an object of modalities: all "
+                        "of observation (token_ids int64 [P], text string []), dtypes kept")
+    assert "int_to_float" not in codes(r)
+    unused = [f for u in r.tier("unused") for f in u.sampler_fields]
+    assert unused == ["entropy", "next_observation.token_ids", "next_observation.text",
+                      "return", "info"]
+    line = next(x for x in r.to_text().splitlines() if x.startswith("  obs "))
+    assert line.split()[1:6] == ["observation", "{token_ids,", "text}", "int64|string",
+                                 "(kept)"]
+
+
+def test_token_ids_cast_to_floats_warn() -> None:
+    r = diff(LLMStep, CartPoleBatch)  # obs float32 [B, T, 4]: no object of modalities
+    e = r.entry("obs")
+    assert e.sampler_fields == ("observation.token_ids",)
+    assert e.conversion.cast == "lossy" and e.conversion.entry["cast"] == "float32"
+    warning = r.warnings[codes(r).index("int_to_float")]
+    assert warning.message == (
+        "obs <- observation.token_ids: lossy cast int64 -> float32: integers beyond 2**24 do "
+        "not fit (the map refuses them), and integer codes such as token ids or categories "
+        "are labels, not quantities: embed them in the trainer rather than reading them as "
+        "floats")
+    r = diff(doc(reward=("int16", [])), doc(reward=("float32", [])))
+    assert r.entry("reward").conversion.cast == "lossless" and codes(r) == []
+
+
+def varying_doc(**fields) -> dict:
+    """A sampler schema whose dims A and K vary between steps."""
+    return {**doc(**fields), "x-gyre-varying-dims": ["A", "K"]}
+
+
+def test_two_varying_dims_sum_over_both_and_the_map_computes_it() -> None:
+    r = diff(varying_doc(logprob=("float32", ["A", "K"])),
+             doc(logprob=("float32", ["B", "T"])), batch_dims="B,T")
+    e = r.entry("logprob")
+    assert e.conversion.entry == {"op": "masked_sum", "from": ["logprob", "logprob_mask"],
+                                  "axis": 3, "then": [{"op": "sum", "axis": 2}]}
+    assert e.conversion.text == "masked_sum(logprob, logprob_mask, axis=3); then sum over axis 2"
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    real = np.zeros_like(x, bool)
+    real[:, :, :2, :3] = True
+    out = FieldMap.from_dict(r.field_map()).apply({"logprob": x, "logprob_mask": real})
+    np.testing.assert_array_equal(out["logprob"], x[:, :, :2, :3].sum(axis=(2, 3)))
+
+
+def test_summed_rewards_time_major_and_a_cast() -> None:
+    r = diff(varying_doc(reward=("float32", ["A"])), doc(rewards=("float64", ["T", "B"])),
+             batch_dims="T,B")
+    e = r.entry("rewards")
+    assert e.conversion.entry == {"op": "masked_sum", "from": ["reward", "reward_mask"],
+                                  "axis": 2, "cast": "float64",
+                                  "then": [{"op": "transpose", "axes": [1, 0]}]}
+    assert e.conversion.ops == ("masked_sum", "transpose", "cast")
+    assert e.reason.endswith("the step's total reward")
+    check_report(r)
+
+
+@pytest.mark.parametrize(("sampler", "why"), [
+    (doc(logprob=("float32", ["A"])), "logprob has the role logprob but per-step shape [A] "
+     "cannot become []; no known conversion"),  # A is not a varying dim
+    (varying_doc(logprob=("float32", [4])), "logprob has the role logprob but per-step shape "
+     "[4] cannot become []; no known conversion"),
+    (varying_doc(value=("float32", ["A"])), "value has the role value but per-step shape [A] "
+     "cannot become []; no known conversion"),  # values do not add up
+])
+def test_only_varying_dims_of_a_summable_role_are_summed(sampler: dict, why: str) -> None:
+    name = next(iter(sampler["properties"]))
+    r = diff(sampler, doc(**{name: ("float32", ["B", "T"])}), batch_dims="B,T")
+    assert (r.entry(name).tier, r.entry(name).reason) == ("missing", why)
+
+
+def test_an_object_of_fixed_modalities_is_renamed_and_builds_a_valid_batch() -> None:
+    class Camera(Modalities):
+        image: Tensor("uint8", [2, 2], role="observation")
+        state: Tensor("float32", [3], role="observation")
+
+    class CameraStep(RolloutStep):
+        observation: Camera
+
+    r = diff(CameraStep, TrainBatch)
+    e = r.entry("obs")
+    assert (e.tier, e.sampler_fields, e.conversion.entry) == (
+        "renamed", ("observation",), {"from": "observation"})
+    n = 3
+    episode = Episode("cam", {
+        "observation": {"image": np.ones((n, 2, 2), np.uint8),
+                        "state": np.zeros((n, 3), np.float32)},
+        "action": np.zeros(n, np.int64), "logprob": np.full(n, -0.5, np.float32),
+        "value": np.zeros(n, np.float32), "reward": np.ones(n, np.float32),
+        "step": np.arange(n), "episode_id": np.array(["cam"] * n),
+        "terminated": np.arange(n) == n - 1, "truncated": np.zeros(n, bool),
+        "policy_version": np.zeros(n, np.int64)}, None)
+    batch = FieldMap.from_dict(r.field_map()).to_train_batch([episode])
+    assert batch.obs["image"].dtype == np.uint8 and batch.obs["image"].shape == (1, n, 2, 2)
+    assert batch.obs["state"].shape == (1, n, 3)
+
+
 def test_rlds_truncated_is_is_last_and_not_is_terminal() -> None:
     r = diff(f"{PEERS}/rlds_steps.json", BATCH)
     e = r.entry("truncated")
@@ -449,6 +579,7 @@ GOLDEN_CASES = {
     "step_vs_torchrl": (STEP, f"{PEERS}/torchrl_ppo.json", "B,T"),
     "step_vs_cleanrl": (STEP, f"{PEERS}/cleanrl_ppo_storage.json", "T,N"),
     "step_vs_train_batch": (STEP, BATCH, None),
+    "llm_step_vs_train_batch": (LLMStep, TrainBatch, None),
 }
 
 

@@ -179,3 +179,51 @@ def test_block_decode_never_accepts_what_the_line_reader_refuses(cartpole_model,
 def test_the_usual_line_is_accepted(cartpole_model, tmp_path):
     assert bulk_plan(cartpole_model).decode([GOOD]) is not None
     assert normal_verdict(GOOD, cartpole_model, tmp_path)
+
+
+# -- episodes from a block -------------------------------------------------------------------
+
+def same_columns(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray):
+        return (isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+                and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f")))
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(
+            same_columns(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_block_episodes_equal_read_episodes(cartpole_record, cartpole_model, tmp_path):
+    from gyre_contract.fastfile import episode_rows
+    from gyre_contract.rollout import read_episodes
+
+    records = []
+    for eid, length, end in [("a", 3, "terminated"), ("b", 2, "truncated"), ("c", 2, "")]:
+        for t in range(length):
+            last = t == length - 1
+            record = dict(cartpole_record, episode_id=eid, step=t, observation=[t, 0.5, 1.0, 2.0],
+                          terminated=last and end == "terminated",
+                          truncated=last and end == "truncated")
+            if last and end == "truncated":
+                record["next_value"] = 0.25
+                record["next_observation"] = [1.0, 2.0, 3.0, 4.0]
+            if t == 1:
+                record["info"] = {"seed": 7, "name": "x"}
+            records.append(record)
+    records.insert(4, records.pop(5))  # c's first step between b's: interleaved
+    raw = lines_of(records)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(raw) + b"\n")
+    expected = list(read_episodes(path, cartpole_model))
+    plan = bulk_plan(cartpole_model)
+    block = plan.decode(raw)
+    assert block is not None
+    got = []
+    for eid, rows, _done in episode_rows(block):
+        numbers = range(block.n)[rows] if isinstance(rows, slice) else rows
+        got.append(plan.episode(eid, [(block, rows)], [i + 1 for i in numbers]))
+    assert [e.episode_id for e in got] == [e.episode_id for e in expected]
+    for a, b in zip(expected, got):
+        assert a.lines == b.lines and list(a.columns) == list(b.columns)
+        for key in a.columns:
+            assert same_columns(a.columns[key], b.columns[key]), key

@@ -51,6 +51,18 @@ def test_our_batch_schema_has_batch_dims() -> None:
     assert field_table(BATCH, batch_dims=("T", "B")).batch_dims == ("T", "B")
 
 
+def test_fields_that_accept_an_object_of_modalities_say_so() -> None:
+    assert [f.name for f in field_table(BATCH) if f.modalities] == ["obs"]
+    assert [f.name for f in field_table(STEP) if f.modalities] == [
+        "observation", "next_observation"]
+    doc = obj(obs={"anyOf": [{"type": "array", "items": {"type": "number"}},
+                             {"$ref": "#/$defs/views"}]},
+              act={"oneOf": [{"type": "integer"}, {"type": "number"}]})
+    doc["$defs"] = {"views": {"type": "object", "additionalProperties": {"type": "array"}}}
+    table = field_table(doc)
+    assert (table["obs"].modalities, table["act"].modalities) == (True, False)
+
+
 def test_foreign_nested_arrays_give_shape_and_json_types_give_dtype() -> None:
     doc = obj(
         obs={"type": "array", "minItems": 2, "maxItems": 2,

@@ -172,3 +172,69 @@ def test_rlds_truncated_is_is_last_and_not_is_terminal() -> None:
     np.testing.assert_array_equal(out["terminated"].nonzero(), ([0], [2]))
     np.testing.assert_array_equal(out["truncated"].nonzero(), ([1], [3]))
     np.testing.assert_array_equal(out["done"], out["terminated"] | out["truncated"])
+
+
+# -- an LLM rollout: token ids and per-token log-probs of varying length ---------------------
+
+# episode id -> (prompt lengths P, generation lengths A) of its steps; the last step ends it
+LLM_EPISODES = {"q0-s0": ([3, 6], [2, 4]), "q0-s1": ([3], [5]), "q1-s0": ([4, 7], [3, 1])}
+
+
+def llm_records() -> list[dict]:
+    """LLMStep records: prompt {token_ids [P], text}, generated token ids [A], their log-probs
+    [A] (all different, so a wrong sum shows), one reward per generation; q0-s1 is truncated."""
+    out = []
+    for k, (eid, (prompts, gens)) in enumerate(LLM_EPISODES.items()):
+        for t, (p, a) in enumerate(zip(prompts, gens)):
+            last = t == len(gens) - 1
+            out.append({
+                "observation": {"token_ids": list(range(1, p + 1)), "text": f"{eid} turn {t}"},
+                "action": list(range(10 + k, 10 + k + a)),
+                "logprob": [-0.25 * (i + 1) - 0.125 * k for i in range(a)],
+                "value": 0.5, "next_value": 0.25, "reward": float(last),
+                "step": t, "episode_id": eid, "terminated": last and eid != "q0-s1",
+                "truncated": last and eid == "q0-s1", "policy_version": 3})
+    return out
+
+
+def test_llm_steps_map_to_a_valid_train_batch(tmp_path: Path) -> None:
+    from gyre_contract.models import TrainBatch
+    from gyre_contract.pinned import LLMStep
+    from gyre_contract.validate import validate_batch
+
+    r = diff(LLMStep, TrainBatch)
+    assert r.counts()["missing"] == 0
+    path = tmp_path / "llm.jsonl"
+    write_steps(path, llm_records())
+    episodes = list(read_episodes(path, LLMStep))
+    assert "map_incomplete" not in [w.code for w in r.warnings]
+    fmap = FieldMap.from_dict(r.field_map())
+    assert set(fmap.fields) == set(r.trainer.names())  # every TrainBatch field, mask included
+    out = fmap.build(episodes)
+    batch = validate_batch(out, TrainBatch, current_version=3, max_staleness=0)
+    assert batch.logprob.shape == batch.mask.shape == (3, 2)
+    records = {(rec["episode_id"], rec["step"]): rec for rec in llm_records()}
+    for b, eid in enumerate(batch.episode_id):
+        for t in range(int(batch.mask[b].sum())):
+            rec = records[(str(eid), t)]
+            assert batch.logprob[b, t] == np.float32(sum(np.float32(x) for x in rec["logprob"]))
+            p = len(rec["observation"]["token_ids"])
+            assert batch.obs["token_ids"][b, t, :p].tolist() == rec["observation"]["token_ids"]
+            assert batch.obs["token_ids_mask"][b, t].sum() == p
+            assert batch.obs["text"][b, t] == rec["observation"]["text"]
+            assert batch.action[b, t, :len(rec["action"])].tolist() == rec["action"]
+    assert batch.obs["token_ids"].dtype == np.int64 and batch.obs["token_ids"].shape == (3, 2, 7)
+    assert batch.action.shape == (3, 2, 5)
+    assert not batch.logprob[~batch.mask].any()  # padding steps sum to 0, masked out
+
+
+def test_a_schema_inferred_from_llm_steps_gets_the_same_obs_and_logprob(tmp_path: Path) -> None:
+    from gyre_contract.fieldtable import infer_schema
+    from gyre_contract.models import TrainBatch
+
+    path = tmp_path / "llm.jsonl"
+    write_steps(path, llm_records())
+    fields = diff(infer_schema(path), TrainBatch).field_map()["fields"]
+    assert fields["obs"] == {"from": "observation"}
+    assert fields["logprob"] == {"op": "masked_sum", "from": ["logprob", "logprob_mask"],
+                                 "axis": 2}

@@ -90,7 +90,16 @@ def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
     text = str(exc)
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}"
+    if not (isinstance(exc, ContractError) and len(exc.problems) > 1):  # one problem per line
+        text = _printable(text)
     print(f"error: {text}", file=err)
+
+
+def _printable(text: str) -> str:
+    """Names from data may hold line breaks or lone surrogates: escape them, keep one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
