@@ -53,6 +53,9 @@ class RunRecord(BaseModel):
         return config_key(self.config)
 
 
+MAX_RUN_KEYS = 100
+"""A run-log line with more keys is one `too many keys` problem, not one per unknown key."""
+
 _EXPECTED = {
     "run_id": "a non-empty string",
     "config": "a string or an object",
@@ -210,6 +213,10 @@ def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
         return None, [Problem("", "a JSON object", f"invalid JSON ({e.msg})", "bad line")]
     if not isinstance(value, dict):
         return None, [Problem("", "a JSON object", describe(value), "bad line")]
+    if len(value) > MAX_RUN_KEYS:  # one problem, not one per unknown key (bounded memory)
+        return None, [Problem("", f"at most {MAX_RUN_KEYS} keys (a RunRecord has "
+                                  f"{len(RunRecord.model_fields)} fields)",
+                              f"{len(value)} keys", "too many keys")]
     try:
         return RunRecord.model_validate(value), []
     except ValidationError as e:

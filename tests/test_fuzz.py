@@ -128,3 +128,44 @@ def test_the_small_map_itself_builds_a_batch() -> None:
         rollouts = _file(folder, "r.jsonl", GOOD_LINE + b"\n")
         assert cli("batch", rollouts, "--map", path)[0] == 0
         assert cli("diff", _file(folder, "s.json", _SCHEMA), STEP_SCHEMA)[0] in (0, 1)
+
+
+# -- the library entry points behind the commands ------------------------------------------------
+
+_KEYS = st.sampled_from(["observation", "action", "logprob", "value", "next_value", "reward",
+                         "return", "step", "episode_id", "terminated", "truncated",
+                         "policy_version", "info", "token_ids", "text", "op", "from", "cast",
+                         "then", "gamma", "lam", "axis", "shape", "truncation", "x", ""])
+_LEAVES = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats()
+           | st.text(max_size=5) | st.sampled_from(["reward", "mask", "gae", "any", "float32",
+                                                    "int64", "B", "T", "__import__"]))
+_VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(_KEYS, inner, max_size=5), max_leaves=25)
+
+
+@SETTINGS
+@given(changes=st.dictionaries(_KEYS, _VALUES, max_size=5), whole=_VALUES)
+def test_validate_step_raises_only_contract_errors(changes: dict, whole: object) -> None:
+    from gyre_contract.errors import ContractError
+    from gyre_contract.validate import validate_step
+
+    for candidate in ({**GOOD_RECORD, **changes}, whole):
+        try:
+            validate_step(candidate)  # type: ignore[arg-type]
+        except ContractError as err:
+            assert str(err)
+
+
+@SETTINGS
+@given(fields=st.dictionaries(st.text(max_size=4), st.dictionaries(_KEYS, _VALUES, max_size=6),
+                              max_size=4), whole=_VALUES)
+def test_field_map_from_any_json_raises_only_field_map_errors(fields: dict, whole: object
+                                                              ) -> None:
+    from gyre_contract.errors import FieldMapError
+    from gyre_contract.fieldmap import FieldMap
+
+    for candidate in ({"gyre_field_map": 1, "fields": fields}, whole):
+        try:
+            FieldMap.from_dict(candidate)
+        except FieldMapError as err:
+            assert str(err)
