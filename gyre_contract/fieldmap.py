@@ -42,7 +42,6 @@ import difflib
 import json
 import math
 import os
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +55,11 @@ from gyre_contract.dims import DTYPES, FLOAT_EXACT_INT, INT_DTYPES
 from gyre_contract.errors import (
     ContractError,
     FieldMapError,
-    InputError,
     MissingFieldError,
     Problem,
     describe,
 )
+from gyre_contract.jsonfile import JSONFileError, read_json_file
 
 FORMAT_VERSION = 1
 COMMON_KEYS = ("op", "from", "then", "cast", "comment")
@@ -484,28 +483,10 @@ class FieldMap:
         `MAX_MAP_BYTES`. Nothing in the file is imported, evaluated or opened."""
         path = Path(path)
         try:
-            if path.stat().st_size > MAX_MAP_BYTES:
-                raise FieldMapError(f"{path}: map file is {path.stat().st_size} bytes, more than "
-                                    f"the limit of {MAX_MAP_BYTES} (MAX_MAP_BYTES)")
-            raw = path.read_bytes()
-        except OSError as err:
-            raise InputError(f"cannot read field map {path}: {err}") from err
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise FieldMapError(f"{path}: not UTF-8 text (byte {err.start})") from None
-        try:
-            data = json.loads(text, object_pairs_hook=_no_duplicates,
-                              parse_constant=_no_constant)
-        except (json.JSONDecodeError, _JSONValueError) as err:
-            raise FieldMapError(f"{path}: not valid JSON: {err}") from err
-        except RecursionError:
-            raise FieldMapError(f"{path}: not valid JSON: nested too deeply") from None
-        except ValueError:  # an integer literal longer than Python's int_max_str_digits
-            raise FieldMapError(f"{path}: not valid JSON: integer literal with more than "
-                                f"{sys.get_int_max_str_digits()} digits") from None
-        if "\\u" in text:  # only a JSON escape can make a lone surrogate
-            _no_lone_surrogates(data, path)
+            data = read_json_file(path, what="field map", max_bytes=MAX_MAP_BYTES,
+                                  limit_name="MAX_MAP_BYTES")
+        except JSONFileError as err:
+            raise FieldMapError(f"{path}: {err}") from None
         return cls.from_dict(data, source=str(path))
 
     @classmethod
@@ -800,37 +781,3 @@ def _json_type(value: Any) -> str:
     return "an object" if isinstance(value, Mapping) else type(value).__name__
 
 
-class _JSONValueError(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _JSONValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise _JSONValueError(f"{name} is not JSON")
-
-
-def _no_lone_surrogates(data: Any, path: Path) -> None:
-    """A JSON escape such as `\\ud800` alone is not text: refuse it before it reaches output."""
-    stack = [data]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            stack += node
-            stack += node.values()
-        elif isinstance(node, list):
-            stack += node
-        elif isinstance(node, str):
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError as err:
-                bad = node[err.start:err.end].encode("utf-8", "backslashreplace").decode()
-                raise FieldMapError(f"{path}: not valid JSON: lone surrogate {bad} in a string "
-                                    f"(not valid Unicode)") from None

@@ -15,10 +15,7 @@ UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogates (`\\ud800`).
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from gyre_contract.errors import InputError, SchemaError, describe
+from gyre_contract.jsonfile import JSONFileError, read_json_file
 from gyre_contract.roles import ROLES, resolve_role
 
 MAX_SCHEMA_BYTES = 8 * 1024 * 1024
@@ -33,7 +31,6 @@ MAX_FIELDS = 5000
 MAX_DEPTH = 64
 MAX_RANK = 32
 MAX_NODES = 200_000
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 UNKNOWN_DIM = "?"
 VARIADIC_DIM = "*?"  # zero or more dims of unknown size (a recursive, any-depth array)
@@ -157,71 +154,10 @@ def load_schema(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_json(path: Path) -> Any:
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if size > MAX_SCHEMA_BYTES:
-        raise SchemaError(f"{path}: schema file is {size} bytes, more than the limit of "
-                          f"{MAX_SCHEMA_BYTES} (MAX_SCHEMA_BYTES)")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SchemaError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not JSON: {exc.msg} at line {exc.lineno} column "
-                          f"{exc.colno}") from exc
-    except RecursionError as exc:
-        raise SchemaError(f"{path}: JSON nested too deeply") from exc
-    except _NotJSON as exc:
-        raise SchemaError(f"{path}: not JSON: {exc}") from exc
-    except ValueError as exc:  # an integer literal longer than Python's int_max_str_digits
-        raise SchemaError(f"{path}: integer literal with more than "
-                          f"{sys.get_int_max_str_digits()} digits") from exc
-    if _SURROGATE_ESCAPE.search(text):
-        _check_unicode(doc, str(path))
-    return doc
-
-
-class _NotJSON(ValueError):
-    """What `json` accepts but a JSON document may not hold: NaN, Infinity, duplicate keys."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise _NotJSON(f"{name} is not a JSON number")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    doc: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in doc:
-            raise _NotJSON(f"duplicate key {json.dumps(key)} (JSON readers keep only one)")
-        doc[key] = value
-    return doc
-
-
-def _check_unicode(doc: Any, where: str) -> None:
-    """Refuse a lone surrogate (JSON escape `\\ud800`): it is not text and cannot be printed."""
-    stack = [doc]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            stack += node
-            stack += node.values()
-        elif isinstance(node, list):
-            stack += node
-        elif isinstance(node, str):
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                bad = node[exc.start:exc.end].encode("utf-8", "backslashreplace").decode()
-                raise SchemaError(f"{where}: lone surrogate {bad} in a string: not valid "
-                                  f"Unicode") from None
+        return read_json_file(path, what="schema", max_bytes=MAX_SCHEMA_BYTES,
+                              limit_name="MAX_SCHEMA_BYTES")
+    except JSONFileError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
 
 
 def _check_refs(doc: dict[str, Any], where: str) -> None:

@@ -10,17 +10,13 @@ non-finite loss), 2 unusable input or usage.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
-import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.cli.common import emit
+from gyre_contract.cli.common import emit, import_named
 from gyre_contract.errors import InputError
 from gyre_contract.fieldmap import FieldMap
 from gyre_contract.stages import half_way
@@ -110,42 +106,7 @@ def flatten(batch: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]
 
 def load_function(spec: str, option: str) -> Callable[..., Any]:
     """Import `module:function` or `file.py:function` that the user named, and nothing else."""
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"{option} must be MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
-    module = _import_file(module_name, option) if module_name.endswith(".py") else \
-        _import_module(module_name, option)
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise InputError(f"{option}: {module_name!r} has no {attr!r}")
+    fn = import_named(spec, option, "FUNCTION")
     if not callable(fn):
-        raise InputError(f"{option}: {module_name}:{attr} is not callable")
+        raise InputError(f"{option}: {spec} is not callable")
     return fn
-
-
-def _import_module(name: str, option: str) -> Any:
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise InputError(f"{option}: cannot import {name!r}: {exc}") from None
-    finally:
-        if added:
-            sys.path.remove(cwd)
-
-
-def _import_file(path: str, option: str) -> Any:
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"{option}: no such file: {path}")
-    name = f"_gyre_user_loss_{abs(hash(str(file.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise InputError(f"{option}: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module

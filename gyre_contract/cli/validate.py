@@ -7,16 +7,11 @@ problem with its line number, grouped. Exit 0 holds, 1 violated, 2 unusable inpu
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import os
-import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from pydantic import BaseModel
 
-from gyre_contract.cli.common import emit
+from gyre_contract.cli.common import emit, import_named
 from gyre_contract.errors import InputError, SchemaError
 from gyre_contract.fieldtable import load_schema
 from gyre_contract.models import RolloutStep, RolloutStepV1
@@ -70,43 +65,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def load_model(spec: str) -> type[BaseModel]:
     """Import the step model the user named: `module:Class` or `file.py:Class`, nothing else."""
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"--model must be MODULE:CLASS or FILE.py:CLASS, got {spec!r}")
-    module = _import_file(module_name) if module_name.endswith(".py") else _import(module_name)
-    try:
-        model = getattr(module, attr)
-    except AttributeError:
-        raise InputError(f"--model: {module_name!r} has no {attr!r}") from None
+    model = import_named(spec, "--model", "CLASS")
     if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):
         raise SchemaError(f"--model: {spec} is not a step model (a subclass of RolloutStep), "
                           f"got {model!r}")
     return model
-
-
-def _import(name: str) -> Any:
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise InputError(f"--model: cannot import {name!r}: {exc}") from None
-    finally:
-        if added:
-            sys.path.remove(cwd)
-
-
-def _import_file(path: str) -> Any:
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"--model: no such file: {path}")
-    name = f"_gyre_user_model_{abs(hash(str(file.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise InputError(f"--model: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
