@@ -164,13 +164,18 @@ def check(ratio: float, target: str) -> bool | None:
 
 
 def interleaved(ours: Callable[[], Any], base: Callable[[], Any], number: int,
-                rounds: int) -> tuple[float, float, float]:
-    """(ours s/call, base s/call, median ratio) over `rounds` interleaved rounds."""
+                rounds: int, base_number: int | None = None) -> tuple[float, float, float]:
+    """(ours s/call, base s/call, median ratio) over `rounds` interleaved rounds.
+
+    `base_number` calls of a much slower baseline per round (default `number`), so that each
+    side runs for a comparable time.
+    """
+    base_number = base_number or number
     ours(), base()
     t_ours, t_base, ratios = [], [], []
     for _ in range(rounds):
         a = timeit.timeit(ours, number=number) / number
-        b = timeit.timeit(base, number=number) / number
+        b = timeit.timeit(base, number=base_number) / base_number
         t_ours.append(a)
         t_base.append(b)
         ratios.append(a / b)
@@ -179,9 +184,10 @@ def interleaved(ours: Callable[[], Any], base: Callable[[], Any], number: int,
 
 
 def figure(name: str, ours: Callable[[], Any], base: Callable[[], Any], base_name: str,
-           target: str, number: int, rounds: int, *, inverse: bool = False) -> Figure:
-    a, b, ratio = interleaved(ours, base, number, rounds)
-    if inverse:  # "baseline is N times slower than ours"
+           target: str, number: int, rounds: int, *, inverse: bool = False,
+           base_number: int | None = None) -> Figure:
+    a, b, ratio = interleaved(ours, base, number, rounds, base_number)
+    if inverse:  # "the baseline takes N times as long as ours": its time comes first
         a, b, ratio = b, a, 1 / ratio
     return Figure(name, a, b, base_name, ratio, target, check(ratio, target))
 
@@ -207,12 +213,12 @@ def bench_validate_step(quick: bool) -> list[Figure]:
                               lambda r=record, m=model: validate_step(r, m),
                               lambda r=record, p=plain: p.model_validate(r),
                               "plain", "<= 1.5", number, rounds))
-        js_number = max(number // (50 if label == "CartPole" else 200), 5)
+        js_number = max(number // (30 if label == "CartPole" else 100), 5)
         figures.append(figure(f"jsonschema / validate_step {label}",
                               lambda r=record, m=model: validate_step(r, m),
                               lambda r=record, s=schema: s.is_valid(r),
-                              "jsonschema", ">= 25" if label == "CartPole" else "",
-                              js_number, rounds, inverse=True))
+                              "validate_step", ">= 25" if label == "CartPole" else "",
+                              number, rounds, inverse=True, base_number=js_number))
     numpy_record, record = as_numpy(llm_record()), llm_record()
     validate_step(numpy_record, LLMStep)
     figures.append(figure("validate_step LLM numpy arrays / plain (lists)",
@@ -306,18 +312,22 @@ def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
 
 
 PEAK_SCRIPT = """
-import resource, sys
+import sys
 sys.path.insert(0, {examples!r})
 from models import CartPoleStep
 from gyre_contract.rollout import validate_file
 report = validate_file({path!r}, CartPoleStep, require_complete=True)
 assert report.holds, report.to_text()[:2000]
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+with open("/proc/self/status") as f:
+    print(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
 """
 
 
 def peak_rss(path: Path) -> float:
-    """Peak resident memory (MB) of a fresh process that validates `path`."""
+    """Peak resident memory (MB) of a fresh process that validates `path`.
+
+    VmHWM, not ru_maxrss: Linux carries ru_maxrss over `exec` from the forked parent's copy.
+    """
     code = PEAK_SCRIPT.format(examples=str(ROOT / "examples"), path=str(path))
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=ROOT, env=_env())
@@ -452,12 +462,23 @@ def machine() -> list[str]:
             f"python {platform.python_version()}; {versions}"]
 
 
+def markdown(figures: list[Figure]) -> str:
+    """The figures as a Markdown table (what benchmarks/README.md keeps)."""
+    rows = ["| figure | ratio | target | verdict | ours | baseline |", "|---|---:|---|---|---:|---|"]
+    for f in figures:
+        verdict = {True: "PASS", False: "FAIL", None: "info"}[f.ok]
+        rows.append(f"| {f.name.strip()} | {f.ratio:.2f}x | {f.target or '-'} | {verdict} | "
+                    f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections out of {','.join(SECTIONS)}")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the figures as a table")
     args = parser.parse_args(argv)
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(SECTIONS))
@@ -489,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([f.__dict__ for f in figures], indent=2) + "\n",
                                    encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(figures), encoding="utf-8")
     return 1 if failed else 0
 
 

@@ -193,7 +193,30 @@ def _as_array(value: Any) -> np.ndarray:
         raise CastError("ragged or mixed nested list", describe(value)) from None
     if arr.dtype.kind == "O":
         raise CastError(_object_reason(value), describe(value))
+    if arr.dtype.kind == "f" and isinstance(value, (list, tuple)) and _only_ints(value):
+        # numpy reads ints past int64 beside small ones as float64, silently rounding them
+        try:
+            return np.asarray(value, dtype=np.uint64)
+        except OverflowError:
+            raise CastError("integer out of range", describe(value)) from None
     return arr
+
+
+def _only_ints(value: list[Any] | tuple[Any, ...]) -> bool:
+    """Every leaf of a nested list is an int (not a bool); the first leaf decides cheaply."""
+    probe: Any = value
+    while isinstance(probe, (list, tuple)) and probe:
+        probe = probe[0]
+    if not isinstance(probe, int) or isinstance(probe, bool):
+        return False
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif not isinstance(item, int) or isinstance(item, bool):
+            return False
+    return True
 
 
 def _object_reason(value: Any) -> str:

@@ -31,6 +31,7 @@ from gyre_contract.dims import FLOAT_DTYPES, FLOAT_EXACT_INT, FLOAT_MAX, INT_RAN
 from gyre_contract.models import JsonScalars, RolloutStepV1, field_specs
 from gyre_contract.tensor import TensorSpec
 
+_COLON = ord(":")
 _MAX_INFO_KEYS = 1000
 """Far below the reader's per-record key limit, whatever the model's own fields."""
 _FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
@@ -122,7 +123,8 @@ class BulkPlan:
             keys += sum(sizes)
         # Every ':' of a line follows a key or sits in a string, and every key written is
         # followed by one: as many ':' as distinct keys means no key is written twice.
-        if b"\n".join(lines).count(b":") != keys:
+        colons = np.count_nonzero(np.frombuffer(b"\n".join(lines), np.uint8) == _COLON)
+        if colons != keys:
             return None
         if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
             return None
@@ -150,6 +152,8 @@ class BulkPlan:
         """
         from gyre_contract.rollout import Episode
 
+        if len(parts) == 1:  # the usual case: the whole episode inside one block
+            return Episode(episode_id, self._one_block_columns(*parts[0]), lines)
         columns: dict[str, Any] = {}
         for wire, _, _, _ in self.fields:
             column = self._array_column(wire, parts)
@@ -158,6 +162,27 @@ class BulkPlan:
             if column is not None:
                 columns[wire] = column
         return Episode(episode_id, columns, lines)
+
+    def _one_block_columns(self, block: Block, rows: Any) -> dict[str, Any]:
+        """`episode`'s columns when all its rows are in `block` (same result, fewer steps)."""
+        arrays = self._arrays(block)
+        n, counts = block.n, block.key_counts
+        columns: dict[str, Any] = {}
+        for wire, _, _, _ in self.fields:
+            array = arrays.get(wire, _ABSENT)
+            if array is _ABSENT:
+                continue  # no line of the block carries it
+            if array is None:
+                column = self._list_column(wire, [(block, rows)])
+            else:
+                column = array[rows]
+                if rows.__class__ is slice:
+                    column = column.copy()
+                if counts[wire] < n and np.isnan(column.reshape(len(column), -1)[:, 0]).all():
+                    column = None  # a float NaN marks a step without the field: none has it
+            if column is not None:
+                columns[wire] = column
+        return columns
 
     def _array_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
         """The column from block arrays; None when no step has the field; _AS_LIST otherwise."""
@@ -231,6 +256,7 @@ class BulkPlan:
         return values
 
 
+_ABSENT = object()
 _AS_LIST = object()
 """`_array_column`'s answer when the column must be built from the values themselves."""
 

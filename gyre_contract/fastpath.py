@@ -50,19 +50,20 @@ class _GiveUp(Exception):
     """Raised inside a fast validation: let the normal path decide and explain."""
 
 
-_PLANS: dict[type, SchemaValidator | None] = {}
+PLANS: dict[type, SchemaValidator | None] = {}
+"""Model -> its compiled fast validator (None: it has none). Filled by `fast_plan`."""
 FAST_FAILURES = (ValidationError, _GiveUp)
 
 
 def fast_plan(model: type[BaseModel]) -> SchemaValidator | None:
-    """The compiled fast validator of `model` (cached), or None when it has none.
+    """The compiled fast validator of `model` (cached in PLANS), or None when it has none.
 
     Its `validate_python(record)` returns the instance or raises `FAST_FAILURES`: the record is
     invalid or unusual, and the normal path must decide and explain.
     """
-    plan = _PLANS.get(model, False)
+    plan = PLANS.get(model, False)
     if plan is False:
-        plan = _PLANS[model] = _compile(model)
+        plan = PLANS[model] = _compile(model)
     return plan  # type: ignore[return-value]
 
 

@@ -43,6 +43,7 @@ class GyreModel(BaseModel):
         serialize_by_alias=True,
         frozen=False,
         revalidate_instances="never",
+        defer_build=True,  # core schemas are built on first use: `import gyre_contract` stays light
     )
 
     gyre_kind: ClassVar[str] = ""

@@ -20,7 +20,7 @@ import difflib
 import itertools
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -74,9 +74,9 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
 
     step = _validated_sample(sample, model)
     fields, problems = [], []
-    for wire, attr, required, annotation in _fields(model):
+    for wire, attr, required in _fields(model):
         value = getattr(step, attr) if step is not None else None
-        spec = _spec_of(model, wire, annotation)
+        spec = _spec_of(model, wire)
         if value is None and not required and isinstance(spec, TensorSpec):
             spec = _without_variadic(spec)
         if value is None and isinstance(spec, AnyObservation) and step is not None:
@@ -86,7 +86,7 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
         except SchemaError as err:
             problems.append(f"{wire}: {err}")
             continue
-        meta = _field_metadata(_spec_of(model, wire, annotation), model.model_fields[attr])
+        meta = _field_metadata(_spec_of(model, wire), model.model_fields[attr])
         fields.append(pa.field(wire, arrow_type, nullable=not required, metadata=meta))
     if problems:
         raise SchemaError(f"no Arrow schema for {model.__name__}: " + "; ".join(problems))
@@ -107,13 +107,15 @@ def _validated_sample(sample: Any, model: type[BaseModel]) -> Any:
     return validate_step(sample, model)
 
 
-def _fields(model: type[BaseModel]) -> list[tuple[str, str, bool, Any]]:
-    """(wire name, attribute, required, annotation) of every field, in declaration order."""
-    return [(info.alias or name, name, info.is_required(), info.annotation)
+def _fields(model: type[BaseModel]) -> list[tuple[str, str, bool]]:
+    """(wire name, attribute, required) of every field, in declaration order."""
+    return [(info.alias or name, name, info.is_required())
             for name, info in model.model_fields.items()]
 
 
-def _spec_of(model: type[BaseModel], wire: str, annotation: Any) -> Any:
+def _spec_of(model: type[BaseModel], wire: str) -> Any:
+    """What a field holds: a TensorSpec, AnyObservation, Modalities class, JsonScalars (`info`)
+    or, for a plain field, its annotation (`str`)."""
     spec = field_specs(model).get(wire)
     if spec is not None:
         return spec
@@ -121,7 +123,7 @@ def _spec_of(model: type[BaseModel], wire: str, annotation: Any) -> Any:
     for item in info.metadata:
         if isinstance(item, JsonScalars):
             return item
-    return annotation
+    return info.annotation
 
 
 def _attr(model: type[BaseModel], wire: str) -> str:
@@ -145,10 +147,10 @@ def _arrow_type(spec: Any, value: Any) -> Any:
         return _tensor_type(spec.spec, value)
     if isinstance(spec, type) and issubclass(spec, Modalities):
         return pa.struct([
-            pa.field(wire, _arrow_type(_spec_of(spec, wire, ann),
+            pa.field(wire, _arrow_type(_spec_of(spec, wire),
                                        getattr(value, attr) if value is not None else None),
                      nullable=not required)
-            for wire, attr, required, ann in _fields(spec)])
+            for wire, attr, required in _fields(spec)])
     if isinstance(spec, JsonScalars):
         return pa.string()
     if spec in _PLAIN:
@@ -268,10 +270,10 @@ def _struct_problems(model: type[BaseModel], columns: Mapping[str, Any], prefix:
                      ) -> list[Problem]:
     problems = []
     known = []
-    for wire, _, required, annotation in _fields(model):
+    for wire, _, required in _fields(model):
         known.append(wire)
         path = f"{prefix}{wire}"
-        spec = _spec_of(model, wire, annotation)
+        spec = _spec_of(model, wire)
         column = columns.get(wire)
         if column is None:
             if required:
@@ -421,6 +423,7 @@ def write_parquet(
     model: type[BaseModel] | None = None,
     *,
     rows_per_group: int = ROWS_PER_BATCH,
+    fsync: bool = False,
 ) -> int:
     """Write step records as one Parquet file laid out by `to_arrow_schema`; return the count.
 
@@ -429,7 +432,8 @@ def write_parquet(
     else `RolloutStep`; the first record settles what an unpinned model leaves open. A key the
     model does not have, a `None` value or a value the column type cannot hold is refused with
     ContractError (`steps[i].field`) before the batch holding it is written. The file is
-    written to `path + ".tmp"` and renamed, so a reader never sees half a file.
+    written to `path + ".tmp"` and renamed, so a reader never sees half a file; with
+    `fsync=True` it is on disk before the rename.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -464,6 +468,8 @@ def write_parquet(
             writer = _writer(pq, tmp, schema)
         writer.close()
         writer = None
+        if fsync:
+            _fsync(tmp)
         os.replace(tmp, name)
     finally:
         if writer is not None:
@@ -471,6 +477,14 @@ def write_parquet(
         if os.path.exists(tmp):
             os.remove(tmp)
     return count
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _writer(pq: Any, path: str, schema: Any) -> Any:
@@ -630,11 +644,11 @@ def records_from_arrow(batch: Any, model: type[BaseModel] = RolloutStep) -> list
     """
     names = batch.schema.names
     n = batch.num_rows
-    required = {w for w, _, req, _ in _fields(model) if req}
+    required = {w for w, _, req in _fields(model) if req}
     columns = []
     for name in names:
-        spec = _spec_of(model, name, None) if name in _wire_names(model) else None
-        columns.append(_values(batch.column(name), spec, model))
+        spec = _spec_of(model, name) if name in _wire_names(model) else None
+        columns.append(_values(batch.column(name), spec))
     records = []
     for i in range(n):
         record = {}
@@ -654,7 +668,7 @@ def _wire_names(model: type[BaseModel]) -> set[str]:
     return cached
 
 
-def _values(array: Any, spec: Any, model: type[BaseModel] | None) -> list[Any]:
+def _values(array: Any, spec: Any) -> list[Any]:
     """One column as a list of per-row Python values / numpy arrays (None for a null)."""
     import pyarrow as pa
 
@@ -672,7 +686,7 @@ def _values(array: Any, spec: Any, model: type[BaseModel] | None) -> list[Any]:
         return _fixed_values(array, sizes)
     if len(sizes) == 1:
         return _list_values(array)
-    return _ragged_values(array)
+    return array.to_pylist()  # several variable dims: nested lists, cast by validation
 
 
 def _json_value(text: Any) -> Any:
@@ -686,14 +700,14 @@ def _json_value(text: Any) -> Any:
 
 def _struct_values(array: Any, spec: Any) -> list[Any]:
     sub_model = spec if isinstance(spec, type) and issubclass(spec, Modalities) else None
-    required = {w for w, _, req, _ in _fields(sub_model) if req} if sub_model else set()
+    required = {w for w, _, req in _fields(sub_model) if req} if sub_model else set()
     names = [f.name for f in array.type]
     children = []
     for i, name in enumerate(names):
         sub = None
         if sub_model is not None and name in _wire_names(sub_model):
-            sub = _spec_of(sub_model, name, None)
-        children.append(_values(array.field(i), sub, None))
+            sub = _spec_of(sub_model, name)
+        children.append(_values(array.field(i), sub))
     valid = array.is_valid().to_pylist() if array.null_count else None
     out = []
     for row in range(len(array)):
@@ -746,10 +760,6 @@ def _list_values(array: Any) -> list[Any]:
     if valid is not None:
         return [p if ok else None for p, ok in zip(parts, valid)]
     return parts
-
-
-def _ragged_values(array: Any) -> list[Any]:
-    return array.to_pylist()
 
 
 # -- validated steps and whole-file reports ----------------------------------------------------
@@ -809,19 +819,20 @@ def validate_parquet(
     A disagreeing Arrow schema gives one problem per column and no row is read (`records` 0,
     episode rules not checked). Raises InputError only when the file cannot be read.
     """
-    return parquet_report(path, iter(()), model, require_complete=require_complete,
+    return parquet_report(path, model, require_complete=require_complete,
                           max_examples_per_group=max_examples_per_group)
 
 
 def parquet_report(
     path: str | os.PathLike[str],
-    ids: Any,
     model: type[BaseModel],
     *,
     require_complete: bool,
     max_examples_per_group: int,
+    wrap: Callable[[Iterator[Any]], Iterator[Any]] | None = None,
 ) -> Any:
-    """`validate_parquet`, passing each row through `ids` (a generator wrapper, or nothing)."""
+    """`validate_parquet`, with the `(row, record)` items passed through `wrap` when given
+    (how the shard check notes each episode id on its way)."""
     handle = open_parquet(path)
     builder = ReportBuilder(model, max_examples_per_group)
     problems = arrow_schema_problems(handle.schema_arrow, model)
@@ -829,7 +840,7 @@ def parquet_report(
         report = builder.unread(problems)
     else:
         items = iter_parquet_records(path, model)
-        report = builder.run(ids(items) if callable(ids) else items, require_complete)
+        report = builder.run(wrap(items) if wrap is not None else items, require_complete)
     return builder.finish(report, path=path, lines=handle.metadata.num_rows,
                           require_complete=require_complete)
 
@@ -876,18 +887,3 @@ class ReportBuilder:
         report.problem_count = self.groups.count
         report.ungrouped = self.groups.ungrouped
         return report
-
-
-def episode_ids(path: str | os.PathLike[str]) -> dict[str, int]:
-    """Each episode id in a Parquet file with the first row it appears on (for shard checks)."""
-    handle = open_parquet(path)
-    if "episode_id" not in handle.schema_arrow.names:
-        return {}
-    out: dict[str, int] = {}
-    row = 0
-    for batch in handle.iter_batches(columns=["episode_id"], batch_size=ROWS_PER_BATCH):
-        for value in batch.column(0).to_pylist():
-            row += 1
-            if isinstance(value, str) and value:
-                out.setdefault(value, row)
-    return out

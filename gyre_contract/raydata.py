@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gyre_contract.errors import ContractError, InputError, Problem
+from gyre_contract.errors import ContractError, GyreError, InputError, Problem
 from gyre_contract.models import RolloutStep
 from gyre_contract.validate import EpisodeTracker, validate_step
 
@@ -41,8 +41,17 @@ SHARD_PATTERNS = ("*.jsonl", "*.parquet", "*.pq")
 
 ENGINES = ("ray", "local")
 
+MAX_CROSS_SHOWN = 20
+"""Episodes found in two shards listed in the text report (the JSON report has them all)."""
+
 
 # -- which files are the shards ----------------------------------------------------------------
+
+def is_shard_source(source: str | os.PathLike[str]) -> bool:
+    """Whether a command-line source names several shards: a folder or a glob pattern."""
+    name = os.fspath(source)
+    return os.path.isdir(name) or glob.has_magic(name)
+
 
 def shard_paths(paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                 ) -> list[str]:
@@ -116,6 +125,18 @@ class ShardsReport:
                 "open_episodes": total("open_episodes"), "terminated": total("terminated"),
                 "truncated": total("truncated"), "policy_versions": versions}
 
+    def fields(self) -> list[Any]:
+        """The shards' field tables merged: counts summed, differing dtypes or shapes joined."""
+        from gyre_contract.rollout import FieldSummary
+
+        merged: dict[str, list[Any]] = {}
+        for shard in self.shards:
+            for f in shard.fields:
+                merged.setdefault(f.name, []).append(f)
+        return [FieldSummary(name, _union(f.dtype for f in fs), _union(f.shape for f in fs),
+                             fs[0].declared, sum(f.count for f in fs))
+                for name, fs in merged.items()]
+
     def problems(self) -> list[tuple[str, Problem]]:
         """(shard, problem) for every kept problem, shard by shard in line order."""
         out = [(s.path, p) for s in self.shards for p in s.problems()]
@@ -124,6 +145,7 @@ class ShardsReport:
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "checked_against": self.checked_against,
                 "holds": self.holds, "counts": self.counts(),
+                "fields": [f.to_dict() for f in self.fields()],
                 "problems": {"count": self.problem_count,
                              "cross_shard": [p.to_dict() for p in self.cross_shard]},
                 "shards": [s.to_dict() for s in self.shards]}
@@ -134,10 +156,11 @@ class ShardsReport:
                ""]
         width = max(len(s.path) for s in self.shards) if self.shards else 0
         for s in self.shards:
-            verdict = "holds" if s.holds else f"{s.problem_count} problems"
-            out.append(f"  {s.path.ljust(width)}  {s.lines:>8} lines  {s.steps:>8} steps  "
-                       f"{verdict}")
-        out += ["", "counts: " + _counts_text(counts), ""]
+            verdict = "holds" if s.holds else _plural(s.problem_count, "problem")
+            out.append(f"  {s.path.ljust(width)}  {s.lines:>8} {_unit(s.path):5}  "
+                       f"{s.steps:>8} steps  {verdict}")
+        units = "/".join(u for u in ("lines", "rows") if u in {_unit(s.path) for s in self.shards})
+        out += ["", *_table(self.fields()), "", "counts: " + _counts_text(counts, units), ""]
         if self.holds:
             out.append("holds: no problems")
             return "\n".join(out)
@@ -157,16 +180,45 @@ class ShardsReport:
                 out.append(f"    ... and {s.ungrouped} more problems of other kinds")
         if self.cross_shard:
             out.append(f"  across shards ({len(self.cross_shard)}):")
-            out += [f"    {p}" for p in self.cross_shard]
+            out += [f"    {p}" for p in self.cross_shard[:MAX_CROSS_SHOWN]]
+            if len(self.cross_shard) > MAX_CROSS_SHOWN:
+                out.append(f"    ... and {len(self.cross_shard) - MAX_CROSS_SHOWN} more "
+                           "(all of them in --format json)")
         return "\n".join(out)
 
 
-def _counts_text(counts: dict[str, Any]) -> str:
-    parts = [f"{counts['lines']} lines/rows", f"{counts['steps']} valid steps"]
+def _union(values: Iterable[str]) -> str:
+    seen: dict[str, None] = {}
+    for value in values:
+        seen.update(dict.fromkeys(value.split(" | ")))
+    return " | ".join(seen)
+
+
+def _table(fields: list[Any]) -> list[str]:
+    rows = [("field", "dtype", "shape", "declared", "records")]
+    rows += [(f.name, f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4].rjust(7)
+            for r in rows]
+
+
+def _unit(path: str) -> str:
+    """What a shard's `line` numbers count: rows of a Parquet file, else lines."""
+    from gyre_contract.parquet import is_parquet
+
+    return "rows" if is_parquet(path) else "lines"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _counts_text(counts: dict[str, Any], units: str) -> str:
+    parts = [f"{counts['lines']} {units}", _plural(counts["steps"], "valid step")]
     if counts["episodes"] is None:
         parts.append("episode rules not checked")
     else:
-        parts.append(f"{counts['episodes']} episodes ({counts['open_episodes']} open, "
+        parts.append(f"{_plural(counts['episodes'], 'episode')} ({counts['open_episodes']} open, "
                      f"{counts['terminated']} terminated, {counts['truncated']} truncated)")
     versions = counts["policy_versions"]
     if versions:
@@ -197,11 +249,13 @@ def check_shard(
     model: type[BaseModel] = RolloutStep,
     *,
     require_complete: bool = False,
+    allow_partial_tail: bool = False,
     max_examples_per_group: int = 3,
 ) -> ShardResult:
     """Stage 1 on one shard file (Parquet by extension, else JSON Lines), collecting its ids.
 
-    The report is what `validate_file` / `validate_parquet` give for the file.
+    The report is what `validate_file` / `validate_parquet` give for the file
+    (`allow_partial_tail` applies to JSON Lines: a shard still being written).
     """
     from gyre_contract import rollout
     from gyre_contract.parquet import ReportBuilder, is_parquet, parquet_report
@@ -210,10 +264,11 @@ def check_shard(
     options = {"require_complete": require_complete,
                "max_examples_per_group": max_examples_per_group}
     if is_parquet(path):
-        report = parquet_report(path, lambda items: _collect_ids(items, ids), model, **options)
+        report = parquet_report(path, model, wrap=lambda items: _collect_ids(items, ids),
+                                **options)
         return ShardResult(report, ids)
     builder = ReportBuilder(model, max_examples_per_group)
-    source = rollout._Lines(path, allow_partial_tail=False)
+    source = rollout._Lines(path, allow_partial_tail=allow_partial_tail)
     report = builder.run(_collect_ids(source, ids), require_complete)
     report = builder.finish(report, path=path, lines=source.lines,
                             require_complete=require_complete, tail_bytes=source.tail_bytes)
@@ -243,13 +298,16 @@ def validate_shards(
     engine: str = "ray",
     address: str | None = None,
     num_cpus: int | None = None,
+    workers: int | None = None,
     require_complete: bool = False,
+    allow_partial_tail: bool = False,
     max_examples_per_group: int = 3,
 ) -> ShardsReport:
     """Stage 1 on every shard, merged. `engine="ray"` runs one Ray Data task per shard.
 
     Ray: joins the cluster at `address` when given (or the Ray already initialised in this
-    process), else starts a local Ray with `num_cpus` (default: all cores) and stops it after.
+    process), else starts a local Ray with `num_cpus` (default: all cores) and stops it after;
+    `workers` caps how many shards are checked at once (default: as many as there are CPUs).
     The model class must be importable by the workers (a module on their PYTHONPATH; a local
     Ray started here gets this process's PYTHONPATH and the current directory).
     `engine="local"` checks the shards one after another in this process. Same report.
@@ -259,43 +317,74 @@ def validate_shards(
     paths = shard_paths(paths_or_glob)
     source = paths_or_glob if isinstance(paths_or_glob, (str, os.PathLike)) else ", ".join(
         map(os.fspath, paths_or_glob))
-    options = {"require_complete": require_complete,
+    options = {"require_complete": require_complete, "allow_partial_tail": allow_partial_tail,
                "max_examples_per_group": max_examples_per_group}
     if engine == "local":
         results = [check_shard(p, model, **options) for p in paths]
     else:
         with ray_session(address, num_cpus):
-            results = _ray_check_shards(paths, model, options)
+            results = _ray_check_shards(paths, model, options, workers)
     return merge(os.fspath(source), f"model {model.__name__}", results)
 
 
-def _ray_check_shards(paths: list[str], model: type[BaseModel], options: dict[str, Any]
-                      ) -> list[ShardResult]:
+def _ray_check_shards(paths: list[str], model: type[BaseModel], options: dict[str, Any],
+                      workers: int | None) -> list[ShardResult]:
     import ray.data
 
     ds = ray.data.from_items([{"index": i, "shard": p} for i, p in enumerate(paths)],
                              override_num_blocks=len(paths))
     out = ds.map_batches(_check_shard_batch, batch_size=1, batch_format="pyarrow",
-                         fn_kwargs={"model": model, "options": options})
-    rows = sorted(out.take_all(), key=lambda r: r["index"])
+                         fn_kwargs={"model": model, "options": options}, concurrency=workers)
+    _all_cpus_at_once(out)
+    with _shipped(model):
+        rows = sorted(out.take_all(), key=lambda r: r["index"])
     results = []
     for row in rows:
         kind, payload = pickle.loads(row["result"])
         if kind == "error":
-            raise payload  # InputError for an unreadable shard, as in the local engine
+            raise payload  # e.g. InputError for an unreadable shard, as in the local engine
         results.append(payload)
     return results
 
 
+@contextlib.contextmanager
+def _shipped(model: type[BaseModel]) -> Iterator[None]:
+    """Send the model class to the workers by value when its module is not importable by name
+    there (a model loaded from a file, `--model path/models.py:Class`); else by reference."""
+    import importlib.machinery
+    import sys
+
+    from ray import cloudpickle
+
+    module = sys.modules.get(model.__module__)
+    top = model.__module__.partition(".")[0]
+    by_value = module is not None and top != "__main__" and \
+        importlib.machinery.PathFinder.find_spec(top) is None and \
+        top not in sys.builtin_module_names
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _all_cpus_at_once(ds: Any) -> None:
+    """Ray Data holds back part of the CPUs for later operators by default, so on a small
+    cluster one shard runs alone at first; a single map over shards needs no such reserve."""
+    ds.context.op_resource_reservation_enabled = False
+
+
 def _check_shard_batch(batch: Any, *, model: type[BaseModel], options: dict[str, Any]) -> Any:
-    """Ray worker: stage 1 on each shard of the batch; an InputError travels back as data."""
+    """Ray worker: stage 1 on each shard of the batch; a GyreError travels back as data."""
     import pyarrow as pa
 
     out = []
     for shard in batch.column("shard").to_pylist():
         try:
             out.append(pickle.dumps(("ok", check_shard(shard, model, **options))))
-        except InputError as err:
+        except GyreError as err:
             out.append(pickle.dumps(("error", err)))
     return pa.table({"index": batch.column("index"), "result": pa.array(out, pa.binary())})
 
@@ -340,10 +429,10 @@ def _importable_cwd() -> Iterator[None]:
 
 
 def _quiet_ray_data() -> None:
-    """Ray Data logs progress at INFO on stderr; a report on stdout is all a user asked for."""
-    import ray.data
+    """Ray Data logs its progress at INFO on stderr when stderr is not a terminal; the report on
+    stdout is what was asked for. (On a terminal its progress bars still show.)"""
+    import ray.data  # noqa: F401  (importing it sets up its loggers; then they are quietened)
 
-    ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
@@ -381,15 +470,20 @@ def validate_dataset(
 
 def _checked_rows(ds: Any, model: type[BaseModel], shard_column: str,
                   row_column: str | None, batch_size: int) -> Iterator[tuple]:
-    """(shard, row or None, record keys, step or None, problems or None) in dataset order."""
+    """(shard, row or None, record keys, step or lost, problems or None) in dataset order.
+
+    A record that failed validation comes with `lost`: its episode id and step, if it has them.
+    """
     _require_columns(ds, [shard_column] + ([row_column] if row_column else []))
     checked = ds.map_batches(
         _validate_batch, batch_size=batch_size, batch_format="pyarrow", zero_copy_batch=True,
         fn_kwargs={"model": model, "shard_column": shard_column, "row_column": row_column})
     checked.context.execution_options.preserve_order = True
-    for batch in checked.iter_batches(batch_size=None, batch_format="pyarrow"):
-        for blob in batch.column("checked").to_pylist():
-            yield from pickle.loads(blob)
+    _all_cpus_at_once(checked)
+    with _shipped(model):
+        for batch in checked.iter_batches(batch_size=None, batch_format="pyarrow"):
+            for blob in batch.column("checked").to_pylist():
+                yield from pickle.loads(blob)
 
 
 def _require_columns(ds: Any, names: list[str]) -> None:
@@ -417,7 +511,8 @@ def _validate_batch(batch: Any, *, model: type[BaseModel], shard_column: str,
         try:
             out.append((shard, row, _keys(record, known), validate_step(record, model), None))
         except ContractError as err:
-            out.append((shard, row, _keys(record, known), None, err.problems))
+            lost = {k: record[k] for k in ("episode_id", "step") if k in record}
+            out.append((shard, row, _keys(record, known), lost, err.problems))
     return pa.table({"checked": pa.array([pickle.dumps(out)], pa.binary())})
 
 
@@ -443,12 +538,16 @@ class _ShardAcc:
 
     def add(self, row: int | None, keys: dict[str, Any], step: Any,
             problems: list[Problem] | None) -> int:
+        """One checked row: a valid step, or (problems given) the `lost` part of a bad record."""
+        from gyre_contract import rollout
+
         self.rows += 1
         row = self.rows if row is None else row
         self.records += 1
         self.stats.record(keys)
-        if step is None:
-            self.groups.add(p.at_line(row) for p in problems or ())
+        if problems is not None:
+            self.groups.add(p.at_line(row) for p in problems)
+            rollout._skip_lost_step(self.tracker, step, row)
             return row
         self.steps += 1
         self.stats.step(step)
@@ -512,8 +611,8 @@ def iter_train_batches(
                                                        batch_size):
         positions[shard] = positions.get(shard, 0) + 1
         row = positions[shard] if row is None else row
-        if step is None:
-            raise _in_shard(shard, [p.at_line(row) for p in problems or ()])
+        if problems is not None:
+            raise _in_shard(shard, [p.at_line(row) for p in problems])
         found = trackers.setdefault(shard, EpisodeTracker(model)).add(step, row)
         if found:
             raise _in_shard(shard, found)

@@ -35,6 +35,13 @@ from pydantic import BaseModel
 from gyre_contract.dims import FLOAT_DTYPES, dtype_name, format_shape, numpy_dtype
 from gyre_contract.errors import ContractError, InputError, Problem, SchemaError, describe
 from gyre_contract.models import AnyObservation, RolloutStep, field_specs
+from gyre_contract.parquet import (
+    is_parquet,
+    read_parquet_episodes,
+    read_parquet_steps,
+    validate_parquet,
+    write_parquet,
+)
 from gyre_contract.tensor import TensorSpec
 from gyre_contract.validate import EpisodeTracker, validate_step
 
@@ -85,6 +92,11 @@ def write_steps(
     `append=True` the file is opened in O_APPEND mode, so on a local Linux file system lines
     from several processes appending at once never interleave within a line.
     """
+    if is_parquet(path):
+        if append:
+            raise InputError(f"cannot append to a Parquet file: {os.fspath(path)}; write one "
+                             "file per shard")
+        return write_parquet(path, steps, fsync=fsync)
     count = 0
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     try:
@@ -526,6 +538,9 @@ def read_steps(
     hold a slice of a run); use `validate_file(..., require_complete=True)` to require them.
     A truncated last line raises unless `allow_partial_tail=True`, which skips it.
     """
+    if is_parquet(path):
+        yield from read_parquet_steps(path, model)
+        return
     tracker = EpisodeTracker(model)
     for item in _Lines(path, allow_partial_tail=allow_partial_tail):
         if item.__class__ is tuple:
@@ -593,6 +608,9 @@ def read_episodes(
     (left out with `include_open=False`). Checks and errors are those of `read_steps`. Memory
     holds the steps of the episodes still open.
     """
+    if is_parquet(path):
+        yield from read_parquet_episodes(path, model, include_open=include_open)
+        return
     open_steps: dict[str, list[tuple[int, BaseModel]]] = {}
     lines = _Lines(path, allow_partial_tail=allow_partial_tail)
     tracker = EpisodeTracker(model)
@@ -1105,6 +1123,12 @@ def validate_file(
     `require_complete`, an episode still open at the end is a problem. Raises InputError for a
     missing, unreadable or directory path.
     """
+    if is_parquet(path):
+        if schema is not None:
+            raise InputError("--schema checks JSON Lines records; check a Parquet file against "
+                             "a model (--model)")
+        return validate_parquet(path, model, require_complete=require_complete,
+                                max_examples_per_group=max_examples_per_group)
     lines = _Lines(path, allow_partial_tail=allow_partial_tail)
     groups = _Groups(max_examples_per_group)
     stats = _FieldStats(None if schema is not None else model)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from gyre_contract.dims import format_size, scalar_reason
 from gyre_contract.errors import ContractError, Problem, describe
-from gyre_contract.fastpath import FAST_FAILURES, fast_plan
+from gyre_contract.fastpath import FAST_FAILURES, PLANS, fast_plan
 from gyre_contract.models import (
     AnyObservation,
     GyreModel,
@@ -46,7 +46,7 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
             return record  # type: ignore[return-value]
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
-    plan = fast_plan(model)
+    plan = PLANS.get(model) or fast_plan(model)
     if plan is not None:
         try:
             return plan.validate_python(record)

@@ -55,7 +55,7 @@ def test_json_format() -> None:
 
 def test_unusable_input_exits_2_with_one_line(tmp_path: Path) -> None:
     for target, message in [(tmp_path / "nope.jsonl", "error: no such file: "),
-                            (tmp_path, "error: is a directory, not a rollout file: ")]:
+                            (tmp_path, "error: no .jsonl or .parquet shard in directory ")]:
         code, out, err = cli(str(target))
         assert (code, out) == (2, "")
         assert err.startswith(message) and err.count("\n") == 1

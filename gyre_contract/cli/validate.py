@@ -15,6 +15,7 @@ from gyre_contract.cli.common import emit, import_named
 from gyre_contract.errors import InputError, SchemaError
 from gyre_contract.fieldtable import load_schema
 from gyre_contract.models import RolloutStep, RolloutStepV1
+from gyre_contract.raydata import is_shard_source, validate_shards
 from gyre_contract.rollout import validate_file
 
 
@@ -26,7 +27,9 @@ def add_parser(sub: Any) -> None:
         "shapes, the counts (lines, steps, episodes, open episodes, terminated, truncated, "
         "policy versions) and every problem with its line number, grouped.",
         epilog="exit codes: 0 holds, 1 contract violated, 2 unusable input")
-    p.add_argument("rollouts", metavar="ROLLOUTS.jsonl", help="the rollout file to check")
+    p.add_argument("rollouts", metavar="ROLLOUTS.jsonl",
+                   help="the rollout file to check (.jsonl, or .parquet / .pq), or a "
+                   "folder or quoted glob of shard files ('shards/*.jsonl')")
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--model", metavar="MODULE:CLASS",
@@ -47,6 +50,13 @@ def add_parser(sub: Any) -> None:
                    "reporting it as a truncated line")
     p.add_argument("--max-examples", type=int, default=3, metavar="N",
                    help="problems shown per group of identical problems (default: 3)")
+    p.add_argument("--engine", choices=("local", "ray"),
+                   help="check a folder or glob of shards (JSON Lines and/or Parquet) and merge "
+                   "the reports: 'local' one shard after another in this process, 'ray' in "
+                   "parallel on Ray Data (extra 'ray'); a folder or glob alone means 'local'")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --engine ray: join this Ray cluster (e.g. 'auto') instead of "
+                   "starting a local Ray")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(run=run)
 
@@ -56,6 +66,18 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise InputError(f"--max-examples must be at least 1, got {args.max_examples}")
     schema = load_schema(args.schema) if args.schema else None
     model = load_model(args.model) if args.model else RolloutStep
+    if args.engine or args.address or is_shard_source(args.rollouts):
+        if schema is not None:
+            raise InputError("--schema cannot be used with shards; check them against a model "
+                             "(--model)")
+        if args.address and args.engine != "ray":
+            raise InputError("--address needs --engine ray")
+        report = validate_shards(
+            args.rollouts, model, engine=args.engine or "local", address=args.address,
+            require_complete=args.require_complete, allow_partial_tail=args.allow_partial_tail,
+            max_examples_per_group=args.max_examples)
+        emit(out, args.format, report.to_dict(), report.to_text().splitlines())
+        return report.exit_code()
     report = validate_file(
         args.rollouts, model, schema=schema, require_complete=args.require_complete,
         allow_partial_tail=args.allow_partial_tail, max_examples_per_group=args.max_examples)
