@@ -24,6 +24,8 @@ from gyre_contract.fieldtable import (
 )
 from gyre_contract.inspect import batch_schema, inspect_batch
 from gyre_contract.models import Modalities, RolloutStep, RolloutStepV1, TrainBatch, TrainBatchV1
+from gyre_contract.parquet import to_arrow_schema, validate_parquet
+from gyre_contract.raydata import ShardsReport, iter_train_batches, validate_dataset, validate_shards
 from gyre_contract.recorder import Recorder, episodes_from_records
 from gyre_contract.rollout import (
     Episode,
@@ -59,5 +61,8 @@ __all__ = [
     # full loop (stage 3) and the run log
     "Recorder", "episodes_from_records", "full_loop", "LoopReport", "CycleReport",
     "RunLog", "RunRecord", "RunTimer", "summarize", "plot_runs",
+    # scale out: Parquet files and shards on Ray Data (extras `parquet`, `ray`)
+    "to_arrow_schema", "validate_parquet", "validate_shards", "validate_dataset",
+    "iter_train_batches", "ShardsReport",
     "__version__",
 ]
