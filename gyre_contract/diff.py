@@ -1076,6 +1076,20 @@ class _Engine:
         if t.required and not s.required:
             self.optional.append((t.name, s.name))
 
+    def _warn_unknown_batch_dims(self, entries: list[Entry]) -> None:
+        """A foreign trainer schema that names no batch dims: say why shapes may not line up."""
+        if self.layout.kind != "step" or self.t_tab.kind == "rollout_step":
+            return
+        mismatched = [e.trainer_field for e in entries
+                      if e.tier == "missing" and e.sampler_fields and e.trainer_field]
+        if mismatched:
+            self.warnings.append(DiffWarning(
+                "no_batch_dims", tuple(mismatched),
+                f"the trainer's schema names no batch dims (x-gyre-batch-dims), so its shapes "
+                f"were compared per step and {', '.join(mismatched)} did not fit; if its arrays "
+                f"lead with batch dims, say which: --batch-dims B,T (or T,B for time-major, M "
+                f"for a flat batch)"))
+
     def _semantic_warnings(self, entries: list[Entry]) -> None:
         if self.optional:
             pairs = ", ".join(t if t == s else f"{t} <- {s}" for t, s in self.optional)
@@ -1085,6 +1099,7 @@ class _Engine:
                 f"{'that source' if len(self.optional) == 1 else 'those sources'} optional: "
                 f"rollouts without {'it' if len(self.optional) == 1 else 'them'} fail to map "
                 f"(nothing is filled in)"))
+        self._warn_unknown_batch_dims(entries)
         if self.layout.kind == "flat":
             self.warnings.append(DiffWarning(
                 "flat_layout", (),

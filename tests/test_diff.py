@@ -600,3 +600,16 @@ def test_colour_only_when_asked() -> None:
     r = diff(STEP, BATCH)
     assert "\x1b[" not in r.to_text()
     assert "\x1b[32m" in r.to_text(color=True)
+
+
+def test_a_foreign_trainer_without_batch_dims_is_told_to_name_them() -> None:
+    """TorchRL's `[B, T, 1]` fields cannot fit per-step shapes until the batch dims are known."""
+    peer = Path(__file__).parent / "data" / "peers" / "torchrl_ppo.json"
+    step = Path(__file__).parent.parent / "schemas" / "rollout_step.v1.json"
+    blind = diff(step, peer)
+    codes = {w.code: w for w in blind.warnings}
+    assert "no_batch_dims" in codes and "next.reward" in codes["no_batch_dims"].fields
+    assert "--batch-dims B,T" in codes["no_batch_dims"].message
+    told = diff(step, peer, batch_dims="B,T")
+    assert "no_batch_dims" not in {w.code for w in told.warnings}
+    assert told.counts()["missing"] == 0
