@@ -1,9 +1,18 @@
-"""gyre-contract: the sampler ↔ trainer contract of online RL, explicit and checkable."""
+"""gyre-contract: the sampler ↔ trainer contract of online RL, explicit and checkable.
 
-from gyre_contract.advantages import discounted_returns, gae
-from gyre_contract.collate import collate
-from gyre_contract.compat import CompatReport, compat
-from gyre_contract.diff import DiffReport, diff
+What a sampler's hot loop needs (the models, `Tensor`, the validators, the errors) is imported
+with the package; everything else (diff, field maps, files, stages, Parquet, Ray) is imported on
+first use, so `import gyre_contract` in every sampler process stays close to the cost of numpy
+and pydantic.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from gyre_contract.errors import (
     ContractError,
     FieldMapError,
@@ -13,35 +22,66 @@ from gyre_contract.errors import (
     Problem,
     SchemaError,
 )
-from gyre_contract.fieldmap import FieldMap, known_ops, register_op, unregister_op
-from gyre_contract.fieldtable import (
-    Field,
-    FieldTable,
-    field_table,
-    field_table_from_model,
-    infer_schema,
-    load_schema,
-)
-from gyre_contract.inspect import batch_schema, inspect_batch
 from gyre_contract.models import Modalities, RolloutStep, RolloutStepV1, TrainBatch, TrainBatchV1
-from gyre_contract.parquet import to_arrow_schema, validate_parquet
-from gyre_contract.raydata import ShardsReport, iter_train_batches, validate_dataset, validate_shards
-from gyre_contract.recorder import Recorder, episodes_from_records
-from gyre_contract.rollout import (
-    Episode,
-    FileReport,
-    read_episodes,
-    read_steps,
-    validate_file,
-    write_steps,
-)
-from gyre_contract.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
-from gyre_contract.schema import export_schemas, json_schema
-from gyre_contract.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
 from gyre_contract.tensor import Tensor
 from gyre_contract.validate import EpisodeTracker, validate_batch, validate_episode, validate_step
 
+if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on first use
+    from gyre_contract.advantages import discounted_returns, gae
+    from gyre_contract.collate import collate
+    from gyre_contract.compat import CompatReport, compat
+    from gyre_contract.diff import DiffReport, diff
+    from gyre_contract.fieldmap import FieldMap, known_ops, register_op, unregister_op
+    from gyre_contract.fieldtable import (
+        Field,
+        FieldTable,
+        field_table,
+        field_table_from_model,
+        infer_schema,
+        load_schema,
+    )
+    from gyre_contract.inspect import batch_schema, inspect_batch
+    from gyre_contract.parquet import to_arrow_schema, validate_parquet
+    from gyre_contract.raydata import (
+        ShardsReport,
+        iter_train_batches,
+        validate_dataset,
+        validate_shards,
+    )
+    from gyre_contract.recorder import Recorder, episodes_from_records
+    from gyre_contract.rollout import (
+        Episode,
+        FileReport,
+        read_episodes,
+        read_steps,
+        validate_file,
+        write_steps,
+    )
+    from gyre_contract.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
+    from gyre_contract.schema import export_schemas, json_schema
+    from gyre_contract.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
+
 __version__ = "0.1.0"
+
+_ON_FIRST_USE: dict[str, tuple[str, ...]] = {
+    "advantages": ("discounted_returns", "gae"),
+    "collate": ("collate",),
+    "compat": ("CompatReport", "compat"),
+    "diff": ("DiffReport", "diff"),
+    "fieldmap": ("FieldMap", "known_ops", "register_op", "unregister_op"),
+    "fieldtable": ("Field", "FieldTable", "field_table", "field_table_from_model",
+                   "infer_schema", "load_schema"),
+    "inspect": ("batch_schema", "inspect_batch"),
+    "parquet": ("to_arrow_schema", "validate_parquet"),
+    "raydata": ("ShardsReport", "iter_train_batches", "validate_dataset", "validate_shards"),
+    "recorder": ("Recorder", "episodes_from_records"),
+    "rollout": ("Episode", "FileReport", "read_episodes", "read_steps", "validate_file",
+                "write_steps"),
+    "runlog": ("RunLog", "RunRecord", "RunTimer", "plot_runs", "summarize"),
+    "schema": ("export_schemas", "json_schema"),
+    "stages": ("CycleReport", "HalfWayReport", "LoopReport", "full_loop", "half_way"),
+}
+_MODULE_OF = {name: module for module, names in _ON_FIRST_USE.items() for name in names}
 
 __all__ = [
     # the contract's records and field type
@@ -66,3 +106,34 @@ __all__ = [
     "iter_train_batches", "ShardsReport",
     "__version__",
 ]
+
+
+class _Package(types.ModuleType):
+    """`gyre_contract.diff` is the function even after the submodule of that name is imported.
+
+    Importing `gyre_contract.diff` binds the submodule on the package; for the three public
+    functions named like their modules (`collate`, `compat`, `diff`) the function wins, as it
+    did when they were imported eagerly. `from gyre_contract.diff import ...` is unaffected.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _MODULE_OF.get(name) == name:
+            value = getattr(value, name, value)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562), then keep the name here."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gyre_contract' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gyre_contract.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

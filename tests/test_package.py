@@ -41,3 +41,22 @@ def test_import_is_light():
 
 def test_the_lightness_check_can_fail():
     assert heavy_modules_after("import gyre_contract, jsonschema") == ["jsonschema"]
+
+
+def test_only_the_samplers_modules_load_with_the_package():
+    """Diff, field maps, files and stages load on first use; the sampler pays only for validation."""
+    code = ("import sys, gyre_contract; "
+            "print(','.join(sorted(m.split('.')[1] for m in sys.modules "
+            "if m.startswith('gyre_contract.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.strip().split(","))
+    assert not loaded & {"diff", "fieldmap", "fieldtable", "rollout", "stages", "parquet",
+                         "raydata", "recorder", "runlog", "collate"}
+    assert {"models", "validate", "tensor", "errors"} <= loaded
+
+
+def test_a_name_loaded_on_first_use_is_the_modules_own():
+    from gyre_contract.diff import diff
+
+    assert gyre_contract.diff is diff
+    assert "diff" in dir(gyre_contract)
