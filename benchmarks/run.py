@@ -1,8 +1,9 @@
 """Every performance figure of issue 6, each as a ratio to its baseline measured in the same run.
 
-    python benchmarks/run.py            # full sizes (1,000,000-line rollout file; a few minutes)
-    python benchmarks/run.py --quick    # smaller files and fewer repeats (under about a minute)
+    python benchmarks/run.py            # full sizes (1,000,000-line rollout file)
+    python benchmarks/run.py --quick    # smaller files and fewer repeats (under a minute)
     python benchmarks/run.py --only validate_step,import
+    python benchmarks/run.py --normal-path   # fast paths off: the figures before issue 6
 
 Times are interleaved (ours, baseline, ours, baseline, ...) so that machine noise hits both
 sides alike; a ratio is the median of the per-round ratios. Absolute times are printed beside
@@ -462,6 +463,16 @@ def machine() -> list[str]:
             f"python {platform.python_version()}; {versions}"]
 
 
+def normal_path_only() -> None:
+    """Every record and file goes through the models' normal pydantic validation, line by line."""
+    from gyre_contract import fastpath, rollout
+
+    for model in (CartPoleStep, LLMStep):
+        fastpath.PLANS[model] = None
+    if hasattr(rollout, "_bulk_plan"):
+        rollout._bulk_plan = lambda model: None
+
+
 def markdown(figures: list[Figure]) -> str:
     """The figures as a Markdown table (what benchmarks/README.md keeps)."""
     rows = ["| figure | ratio | target | verdict | ours | baseline |", "|---|---:|---|---|---:|---|"]
@@ -477,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections out of {','.join(SECTIONS)}")
+    parser.add_argument("--normal-path", action="store_true",
+                        help="switch the fast paths off (validate_step's compiled validator, "
+                             "bulk file reading): the figures as they were before issue 6")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the figures as a table")
     args = parser.parse_args(argv)
@@ -484,9 +498,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(wanted) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    if args.normal_path:
+        normal_path_only()
     for line in machine():
         print(line)
-    print(f"mode: {'--quick' if args.quick else 'full'}\n")
+    print(f"mode: {'--quick' if args.quick else 'full'}"
+          f"{', fast paths off (--normal-path)' if args.normal_path else ''}\n")
     figures: list[Figure] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gyre-bench-") as tmp_dir:

@@ -17,9 +17,10 @@ and explains. `tests/test_fast_file.py` pins that reports are identical either w
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
-from operator import ne
+from itertools import chain, compress, repeat
+from operator import is_not, ne
 from typing import Annotated, Any
 
 import msgspec
@@ -45,14 +46,14 @@ class Block:
     """A run of lines that hold clean step records, as columns (one entry per line)."""
 
     n: int
-    episode_id: list[str]
+    episode_id: tuple[str, ...]
     step: np.ndarray
     policy_version: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
     key_counts: dict[str, int]
     """Wire name -> how many lines carry the key."""
-    columns: dict[str, list[Any]]
+    columns: dict[str, tuple[Any, ...]]
     """Each field some line carries -> its value on every line (None where absent), as the
     normal path validates it, except that a tensor is still a list."""
     arrays: dict[str, np.ndarray | None] | None = None
@@ -105,12 +106,9 @@ class BulkPlan:
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
             return None  # a bad or unusual line: the normal path reads this block and explains
         n = len(records)
-        flat = list(chain.from_iterable(map(astuple, records)))  # every field of every record
-        width = len(self.wires)
-        columns: dict[str, list[Any]] = {}
+        columns: dict[str, tuple[Any, ...]] = {}
         counts: dict[str, int] = {}
-        for i, wire in enumerate(self.wires):
-            values = flat[i::width]
+        for wire, values in zip(self.wires, zip(*map(astuple, records))):  # field by field
             present = n - values.count(None) if wire in self.optional else n
             if present:
                 columns[wire] = values
@@ -129,10 +127,10 @@ class BulkPlan:
         if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
             return None
         return Block(n=n, episode_id=columns["episode_id"],
-                     step=np.array(columns["step"], np.int64),
-                     policy_version=np.array(columns["policy_version"], np.int64),
-                     terminated=np.array(columns["terminated"], bool),
-                     truncated=np.array(columns["truncated"], bool),
+                     step=np.fromiter(columns["step"], np.int64, n),
+                     policy_version=np.fromiter(columns["policy_version"], np.int64, n),
+                     terminated=np.fromiter(columns["terminated"], bool, n),
+                     truncated=np.fromiter(columns["truncated"], bool, n),
                      key_counts=counts, columns=columns)
 
     def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
@@ -223,8 +221,8 @@ class BulkPlan:
         if dtype.kind != "f":
             return None
         out = np.full((block.n, *shape), np.nan, dtype)
-        present = [i for i, v in enumerate(values) if v is not None]
-        out[present] = _array([values[i] for i in present], dtype, shape)
+        mask = np.fromiter(map(is_not, values, repeat(None)), bool, block.n)
+        out[mask] = _array(list(compress(values, mask)), dtype, shape)
         return out
 
     def _list_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
@@ -238,6 +236,8 @@ class BulkPlan:
                 values += column[rows]
             else:
                 values += [column[i] for i in rows]
+        if wire == "episode_id":  # one id per episode: np.array(values) without the scan
+            return np.full(len(values), values[0])
         missing = values.count(None)
         if missing == len(values):
             return None
@@ -261,8 +261,11 @@ _AS_LIST = object()
 """`_array_column`'s answer when the column must be built from the values themselves."""
 
 
-def _array(values: list[Any], dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    if len(shape) == 1:  # flattening first is cheaper than numpy's nested-list discovery
+def _array(values: Sequence[Any], dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Numbers of one field over a block's lines (`shape` per line) as one array.
+
+    A [N] field is flattened first: cheaper than numpy's discovery of nested lists."""
+    if len(shape) == 1:
         flat = np.fromiter(chain.from_iterable(values), dtype, len(values) * shape[0])
         return flat.reshape(len(values), shape[0])
     return np.array(values, dtype=dtype)

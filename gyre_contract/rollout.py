@@ -266,46 +266,68 @@ class _Lines:
         self.allow_partial_tail = allow_partial_tail
         self.lines = 0
         self.tail_bytes = 0
+        self._tail_bytes_left: bytes | _Overlong | None = None
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]] | _Parsed]:
-        loads, dumps = orjson.loads, orjson.dumps
+        for first, block in self.blocks():
+            yield from self.parse(first, block)
+        item = self.tail_item()
+        if item is not None:
+            yield item
+
+    def blocks(self) -> Iterator[tuple[int, list[bytes | _Overlong]]]:
+        """(number of the first line, the lines) of each block of complete lines, unparsed.
+
+        A caller that checks a block in bulk takes it whole; otherwise it calls `parse`. After
+        the blocks, `tail_item()` gives the bytes after the last newline, if any.
+        """
+        self._tail_bytes_left = None
         with _open(self.path) as handle:
             source = _LineSource(handle)
-            n = 0
             try:
                 for block in source:
-                    for raw in block:
-                        n += 1
-                        if raw.__class__ is bytes:
-                            if raw[-1:] == b"\r":
-                                raw = raw[:-1]
-                            try:
-                                obj = loads(raw)
-                            except orjson.JSONDecodeError:
-                                yield _parse_failure(raw, n)
-                                continue
-                            try:
-                                same = obj.__class__ is dict and dumps(obj) == raw
-                            except TypeError:  # deeper than orjson writes (255): slow path
-                                same = False
-                            if same:
-                                yield (n, obj) if len(raw) < _MANY_KEYS_BYTES else \
-                                    _key_count_checked(obj, n)
-                            else:
-                                yield _checked(raw, obj, n, [])
-                        else:
-                            yield _too_long(raw, n)
+                    first = self.lines + 1
+                    self.lines += len(block)
+                    yield first, block
             except OSError as err:
                 raise InputError(f"cannot read {os.fspath(self.path)}: {err.strerror}") from None
-            finally:
-                self.lines = n
-            tail = source.tail
-            if tail is not None:
-                n += 1
-                self.lines = n
-                item = self._tail(tail, n)
-                if item is not None:
-                    yield item
+            self._tail_bytes_left = source.tail
+
+    def parse(self, first: int, block: list[bytes | _Overlong]
+              ) -> Iterator[tuple[int, dict[str, Any]] | _Parsed]:
+        """Each line of a block: `(line, record)` when clean, else a `_Parsed` (see class doc)."""
+        loads, dumps = orjson.loads, orjson.dumps
+        n = first - 1
+        for raw in block:
+            n += 1
+            if raw.__class__ is bytes:
+                if raw[-1:] == b"\r":
+                    raw = raw[:-1]
+                try:
+                    obj = loads(raw)
+                except orjson.JSONDecodeError:
+                    yield _parse_failure(raw, n)
+                    continue
+                try:
+                    same = obj.__class__ is dict and dumps(obj) == raw
+                except TypeError:  # deeper than orjson writes (255): slow path
+                    same = False
+                if same:
+                    yield (n, obj) if len(raw) < _MANY_KEYS_BYTES else \
+                        _key_count_checked(obj, n)
+                else:
+                    yield _checked(raw, obj, n, [])
+            else:
+                yield _too_long(raw, n)
+
+    def tail_item(self) -> tuple[int, dict[str, Any]] | _Parsed | None:
+        """The bytes after the last newline, once the blocks are read: a line, or None."""
+        tail = self._tail_bytes_left
+        if tail is None:
+            return None
+        self._tail_bytes_left = None
+        self.lines += 1
+        return self._tail(tail, self.lines)
 
     def _tail(self, tail: bytes | _Overlong, n: int) -> tuple[int, dict[str, Any]] | _Parsed | None:
         """The bytes after the last newline: a record, a blank line, or a truncated line."""
@@ -611,10 +633,12 @@ def read_episodes(
     if is_parquet(path):
         yield from read_parquet_episodes(path, model, include_open=include_open)
         return
-    open_steps: dict[str, list[tuple[int, BaseModel]]] = {}
+    open_steps: dict[str, list[Any]] = {}  # (line, step) pairs and bulk-checked _Rows
     lines = _Lines(path, allow_partial_tail=allow_partial_tail)
     tracker = EpisodeTracker(model)
-    for item in lines:
+    bulk = _bulk_plan(model)
+
+    def take(item: tuple[int, dict[str, Any]] | _Parsed) -> Episode | None:
         if item.__class__ is not tuple:
             raise ContractError(item.problems)  # type: ignore[union-attr]
         n, record = item  # type: ignore[misc]
@@ -629,10 +653,80 @@ def read_episodes(
         steps.append((n, step))
         if step.terminated or step.truncated:
             del open_steps[step.episode_id]
-            yield episode_from_steps(steps, model)
+            return _episode_of(step.episode_id, steps, model, bulk)
+        return None
+
+    for first, block in lines.blocks():
+        checked = bulk.decode(block) if bulk is not None else None
+        if checked is not None and tracker.add_columns(
+                checked.episode_id, checked.step, checked.policy_version, checked.terminated,
+                checked.truncated, first):
+            yield from _block_episodes(bulk, checked, first, open_steps, model)
+            continue
+        for item in lines.parse(first, block):
+            episode = take(item)
+            if episode is not None:
+                yield episode
+    item = lines.tail_item()
+    if item is not None:
+        episode = take(item)
+        if episode is not None:
+            yield episode
     if include_open:
-        for steps in open_steps.values():
-            yield episode_from_steps(steps, model)
+        for eid, steps in open_steps.items():
+            yield _episode_of(eid, steps, model, bulk)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """Steps of one episode inside a bulk-checked block: the block, the rows, their lines."""
+
+    block: Any  # a fastfile.Block
+    rows: Any  # a slice or a list of row indices
+    lines: list[int]
+
+
+def _block_episodes(bulk: Any, checked: Any, first: int, open_steps: dict[str, list[Any]],
+                    model: type[BaseModel]) -> list[Episode]:
+    """File a bulk-checked block's rows under their episodes; the episodes it ends, in order.
+
+    The cyclic GC is paused meanwhile (not while the caller holds the episodes): building the
+    columns allocates many objects that hold no cycle.
+    """
+    from gyre_contract.fastfile import episode_rows
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ended = []
+        for eid, rows, done in episode_rows(checked):
+            numbers = range(first, first + checked.n)[rows] if rows.__class__ is slice else \
+                [first + i for i in rows]
+            open_steps.setdefault(eid, []).append(_Rows(checked, rows, list(numbers)))
+            if done:
+                ended.append((numbers[-1], eid))
+        return [_episode_of(eid, open_steps.pop(eid), model, bulk) for _, eid in sorted(ended)]
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _episode_of(episode_id: str, parts: list[Any], model: type[BaseModel], bulk: Any) -> Episode:
+    """The episode of steps read one by one, in bulk, or both (then all as model instances)."""
+    if all(part.__class__ is _Rows for part in parts):
+        lines = parts[0].lines if len(parts) == 1 else [n for p in parts for n in p.lines]
+        return bulk.episode(episode_id, [(p.block, p.rows) for p in parts], lines)
+    steps: list[tuple[int, BaseModel]] = []
+    for part in parts:
+        if part.__class__ is not _Rows:
+            steps.append(part)
+            continue
+        rows = part.rows
+        indices = range(rows.start, rows.stop) if rows.__class__ is slice else rows
+        for i, n in zip(indices, part.lines):
+            record = {k: v[i] for k, v in part.block.columns.items() if v[i] is not None}
+            steps.append((n, validate_step(record, model)))
+    return episode_from_steps(steps, model)
 
 
 def episode_from_steps(steps: list[tuple[int, BaseModel]], model: type[BaseModel]) -> Episode:
@@ -986,6 +1080,20 @@ class _FieldStats:
             else:
                 self._see((f"{wire}.{key}", _json_kind(item)[0], ()))
 
+    def counted(self, key_counts: Mapping[str, int],
+                arrays: Iterable[tuple[str, Any, tuple[int, ...], int]]) -> None:
+        """Records checked in bulk: how many carried each key; (wire, dtype, shape, count) of
+        their tensors. The same totals as `record` and `step` on each of them."""
+        for key, n in key_counts.items():
+            if key in self.key_counts or len(self.key_counts) < MAX_TRACKED_FIELDS:
+                self.key_counts[key] += n
+            else:
+                self.untracked += n
+        for entry in arrays:
+            key, n = entry[:3], entry[3]
+            if key in self.seen or len(self.seen) < MAX_TRACKED_FIELDS:
+                self.seen[key] = self.seen.get(key, 0) + n
+
     def _see(self, entry: tuple[str, Any, tuple[int, ...]]) -> None:
         count = self.seen.get(entry)
         if count is not None:
@@ -1159,46 +1267,82 @@ def _skip_lost_step(tracker: EpisodeTracker, record: Any, n: int) -> None:
 
 
 def _validate_with_model(
-    lines: _Lines, model: type[BaseModel], groups: _Groups, stats: _FieldStats,
+    lines: _Lines | Iterable[Any], model: type[BaseModel], groups: _Groups, stats: _FieldStats,
     require_complete: bool,
 ) -> FileReport:
     tracker = EpisodeTracker(model)
-    records = steps = 0
+    counts = [0, 0]  # records, steps
+
+    def take(item: tuple[int, dict[str, Any]] | _Parsed) -> None:
+        if item.__class__ is tuple:
+            n, record = item  # type: ignore[misc]
+        else:
+            groups.add(item.problems)  # type: ignore[union-attr]
+            record = item.record  # type: ignore[union-attr]
+            if record is None:
+                return
+            n = item.line  # type: ignore[union-attr]
+        counts[0] += 1
+        stats.record(record)
+        try:
+            step = validate_step(record, model)
+        except ContractError as err:
+            groups.add(p.at_line(n) for p in err.problems)
+            _skip_lost_step(tracker, record, n)
+            return
+        counts[1] += 1
+        stats.step(step)
+        problems = tracker.add(step, n)
+        if problems:
+            groups.add(problems)
+
+    bulk = _bulk_plan(model) if isinstance(lines, _Lines) else None
     gc_was_enabled = gc.isenabled()
     gc.disable()  # nothing is held from line to line: the cyclic GC would only cost time
     try:
-        for item in lines:
-            if item.__class__ is tuple:
-                n, record = item  # type: ignore[misc]
-            else:
-                groups.add(item.problems)  # type: ignore[union-attr]
-                record = item.record  # type: ignore[union-attr]
-                if record is None:
+        if bulk is None:  # items from any source (Parquet, a Ray shard): one by one
+            for item in lines:
+                take(item)
+        else:
+            for first, block in lines.blocks():
+                if _take_block(bulk, block, first, tracker, stats):
+                    counts[0] += len(block)
+                    counts[1] += len(block)
                     continue
-                n = item.line  # type: ignore[union-attr]
-            records += 1
-            stats.record(record)
-            try:
-                step = validate_step(record, model)
-            except ContractError as err:
-                groups.add(p.at_line(n) for p in err.problems)
-                _skip_lost_step(tracker, record, n)
-                continue
-            steps += 1
-            stats.step(step)
-            problems = tracker.add(step, n)
-            if problems:
-                groups.add(problems)
+                for item in lines.parse(first, block):
+                    take(item)
+            item = lines.tail_item()
+            if item is not None:
+                take(item)
     finally:
         if gc_was_enabled:
             gc.enable()
     groups.add(tracker.finish(require_complete))
     return FileReport(
-        path="", checked_against=f"model {model.__name__}", records=records, steps=steps,
+        path="", checked_against=f"model {model.__name__}", records=counts[0], steps=counts[1],
         episodes=tracker.episodes, open_episodes=len(tracker.open_episodes),
         terminated=tracker.terminated, truncated=tracker.truncated,
         policy_versions=sorted(tracker.policy_versions),
     )
+
+
+def _bulk_plan(model: type[BaseModel]) -> Any:
+    """The bulk path of a simple model (`fastfile`), or None: every line goes one by one."""
+    from gyre_contract.fastfile import bulk_plan  # msgspec: only when a file is read
+
+    return bulk_plan(model)
+
+
+def _take_block(bulk: Any, block: list[Any], first: int, tracker: EpisodeTracker,
+                stats: _FieldStats) -> bool:
+    """Check a whole block at once; False (nothing changed) when it must go line by line."""
+    checked = bulk.decode(block)
+    if checked is None or not tracker.add_columns(
+            checked.episode_id, checked.step, checked.policy_version, checked.terminated,
+            checked.truncated, first):
+        return False
+    stats.counted(checked.key_counts, bulk.array_counts(checked))
+    return True
 
 
 def _validate_with_schema(

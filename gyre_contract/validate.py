@@ -8,7 +8,7 @@ when there is something to explain, by the model's own pydantic validation.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import ne
 from typing import Any, TypeVar
@@ -233,7 +233,7 @@ class EpisodeTracker:
                     "(declare it in varying_dims if it may)"))
         return problems
 
-    def add_columns(self, episode_id: list[str], step: np.ndarray, policy_version: np.ndarray,
+    def add_columns(self, episode_id: Sequence[str], step: np.ndarray, policy_version: np.ndarray,
                     terminated: np.ndarray, truncated: np.ndarray, first_line: int) -> bool:
         """Take a run of steps at once (lines `first_line`, `first_line + 1`, ...), all or none.
 

@@ -115,7 +115,7 @@ def test_clean_block_decodes(cartpole_record, cartpole_model):
     records = records_of(cartpole_record, [("a", 0, 0, ""), ("a", 1, 0, "truncated")])
     records[1]["next_value"] = 0.5
     block = bulk_plan(cartpole_model).decode(lines_of(records))
-    assert block is not None and block.n == 2 and block.episode_id == ["a", "a"]
+    assert block is not None and block.n == 2 and list(block.episode_id) == ["a", "a"]
     assert block.step.tolist() == [0, 1] and block.truncated.tolist() == [False, True]
     assert block.key_counts["next_value"] == 1 and "entropy" not in block.key_counts
     assert block.key_counts["observation"] == 2
@@ -227,3 +227,132 @@ def test_block_episodes_equal_read_episodes(cartpole_record, cartpole_model, tmp
         assert a.lines == b.lines and list(a.columns) == list(b.columns)
         for key in a.columns:
             assert same_columns(a.columns[key], b.columns[key]), key
+
+
+# -- whole files: the same report and the same episodes with and without the bulk path ---------
+
+def cartpole_lines(base: dict, episodes: int = 12, interleave: int = 1) -> list[bytes]:
+    """Well-formed episodes of 3..9 steps; every third truncated with a next_value."""
+    rng = np.random.default_rng(3)
+    pending = []
+    for e in range(episodes):
+        length = int(rng.integers(3, 10))
+        rows = []
+        for t in range(length):
+            last = t == length - 1
+            record = dict(base, episode_id=f"ep-{e}", step=t, policy_version=e // 4,
+                          observation=rng.standard_normal(4).round(3).tolist(),
+                          logprob=-round(float(rng.random()), 3) - 0.01,
+                          terminated=last and e % 3 != 2, truncated=last and e % 3 == 2)
+            if last and e % 3 == 2:
+                record["next_value"] = 0.5
+            if t == 1 and e % 2:
+                record["info"] = {"seed": e}
+            rows.append(record)
+        pending.append(rows)
+    out: list[dict] = []
+    for group in range(0, episodes, interleave):  # `interleave` episodes written step by step
+        chunk = pending[group:group + interleave]
+        for t in range(max(map(len, chunk))):
+            out += [rows[t] for rows in chunk if t < len(rows)]
+    return lines_of(out)
+
+
+DEFECTS: list[tuple[int, bytes | None]] = [
+    (5, None),  # delete a line: a step gap
+    (9, b'{"oops": 1}'),
+    (14, b"not json"),
+    (20, b""),
+]
+
+
+def with_defects(lines: list[bytes], defects: list[tuple[int, bytes | None]]) -> list[bytes]:
+    out = list(lines)
+    for at, raw in sorted(defects, reverse=True):
+        if raw is None:
+            del out[at]
+        else:
+            out[at] = raw
+    return out
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of a few lines, so that one file mixes bulk and line-by-line blocks."""
+    import gyre_contract.rollout as rollout
+
+    monkeypatch.setattr(rollout, "CHUNK_BYTES", 1500)
+
+
+def both_ways(monkeypatch, run: Any) -> tuple[Any, Any]:
+    import gyre_contract.rollout as rollout
+
+    bulk = run()
+    with monkeypatch.context() as m:
+        m.setattr(rollout, "_bulk_plan", lambda model: None)
+        normal = run()
+    return bulk, normal
+
+
+def phantom(base: dict) -> bytes:
+    """A step of ep-0 after its terminated step (the classic autoreset bug)."""
+    return orjson.dumps(dict(base, episode_id="ep-0", step=40, observation=[0.0] * 4))
+
+
+@pytest.mark.parametrize("interleave", [1, 3])
+@pytest.mark.parametrize("defects", [[], DEFECTS, [(30, b'{"step": 1, "step": 2}')], "phantom"])
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\n{\"observation\": [1"])
+def test_validate_file_reports_are_identical(cartpole_record, cartpole_model, tmp_path,
+                                             monkeypatch, small_blocks, interleave, defects,
+                                             tail):
+    from gyre_contract.rollout import validate_file
+
+    if defects == "phantom":
+        defects = [(60, phantom(cartpole_record))]
+    lines = with_defects(cartpole_lines(cartpole_record, interleave=interleave), defects)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + tail)
+    for complete in (False, True):
+        bulk, normal = both_ways(monkeypatch, lambda c=complete: validate_file(
+            path, cartpole_model, require_complete=c, allow_partial_tail=True).to_dict())
+        assert bulk == normal
+
+
+def test_the_bulk_path_is_taken(cartpole_record, cartpole_model, tmp_path, monkeypatch):
+    import gyre_contract.rollout as rollout
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(cartpole_lines(cartpole_record)) + b"\n")
+    monkeypatch.setattr(rollout, "validate_step", None)  # any line-by-line step would fail
+    assert rollout.validate_file(path, cartpole_model).holds
+
+
+def episodes_as_data(episodes: list[Any]) -> list[tuple]:
+    return [(e.episode_id, e.lines, list(e.columns)) for e in episodes]
+
+
+@pytest.mark.parametrize("interleave", [1, 3])
+@pytest.mark.parametrize("defects", [[], [(25, b'{"oops": 1}')]])
+def test_read_episodes_is_identical(cartpole_record, cartpole_model, tmp_path, monkeypatch,
+                                   small_blocks, interleave, defects):
+    from gyre_contract.rollout import read_episodes
+
+    lines = with_defects(cartpole_lines(cartpole_record, interleave=interleave), defects)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def run() -> Any:
+        got = []
+        try:
+            for episode in read_episodes(path, cartpole_model):
+                got.append(episode)
+        except ContractError as err:
+            return got, str(err)
+        return got, None
+
+    (bulk, bulk_error), (normal, normal_error) = both_ways(monkeypatch, run)
+    assert bulk_error == normal_error
+    assert episodes_as_data(bulk) == episodes_as_data(normal)
+    for a, b in zip(bulk, normal):
+        for key in a.columns:
+            assert same_columns(a.columns[key], b.columns[key]), (a.episode_id, key)
