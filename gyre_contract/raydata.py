@@ -170,12 +170,7 @@ class ShardsReport:
                 continue
             out.append(f"  {s.path}:")
             for group in s.groups:
-                head = f"{group.path}: {group.message}" if group.path else group.message
-                times = "once" if group.count == 1 else f"{group.count} times"
-                out.append(f"    {head} ({times})")
-                out += [f"      {p}" for p in group.examples]
-                if group.count > len(group.examples):
-                    out.append(f"      ... and {group.count - len(group.examples)} more")
+                out += group.text_lines("    ")
             if s.ungrouped:
                 out.append(f"    ... and {s.ungrouped} more problems of other kinds")
         if self.cross_shard:

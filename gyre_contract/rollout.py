@@ -868,6 +868,16 @@ class ProblemGroup:
         return {"path": self.path, "message": self.message, "count": self.count,
                 "examples": [p.to_dict() for p in self.examples]}
 
+    def text_lines(self, indent: str) -> list[str]:
+        """The group as report text: a heading with its count, then the examples."""
+        head = f"{self.path}: {self.message}" if self.path else self.message
+        times = "once" if self.count == 1 else f"{self.count} times"
+        lines = [f"{indent}{head} ({times})"]
+        lines += [f"{indent}  {p}" for p in self.examples]
+        if self.count > len(self.examples):
+            lines.append(f"{indent}  ... and {self.count - len(self.examples)} more")
+        return lines
+
 
 @dataclass
 class FileReport:
@@ -942,12 +952,7 @@ class FileReport:
         out.append(f"problems: {self.problem_count} in {len(self.groups)} "
                    f"group{'s' if len(self.groups) != 1 else ''}")
         for group in self.groups:
-            head = f"{group.path}: {group.message}" if group.path else group.message
-            times = "once" if group.count == 1 else f"{group.count} times"
-            out.append(f"  {head} ({times})")
-            out += [f"    {p}" for p in group.examples]
-            if group.count > len(group.examples):
-                out.append(f"    ... and {group.count - len(group.examples)} more")
+            out += group.text_lines("  ")
         if self.ungrouped:
             out.append(f"  ... and {self.ungrouped} more problems of other kinds")
         return "\n".join(out)
@@ -1258,6 +1263,15 @@ def validate_file(
     return report
 
 
+def _numbered_record(item: tuple[int, Any] | _Parsed, groups: _Groups) -> tuple[int, Any] | None:
+    """(line, record) of a parsed line; a line with problems has them added to `groups` first."""
+    if item.__class__ is tuple:
+        return item  # type: ignore[return-value]
+    groups.add(item.problems)  # type: ignore[union-attr]
+    record = item.record  # type: ignore[union-attr]
+    return None if record is None else (item.line, record)  # type: ignore[union-attr]
+
+
 def _skip_lost_step(tracker: EpisodeTracker, record: Any, n: int) -> None:
     """A step that failed validation still advances its episode, when it says which one."""
     if isinstance(record, dict):
@@ -1274,14 +1288,10 @@ def _validate_with_model(
     counts = [0, 0]  # records, steps
 
     def take(item: tuple[int, dict[str, Any]] | _Parsed) -> None:
-        if item.__class__ is tuple:
-            n, record = item  # type: ignore[misc]
-        else:
-            groups.add(item.problems)  # type: ignore[union-attr]
-            record = item.record  # type: ignore[union-attr]
-            if record is None:
-                return
-            n = item.line  # type: ignore[union-attr]
+        numbered = _numbered_record(item, groups)
+        if numbered is None:
+            return
+        n, record = numbered
         counts[0] += 1
         stats.record(record)
         try:
@@ -1353,14 +1363,10 @@ def _validate_with_schema(
     validator = _schema_validator(schema)
     records = steps = 0
     for item in lines:
-        if item.__class__ is tuple:
-            n, record = item  # type: ignore[misc]
-        else:
-            groups.add(item.problems)  # type: ignore[union-attr]
-            record = item.record  # type: ignore[union-attr]
-            if record is None:
-                continue
-            n = item.line  # type: ignore[union-attr]
+        numbered = _numbered_record(item, groups)
+        if numbered is None:
+            continue
+        n, record = numbered
         records += 1
         stats.record(record)
         stats.json_record(record)
