@@ -38,7 +38,7 @@ from gyre_contract.models import (
     field_specs,
 )
 from gyre_contract.tensor import TensorSpec
-from gyre_contract.validate import EpisodeTracker, validate_step
+from gyre_contract.validate import iter_validated_steps, validate_step
 
 EXTENSIONS = (".parquet", ".pq")
 """File name endings read and written as Parquet (anything else is JSON Lines)."""
@@ -772,16 +772,7 @@ def read_parquet_steps(
     Raises ContractError (with the row number as `line`) on the first row that breaks a record
     or episode rule, and before any row when the Arrow schema disagrees with the model.
     """
-    tracker = EpisodeTracker(model)
-    for row, record in iter_parquet_records(path, model):
-        try:
-            step = validate_step(record, model)
-        except ContractError as err:
-            raise ContractError([p.at_line(row) for p in err.problems]) from None
-        problems = tracker.add(step, row)
-        if problems:
-            raise ContractError(problems)
-        yield step
+    yield from iter_validated_steps(iter_parquet_records(path, model), model)
 
 
 def read_parquet_episodes(

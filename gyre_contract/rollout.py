@@ -43,7 +43,7 @@ from gyre_contract.parquet import (
     write_parquet,
 )
 from gyre_contract.tensor import TensorSpec
-from gyre_contract.validate import EpisodeTracker, validate_step
+from gyre_contract.validate import EpisodeTracker, iter_validated_steps, validate_step
 
 MAX_LINE_BYTES = 128 * 2**20
 """A longer line is reported (`line too long`) and skipped, so memory stays bounded."""
@@ -563,20 +563,16 @@ def read_steps(
     if is_parquet(path):
         yield from read_parquet_steps(path, model)
         return
-    tracker = EpisodeTracker(model)
+    yield from iter_validated_steps(_good_lines(path, allow_partial_tail), model)
+
+
+def _good_lines(path: str | os.PathLike[str], allow_partial_tail: bool
+                ) -> Iterator[tuple[int, Any]]:
+    """(line, record) of each line, raising ContractError on the first line that is not one."""
     for item in _Lines(path, allow_partial_tail=allow_partial_tail):
-        if item.__class__ is tuple:
-            n, record = item  # type: ignore[misc]
-        else:
+        if item.__class__ is not tuple:
             raise ContractError(item.problems)  # type: ignore[union-attr]
-        try:
-            step = validate_step(record, model)
-        except ContractError as err:
-            raise ContractError([p.at_line(n) for p in err.problems]) from None
-        problems = tracker.add(step, n)
-        if problems:
-            raise ContractError(problems)
-        yield step
+        yield item  # type: ignore[misc]
 
 
 # -- episodes --------------------------------------------------------------------------------

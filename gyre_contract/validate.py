@@ -8,7 +8,7 @@ when there is something to explain, by the model's own pydantic validation.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import ne
 from typing import Any, TypeVar
@@ -377,6 +377,26 @@ def validate_episode(
     if problems:
         raise ContractError(problems)
     return out
+
+
+def iter_validated_steps(
+    numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[M] = RolloutStep
+) -> Iterator[M]:
+    """Validate `(line, record)` pairs in order with the episode rules, streaming.
+
+    Raises ContractError, with the line, on the first record or episode rule broken: what was
+    yielded before is good. Open episodes at the end are not an error here.
+    """
+    tracker = EpisodeTracker(model)
+    for line, record in numbered:
+        try:
+            step = validate_step(record, model)
+        except ContractError as err:
+            raise ContractError([p.at_line(line) for p in err.problems]) from None
+        problems = tracker.add(step, line)
+        if problems:
+            raise ContractError(problems)
+        yield step
 
 
 # -- batches ----------------------------------------------------------------------------
