@@ -17,10 +17,10 @@ and explains. `tests/test_fast_file.py` pins that reports are identical either w
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import is_not, ne
+from operator import attrgetter, is_not, ne
 from typing import Annotated, Any
 
 import msgspec
@@ -53,11 +53,31 @@ class Block:
     truncated: np.ndarray
     key_counts: dict[str, int]
     """Wire name -> how many lines carry the key."""
-    columns: dict[str, tuple[Any, ...]]
-    """Each field some line carries -> its value on every line (None where absent), as the
-    normal path validates it, except that a tensor is still a list."""
+    lines: list[bytes]
+    """The lines themselves: `columns` decodes them again when asked (rarely)."""
+    plan: BulkPlan
     arrays: dict[str, np.ndarray | None] | None = None
-    """The same as arrays where they are numbers (see `BulkPlan.episode`), made on first use."""
+    """Each field as an array where it is numbers (see `BulkPlan.episode`), else None."""
+    lists: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    """Fields whose `arrays` entry is None, as in `columns`."""
+    layout: list[tuple[str, np.ndarray | None, bool]] | None = None
+    """(wire, its `arrays` entry, whether some line lacks it) per field, for `episode`."""
+    _columns: dict[str, tuple[Any, ...]] | None = None
+
+    @property
+    def columns(self) -> dict[str, tuple[Any, ...]]:
+        """Each field some line carries -> its value on every line (None where absent), as the
+        normal path validates it, except that a tensor is still a list."""
+        if self._columns is None:
+            records = list(map(self.plan.decode_line, self.lines))
+            self._columns = {wire: tuple(map(self.plan.attrs[wire], records))
+                             for wire in self.key_counts}
+        return self._columns
+
+    def column(self, wire: str) -> tuple[Any, ...]:
+        """One field of `columns`."""
+        values = self.lists.get(wire)
+        return self.columns[wire] if values is None else values
 
 
 class BulkPlan:
@@ -74,64 +94,139 @@ class BulkPlan:
             kw_only=True, forbid_unknown_fields=True, gc=False,
             rename={attr: wire for wire, attr, _, _ in fields})
         self.decode_line = msgspec.json.Decoder(struct).decode
-        self.optional = {wire for wire, _, _, required in fields if not required}
         by_attr = {attr: wire for wire, attr, _, _ in fields}
         self.wires = [by_attr[attr] for attr in struct.__struct_fields__]
+        self.attrs = {wire: attrgetter(attr) for wire, attr, _, _ in fields}
+        self.required = {wire for wire, _, _, required in fields if required}
         self.discrete = discrete  # a discrete action: every logprob must be <= 0
         specs = field_specs(model)
         self.specs = {wire: specs[wire] for wire, _, _, _ in fields if wire in specs}
         self.dtypes = {wire: numpy_dtype(spec.dtype) for wire, spec in self.specs.items()}
         self.shapes = {wire: tuple(d.size for d in spec.shape) for wire, spec in self.specs.items()}
 
-    def decode(self, lines: list[Any]) -> Block | None:
+    def decode(self, lines: list[Any], arrays: bool = False) -> Block | None:
         """The block's columns when every line is a clean record, else None (see module doc).
 
+        `arrays`: also make each field's array over the block (`episode` needs them), while
+        the decoded records are at hand; they are dropped before returning.
         The cyclic GC is paused meanwhile: a block allocates many containers that hold no cycle,
         and scanning them would cost more than decoding (research/perf-baselines.md).
         """
         if not lines:
             return None
         if not gc.isenabled():
-            return self._decode(lines)
+            return self._decode(lines, arrays)
         gc.disable()
         try:
-            return self._decode(lines)
+            return self._decode(lines, arrays)
         finally:
             gc.enable()
 
-    def _decode(self, lines: list[Any]) -> Block | None:
-        decode = self.decode_line
+    def _decode(self, lines: list[Any], arrays: bool) -> Block | None:
+        parts = []
+        for start in range(0, len(lines), _PART_LINES):
+            part = self._decode_part(lines[start:start + _PART_LINES], arrays)
+            if part is None:
+                return None
+            parts.append(part)
+        counts = {}
+        for wire in self.wires:
+            count = sum(part.counts.get(wire, 0) for part in parts)
+            if count:
+                counts[wire] = count
+        block = Block(n=len(lines), episode_id=_joined([p.episode_id for p in parts]),
+                      step=_joined([p.step for p in parts]),
+                      policy_version=_joined([p.policy_version for p in parts]),
+                      terminated=_joined([p.terminated for p in parts]),
+                      truncated=_joined([p.truncated for p in parts]),
+                      key_counts=counts, lines=lines, plan=self)
+        if arrays:
+            block.arrays, block.lists = {}, {}
+            for wire in counts:
+                array, values = self._block_column(wire, counts[wire], block.n, parts)
+                block.arrays[wire] = array
+                if array is None:
+                    block.lists[wire] = values
+        return block
+
+    def _decode_part(self, lines: list[Any], arrays: bool) -> _Part | None:
+        """`decode` of a few lines (see `_PART_LINES`): their counts and episode columns, and
+        with `arrays` every field they carry, as an array (numbers) or a tuple."""
         try:
-            records = [decode(raw) for raw in lines]
+            records = list(map(self.decode_line, lines))
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
             return None  # a bad or unusual line: the normal path reads this block and explains
         n = len(records)
-        columns: dict[str, tuple[Any, ...]] = {}
+        # Every ':' of a line follows a key or sits in a string, and every key written is
+        # followed by one: as many ':' as distinct keys means no key is written twice.
+        colons = np.count_nonzero(np.frombuffer(b"\n".join(lines), np.uint8) == _COLON)
+        keys = n * len(self.required)
         counts: dict[str, int] = {}
+        columns: dict[str, tuple[Any, ...]] = {}
         for wire, values in zip(self.wires, zip(*map(astuple, records))):  # field by field
-            present = n - values.count(None) if wire in self.optional else n
-            if present:
-                columns[wire] = values
-                counts[wire] = present
-        keys = sum(counts.values())
+            if wire in self.required:
+                count = n
+            elif keys == colons:
+                continue  # every ':' is a key's counted so far: no line holds this key
+            else:
+                count = n - values.count(None)
+                keys += count
+            if count:
+                counts[wire], columns[wire] = count, values
+        del records
         if "info" in counts:
             sizes = [len(i) for i in columns["info"] if i is not None]
             if max(sizes) > _MAX_INFO_KEYS:
                 return None  # a record with very many keys: the normal path bounds and reports
             keys += sum(sizes)
-        # Every ':' of a line follows a key or sits in a string, and every key written is
-        # followed by one: as many ':' as distinct keys means no key is written twice.
-        colons = np.count_nonzero(np.frombuffer(b"\n".join(lines), np.uint8) == _COLON)
         if colons != keys:
             return None
         if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
             return None
-        return Block(n=n, episode_id=columns["episode_id"],
-                     step=np.fromiter(columns["step"], np.int64, n),
-                     policy_version=np.fromiter(columns["policy_version"], np.int64, n),
-                     terminated=np.fromiter(columns["terminated"], bool, n),
-                     truncated=np.fromiter(columns["truncated"], bool, n),
-                     key_counts=counts, columns=columns)
+        part = _Part(n, counts, columns["episode_id"],
+                     np.fromiter(columns["step"], np.int64, n),
+                     np.fromiter(columns["policy_version"], np.int64, n),
+                     np.fromiter(columns["terminated"], bool, n),
+                     np.fromiter(columns["truncated"], bool, n))
+        if arrays:
+            part.values = {wire: self._part_column(wire, values, counts[wire], part)
+                           for wire, values in columns.items()}
+        return part
+
+    def _part_column(self, wire: str, values: tuple[Any, ...], count: int, part: _Part) -> Any:
+        """A field over a part's lines: an array of a float field (NaN where absent) or of a
+        required number field, else the values themselves."""
+        dtype = self.dtypes.get(wire)
+        if dtype is None or dtype.kind == "U":
+            return values
+        shape, n = self.shapes[wire], part.n
+        if dtype.kind == "f" and count < n:
+            out = np.full((n, *shape), np.nan, dtype)
+            mask = np.fromiter(map(is_not, values, repeat(None)), bool, n)
+            out[mask] = _array(compress(values, mask), count, dtype, shape)
+            return out
+        if dtype.kind != "f" and wire not in self.required:
+            return values  # a whole array or a list over the block: decided by `_block_column`
+        if wire in _BLOCK_ARRAYS and not shape and getattr(part, wire).dtype == dtype:
+            return getattr(part, wire)  # the same numbers, made already
+        return _array(values, n, dtype, shape)
+
+    def _block_column(self, wire: str, count: int, n: int, parts: list[_Part]
+                      ) -> tuple[np.ndarray | None, tuple[Any, ...] | None]:
+        """(the block's array of a field, None) or (None, its values as in `columns`)."""
+        dtype = self.dtypes.get(wire)
+        pieces = [part.values.get(wire) for part in parts]
+        if dtype is not None and dtype.kind == "f":
+            return _joined([np.full((part.n, *self.shapes[wire]), np.nan, dtype)
+                            if piece is None else piece
+                            for part, piece in zip(parts, pieces)]), None
+        if all(piece.__class__ is np.ndarray for piece in pieces):
+            return _joined(pieces), None
+        values = tuple(chain.from_iterable(repeat(None, part.n) if piece is None else piece
+                                           for part, piece in zip(parts, pieces)))
+        if count == n and dtype is not None and dtype.kind != "U":
+            return _array(values, n, dtype, self.shapes[wire]), None
+        return None, values
 
     def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
         """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
@@ -163,23 +258,24 @@ class BulkPlan:
 
     def _one_block_columns(self, block: Block, rows: Any) -> dict[str, Any]:
         """`episode`'s columns when all its rows are in `block` (same result, fewer steps)."""
-        arrays = self._arrays(block)
-        n, counts = block.n, block.key_counts
+        if block.layout is None:
+            arrays, n, counts = self._arrays(block), block.n, block.key_counts
+            block.layout = [(wire, arrays[wire], counts[wire] < n)
+                            for wire, _, _, _ in self.fields if wire in arrays]
+        contiguous = rows.__class__ is slice
         columns: dict[str, Any] = {}
-        for wire, _, _, _ in self.fields:
-            array = arrays.get(wire, _ABSENT)
-            if array is _ABSENT:
-                continue  # no line of the block carries it
+        for wire, array, partial in block.layout:
             if array is None:
                 column = self._list_column(wire, [(block, rows)])
+                if column is None:
+                    continue
             else:
                 column = array[rows]
-                if rows.__class__ is slice:
+                if contiguous:
                     column = column.copy()
-                if counts[wire] < n and np.isnan(column.reshape(len(column), -1)[:, 0]).all():
-                    column = None  # a float NaN marks a step without the field: none has it
-            if column is not None:
-                columns[wire] = column
+                if partial and np.isnan(column.reshape(len(column), -1)[:, 0]).all():
+                    continue  # a float NaN marks a step without the field: none has it
+            columns[wire] = column
         return columns
 
     def _array_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
@@ -189,7 +285,7 @@ class BulkPlan:
         for block, rows in parts:
             array = self._arrays(block).get(wire)
             if array is None:
-                if wire in block.columns or dtype is None or dtype.kind != "f":
+                if wire in block.key_counts or dtype is None or dtype.kind != "f":
                     return _AS_LIST
                 length = rows.stop - rows.start if rows.__class__ is slice else len(rows)
                 array = np.full((length, *self.shapes[wire]), np.nan, dtype)
@@ -207,28 +303,14 @@ class BulkPlan:
         """Per field of the block: one array over its lines (floats NaN where absent), or None
         for a field that stays a list (strings, `info`, a non-float field some lines lack)."""
         if block.arrays is None:
-            block.arrays = {wire: self._block_array(wire, values, block)
-                            for wire, values in block.columns.items()}
-        return block.arrays
-
-    def _block_array(self, wire: str, values: list[Any], block: Block) -> np.ndarray | None:
-        dtype = self.dtypes.get(wire)
-        if dtype is None or dtype.kind == "U":
-            return None
-        shape = self.shapes[wire]
-        if block.key_counts[wire] == block.n:
-            return _array(values, dtype, shape)
-        if dtype.kind != "f":
-            return None
-        out = np.full((block.n, *shape), np.nan, dtype)
-        mask = np.fromiter(map(is_not, values, repeat(None)), bool, block.n)
-        out[mask] = _array(list(compress(values, mask)), dtype, shape)
-        return out
+            again = self._decode(block.lines, arrays=True)  # the same lines: the same result
+            block.arrays, block.lists = again.arrays, again.lists  # type: ignore[union-attr]
+        return block.arrays  # type: ignore[return-value]
 
     def _list_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
         values: list[Any] = []
         for block, rows in parts:
-            column = block.columns.get(wire)
+            column = block.column(wire) if wire in block.key_counts else None
             if column is None:
                 values += [None] * (rows.stop - rows.start if rows.__class__ is slice
                                     else len(rows))
@@ -256,19 +338,50 @@ class BulkPlan:
         return values
 
 
-_ABSENT = object()
+@dataclass
+class _Part:
+    """What `BulkPlan._decode_part` makes of a few lines."""
+
+    n: int
+    counts: dict[str, int]
+    episode_id: tuple[str, ...]
+    step: np.ndarray
+    policy_version: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """Arrays or tuples of consecutive parts as one."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if pieces[0].__class__ is tuple:
+        return tuple(chain.from_iterable(pieces))
+    return np.concatenate(pieces)
+
+
+_PART_LINES = 1024
+"""Lines decoded at once: their objects are still in the CPU cache when read into columns and
+freed before the next lines are decoded (twice as fast as a whole block at once)."""
+_BLOCK_ARRAYS = frozenset({"step", "policy_version", "terminated", "truncated"})
+"""Fields whose array `_decode_part` makes anyway (as `_Part` attributes)."""
 _AS_LIST = object()
 """`_array_column`'s answer when the column must be built from the values themselves."""
 
 
-def _array(values: Sequence[Any], dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """Numbers of one field over a block's lines (`shape` per line) as one array.
+def _array(values: Iterable[Any], n: int, dtype: np.dtype, shape: tuple[int, ...]
+           ) -> np.ndarray:
+    """Numbers of one field over `n` lines (`shape` per line) as one array.
 
-    A [N] field is flattened first: cheaper than numpy's discovery of nested lists."""
+    A scalar or [N] field is read by `np.fromiter` (flattened first): cheaper than numpy's
+    discovery of a sequence, to the same values."""
+    if not shape:
+        return np.fromiter(values, dtype, n)
     if len(shape) == 1:
-        flat = np.fromiter(chain.from_iterable(values), dtype, len(values) * shape[0])
-        return flat.reshape(len(values), shape[0])
-    return np.array(values, dtype=dtype)
+        flat = np.fromiter(chain.from_iterable(values), dtype, n * shape[0])
+        return flat.reshape(n, shape[0])
+    return np.array(list(values), dtype=dtype)
 
 
 def _nonpositive(logprobs: list[Any]) -> bool:
@@ -318,6 +431,8 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
     if {f[0] for f in fields} < {*_EPISODE_FIELDS, "action", "logprob", "observation",
                                  "next_observation"}:
         return None
+    if not {f[0] for f in fields if f[3]} >= set(_EPISODE_FIELDS):
+        return None  # an episode field some line may lack: the normal path
     obs, nxt = specs.get("observation"), specs.get("next_observation")
     if not isinstance(obs, TensorSpec) or not isinstance(nxt, TensorSpec) \
             or obs.shape != nxt.shape:

@@ -208,7 +208,10 @@ class _LineSource:
             last = parts.pop()
             if parts:
                 first = parts[0]
-                lines = [p if len(p) <= MAX_LINE_BYTES else _Overlong(len(p)) for p in parts]
+                if len(block) <= MAX_LINE_BYTES:
+                    lines = parts  # the usual case: no line of the chunk can be over-long
+                else:
+                    lines = [p if len(p) <= MAX_LINE_BYTES else _Overlong(len(p)) for p in parts]
                 if skipped >= 0:
                     lines[0] = _Overlong(skipped + len(first))
                     skipped = -1
@@ -653,7 +656,7 @@ def read_episodes(
         return None
 
     for first, block in lines.blocks():
-        checked = bulk.decode(block) if bulk is not None else None
+        checked = bulk.decode(block, arrays=True) if bulk is not None else None
         if checked is not None and tracker.add_columns(
                 checked.episode_id, checked.step, checked.policy_version, checked.terminated,
                 checked.truncated, first):

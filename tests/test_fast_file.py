@@ -331,12 +331,16 @@ def episodes_as_data(episodes: list[Any]) -> list[tuple]:
     return [(e.episode_id, e.lines, list(e.columns)) for e in episodes]
 
 
+@pytest.mark.parametrize("part_lines", [1024, 2])
 @pytest.mark.parametrize("interleave", [1, 3])
 @pytest.mark.parametrize("defects", [[], [(25, b'{"oops": 1}')]])
 def test_read_episodes_is_identical(cartpole_record, cartpole_model, tmp_path, monkeypatch,
-                                   small_blocks, interleave, defects):
+                                   small_blocks, interleave, defects, part_lines):
+    """Also when a block is decoded in parts of 2 lines, some with a field and some without."""
+    import gyre_contract.fastfile as fastfile
     from gyre_contract.rollout import read_episodes
 
+    monkeypatch.setattr(fastfile, "_PART_LINES", part_lines)
     lines = with_defects(cartpole_lines(cartpole_record, interleave=interleave), defects)
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
