@@ -237,9 +237,7 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
         report = half_way(rollouts, map_path, policy.loss, step_model=step_model,
                           batch_model=batch_model)
     except ContractError as err:
-        say(str(err))
-        say.verdict(False, "the batch or the loss broke the contract")
-        result.stages["stage 2"] = False
+        _failed(say, result, "stage 2", err, "the batch or the loss broke the contract")
         return
     say(report.to_text())
     ok = np.array_equal(before, policy.weights) and report.loss is not None
@@ -276,22 +274,26 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
                                config={"env": "CartPole-v1", "episodes_per_cycle": n},
                                run_log=log)
         except ContractError as err:
-            say(str(err))
-            say.verdict(False, "the loop broke the contract")
-            result.stages["stage 3"] = False
+            _failed(say, result, "stage 3", err, "the loop broke the contract")
             return
         say(report.to_text())
     say("\nmean episode length per cycle: " + " ".join(f"{x:.0f}" for x in lengths))
-    improved = _improved(lengths)
     say(f"\nrun log {log.path}:")
     say(format_summary(summarize(log.read())))
     if plot:
         _plot(say, plot_runs, log, out_dir)
-    ok = improved
+    ok = _improved(lengths)
     say.verdict(ok, f"{cycles} cycles in {time.perf_counter() - started:.1f}s, mean episode "
                 f"length {lengths[0]:.0f} → {lengths[-1]:.0f}")
     result.lengths = lengths
     result.stages["stage 3"] = ok
+
+
+def _failed(say: _Printer, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
+    """A stage that broke the contract: its problems, its verdict, and no further work in it."""
+    say(str(err))
+    say.verdict(False, why)
+    result.stages[stage] = False
 
 
 STAGE3_RUNS = 3  # several runs of one configuration, so the run table shows a spread
