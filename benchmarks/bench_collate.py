@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from gyre_contract.collate import collate
-from gyre_contract.fieldmap import FieldMap
-from gyre_contract.rollout import Episode, read_episodes, write_steps
+from gyre_contract.io.rollout import Episode, read_episodes, write_steps
+from gyre_contract.trainer.collation import collate
+from gyre_contract.trainer.fieldmap import FieldMap
 
 EXAMPLE_MAP = Path(__file__).resolve().parent.parent / "examples" / "cartpole_map.json"
 

@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from models import CartPoleStep, LLMStep  # noqa: E402
 
-from gyre_contract.schema import json_schema  # noqa: E402
-from gyre_contract.validate import validate_step  # noqa: E402
+from gyre_contract.core.validate import validate_step  # noqa: E402
+from gyre_contract.schema.export import json_schema  # noqa: E402
 
 SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff")
 
@@ -289,7 +289,7 @@ def paired(ours: Callable[[], Any], base: Callable[[], Any], rounds: int) -> tup
 
 
 def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.rollout import validate_file
+    from gyre_contract.io.rollout import validate_file
 
     lines = 100_000 if quick else 1_000_000
     small_lines = lines // 10
@@ -316,7 +316,7 @@ PEAK_SCRIPT = """
 import sys
 sys.path.insert(0, {examples!r})
 from models import CartPoleStep
-from gyre_contract.rollout import validate_file
+from gyre_contract.io.rollout import validate_file
 report = validate_file({path!r}, CartPoleStep, require_complete=True)
 assert report.holds, report.to_text()[:2000]
 with open("/proc/self/status") as f:
@@ -344,8 +344,8 @@ def _env() -> dict[str, str]:
 # -- 3. rollout file -> validated TrainBatch ----------------------------------------------------
 
 def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.fieldmap import FieldMap
-    from gyre_contract.rollout import read_episodes
+    from gyre_contract.io.rollout import read_episodes
+    from gyre_contract.trainer.fieldmap import FieldMap
 
     lines = 20_000 if quick else 200_000
     path = tmp / f"e2e-{lines}.jsonl"
@@ -365,8 +365,8 @@ def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
 # -- 4. collate -----------------------------------------------------------------------------------
 
 def bench_collate(quick: bool) -> list[Figure]:
-    from gyre_contract.collate import collate
-    from gyre_contract.rollout import Episode
+    from gyre_contract.io.rollout import Episode
+    from gyre_contract.trainer.collation import collate
 
     rng = np.random.default_rng(0)
     episodes = [Episode(f"ep-{i}", {"observation": rng.standard_normal((200, 64), np.float32),
@@ -435,7 +435,7 @@ def wide_schemas(n: int = 500) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def bench_diff(quick: bool) -> list[Figure]:
-    from gyre_contract.diff import diff
+    from gyre_contract.schema.diffing import diff
 
     sampler, trainer = wide_schemas()
     report = diff(sampler, trainer)
@@ -465,7 +465,8 @@ def machine() -> list[str]:
 
 def normal_path_only() -> None:
     """Every record and file goes through the models' normal pydantic validation, line by line."""
-    from gyre_contract import fastpath, rollout
+    from gyre_contract.core import fastpath
+    from gyre_contract.io import rollout
 
     for model in (CartPoleStep, LLMStep):
         fastpath.PLANS[model] = None

@@ -54,8 +54,8 @@ from gyre_contract import (
     validate_file,
     write_steps,
 )
+from gyre_contract.harness.runlog import format_summary, summarize
 from gyre_contract.pinned import CartPoleStep
-from gyre_contract.runlog import format_summary, summarize
 
 GAMMA, LAM = 0.99, 1.0  # λ = 1: the advantage is G_t − V(s_t), REINFORCE with a baseline
 ENV_ID, N_ENVS = "CartPole-v1", 4

@@ -9,11 +9,9 @@ and pydantic.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from gyre_contract.errors import (
+from gyre_contract.core.errors import (
     ContractError,
     FieldMapError,
     GyreError,
@@ -22,34 +20,16 @@ from gyre_contract.errors import (
     Problem,
     SchemaError,
 )
-from gyre_contract.models import Modalities, RolloutStep, RolloutStepV1, TrainBatch, TrainBatchV1
-from gyre_contract.tensor import Tensor
-from gyre_contract.validate import EpisodeTracker, validate_batch, validate_episode, validate_step
+from gyre_contract.core.models import Modalities, RolloutStep, RolloutStepV1, TrainBatch, TrainBatchV1
+from gyre_contract.core.tensor import Tensor
+from gyre_contract.core.validate import EpisodeTracker, validate_batch, validate_episode, validate_step
 
 if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on first use
-    from gyre_contract.advantages import discounted_returns, gae
-    from gyre_contract.collate import collate
-    from gyre_contract.compat import CompatReport, compat
-    from gyre_contract.diff import DiffReport, diff
-    from gyre_contract.fieldmap import FieldMap, known_ops, register_op, unregister_op
-    from gyre_contract.fieldtable import (
-        Field,
-        FieldTable,
-        field_table,
-        field_table_from_model,
-        infer_schema,
-        load_schema,
-    )
-    from gyre_contract.inspect import batch_schema, inspect_batch
-    from gyre_contract.parquet import to_arrow_schema, validate_parquet
-    from gyre_contract.raydata import (
-        ShardsReport,
-        iter_train_batches,
-        validate_dataset,
-        validate_shards,
-    )
-    from gyre_contract.recorder import Recorder, episodes_from_records
-    from gyre_contract.rollout import (
+    from gyre_contract.harness.recorder import Recorder, episodes_from_records
+    from gyre_contract.harness.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
+    from gyre_contract.harness.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
+    from gyre_contract.io.parquet import to_arrow_schema, validate_parquet
+    from gyre_contract.io.rollout import (
         Episode,
         FileReport,
         read_episodes,
@@ -57,29 +37,47 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
         validate_file,
         write_steps,
     )
-    from gyre_contract.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
-    from gyre_contract.schema import export_schemas, json_schema
-    from gyre_contract.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
+    from gyre_contract.io.shards import (
+        ShardsReport,
+        iter_train_batches,
+        validate_dataset,
+        validate_shards,
+    )
+    from gyre_contract.schema.compatibility import CompatReport, compat
+    from gyre_contract.schema.diffing import DiffReport, diff
+    from gyre_contract.schema.export import export_schemas, json_schema
+    from gyre_contract.schema.fieldtable import (
+        Field,
+        FieldTable,
+        field_table,
+        field_table_from_model,
+        infer_schema,
+        load_schema,
+    )
+    from gyre_contract.trainer.advantages import discounted_returns, gae
+    from gyre_contract.trainer.collation import collate
+    from gyre_contract.trainer.fieldmap import FieldMap, known_ops, register_op, unregister_op
+    from gyre_contract.trainer.inspection import batch_schema, inspect_batch
 
 __version__ = "0.1.0"
 
 _ON_FIRST_USE: dict[str, tuple[str, ...]] = {
-    "advantages": ("discounted_returns", "gae"),
-    "collate": ("collate",),
-    "compat": ("CompatReport", "compat"),
-    "diff": ("DiffReport", "diff"),
-    "fieldmap": ("FieldMap", "known_ops", "register_op", "unregister_op"),
-    "fieldtable": ("Field", "FieldTable", "field_table", "field_table_from_model",
+    "trainer.advantages": ("discounted_returns", "gae"),
+    "trainer.collation": ("collate",),
+    "schema.compatibility": ("CompatReport", "compat"),
+    "schema.diffing": ("DiffReport", "diff"),
+    "trainer.fieldmap": ("FieldMap", "known_ops", "register_op", "unregister_op"),
+    "schema.fieldtable": ("Field", "FieldTable", "field_table", "field_table_from_model",
                    "infer_schema", "load_schema"),
-    "inspect": ("batch_schema", "inspect_batch"),
-    "parquet": ("to_arrow_schema", "validate_parquet"),
-    "raydata": ("ShardsReport", "iter_train_batches", "validate_dataset", "validate_shards"),
-    "recorder": ("Recorder", "episodes_from_records"),
-    "rollout": ("Episode", "FileReport", "read_episodes", "read_steps", "validate_file",
+    "trainer.inspection": ("batch_schema", "inspect_batch"),
+    "io.parquet": ("to_arrow_schema", "validate_parquet"),
+    "io.shards": ("ShardsReport", "iter_train_batches", "validate_dataset", "validate_shards"),
+    "harness.recorder": ("Recorder", "episodes_from_records"),
+    "io.rollout": ("Episode", "FileReport", "read_episodes", "read_steps", "validate_file",
                 "write_steps"),
-    "runlog": ("RunLog", "RunRecord", "RunTimer", "plot_runs", "summarize"),
-    "schema": ("export_schemas", "json_schema"),
-    "stages": ("CycleReport", "HalfWayReport", "LoopReport", "full_loop", "half_way"),
+    "harness.runlog": ("RunLog", "RunRecord", "RunTimer", "plot_runs", "summarize"),
+    "schema.export": ("export_schemas", "json_schema"),
+    "harness.stages": ("CycleReport", "HalfWayReport", "LoopReport", "full_loop", "half_way"),
 }
 _MODULE_OF = {name: module for module, names in _ON_FIRST_USE.items() for name in names}
 
@@ -106,23 +104,6 @@ __all__ = [
     "iter_train_batches", "ShardsReport",
     "__version__",
 ]
-
-
-class _Package(types.ModuleType):
-    """`gyre_contract.diff` is the function even after the submodule of that name is imported.
-
-    Importing `gyre_contract.diff` binds the submodule on the package; for the three public
-    functions named like their modules (`collate`, `compat`, `diff`) the function wins, as it
-    did when they were imported eagerly. `from gyre_contract.diff import ...` is unaffected.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _MODULE_OF.get(name) == name:
-            value = getattr(value, name, value)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -11,8 +11,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from gyre_contract.models import Modalities, RolloutStep, TrainBatch
-from gyre_contract.tensor import Tensor
+from gyre_contract.core.models import Modalities, RolloutStep, TrainBatch
+from gyre_contract.core.tensor import Tensor
 
 
 class CartPoleStep(RolloutStep):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from gyre_contract.cli import run
-from gyre_contract.errors import ContractError
-from gyre_contract.fieldmap import known_ops
+from gyre_contract.core.errors import ContractError
+from gyre_contract.trainer.fieldmap import known_ops
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -146,8 +146,8 @@ _VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=4)
 @SETTINGS
 @given(changes=st.dictionaries(_KEYS, _VALUES, max_size=5), whole=_VALUES)
 def test_validate_step_raises_only_contract_errors(changes: dict, whole: object) -> None:
-    from gyre_contract.errors import ContractError
-    from gyre_contract.validate import validate_step
+    from gyre_contract.core.errors import ContractError
+    from gyre_contract.core.validate import validate_step
 
     for candidate in ({**GOOD_RECORD, **changes}, whole):
         try:
@@ -161,8 +161,8 @@ def test_validate_step_raises_only_contract_errors(changes: dict, whole: object)
                               max_size=4), whole=_VALUES)
 def test_field_map_from_any_json_raises_only_field_map_errors(fields: dict, whole: object
                                                               ) -> None:
-    from gyre_contract.errors import FieldMapError
-    from gyre_contract.fieldmap import FieldMap
+    from gyre_contract.core.errors import FieldMapError
+    from gyre_contract.trainer.fieldmap import FieldMap
 
     for candidate in ({"gyre_field_map": 1, "fields": fields}, whole):
         try:

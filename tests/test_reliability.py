@@ -582,7 +582,7 @@ def steps(eid: str, count: int, *, pad: int = 0, done: bool = True) -> list[dict
 
 
 def test_write_steps_documents_its_guarantee() -> None:
-    from gyre_contract.rollout import write_steps
+    from gyre_contract.io.rollout import write_steps
 
     doc = " ".join((write_steps.__doc__ or "").split())
     assert "the OS only ever receives whole lines" in doc
@@ -595,7 +595,7 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from gyre_contract import rollout
+    from gyre_contract.io import rollout
 
     monkeypatch.setattr(rollout, "WRITE_BATCH_BYTES", 500)
     writes: list[bytes] = []
@@ -622,7 +622,7 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
 _CRASHING_WRITER = """
 import os, signal, sys
 import orjson
-from gyre_contract.rollout import write_steps
+from gyre_contract.io.rollout import write_steps
 path, count = sys.argv[1], int(sys.argv[2])
 rec = lambda t: {"observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "reward": 1.0, "step": t,
                  "episode_id": "a", "terminated": False, "truncated": False,
@@ -657,7 +657,7 @@ def test_a_writer_killed_mid_line_leaves_one_partial_line_reported_by_number(
 
 _ENDLESS_WRITER = """
 import sys
-from gyre_contract.rollout import write_steps
+from gyre_contract.io.rollout import write_steps
 path = sys.argv[1]
 pad = "x" * 200_000
 t = 0
@@ -695,7 +695,7 @@ def test_a_writer_killed_at_any_moment_loses_at_most_its_last_line(tmp_path: Pat
 
 _APPENDER = """
 import sys
-from gyre_contract.rollout import write_steps
+from gyre_contract.io.rollout import write_steps
 path, eid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for start in range(0, n, 25):
     write_steps(path, [{"observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "reward": 1.0,
@@ -841,7 +841,7 @@ def test_model_and_loss_import_only_what_the_command_line_names(tmp_path: Path,
     rollout = tmp_path / "r.jsonl"
     rollout.write_bytes(orjson.dumps(record(info={"model": "gyre_tripwire:Boom"})) + b"\n")
     (tmp_path / "named_model.py").write_text(
-        "from gyre_contract.models import RolloutStep\nclass Step(RolloutStep):\n    pass\n")
+        "from gyre_contract.core.models import RolloutStep\nclass Step(RolloutStep):\n    pass\n")
     (tmp_path / "named_loss.py").write_text(
         "import numpy as np\ndef loss(batch):\n    return float(np.mean(batch['reward']))\n")
     assert cli("validate", rollout, "--model", "named_model:Step").code == 0

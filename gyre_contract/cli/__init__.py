@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from typing import TextIO
 
-from gyre_contract.errors import ContractError, GyreError
+from gyre_contract.core.errors import ContractError, GyreError
 
 EXIT_OK, EXIT_VIOLATED, EXIT_INPUT = 0, 1, 2
 

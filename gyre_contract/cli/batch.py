@@ -17,9 +17,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from gyre_contract.cli.common import emit, import_named
-from gyre_contract.errors import InputError
-from gyre_contract.fieldmap import FieldMap
-from gyre_contract.stages import half_way
+from gyre_contract.core.errors import InputError
+from gyre_contract.harness.stages import half_way
+from gyre_contract.trainer.fieldmap import FieldMap
 
 
 def add_parser(sub: Any) -> None:

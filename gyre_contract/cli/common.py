@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.errors import InputError
+from gyre_contract.core.errors import InputError
 
 
 def emit(out: TextIO, fmt: str, data: Any, lines: Iterable[str]) -> None:

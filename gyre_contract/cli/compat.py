@@ -6,7 +6,7 @@ import argparse
 from typing import Any, TextIO
 
 from gyre_contract.cli.common import emit
-from gyre_contract.compat import MODES, compat
+from gyre_contract.schema.compatibility import MODES, compat
 
 
 def add_parser(sub: Any) -> None:

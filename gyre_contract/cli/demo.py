@@ -26,7 +26,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gyre_contract.demo import run_demo
+    from gyre_contract.harness.demo import run_demo
 
     if args.cycles < 1 or args.episodes < 1:
         print("error: --cycles and --episodes must be >= 1", file=err)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.diff import diff, parse_batch_dims
-from gyre_contract.errors import InputError, SchemaError
+from gyre_contract.core.errors import InputError, SchemaError
+from gyre_contract.schema.diffing import diff, parse_batch_dims
 
 
 def add_parser(sub: Any) -> None:

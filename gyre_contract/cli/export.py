@@ -6,7 +6,7 @@ import argparse
 from typing import Any, TextIO
 
 from gyre_contract.cli.common import emit
-from gyre_contract.schema import drifted_schemas, export_schemas
+from gyre_contract.schema.export import drifted_schemas, export_schemas
 
 
 def add_parser(sub: Any) -> None:

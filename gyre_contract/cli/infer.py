@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.errors import InputError
-from gyre_contract.fieldtable import infer_schema
+from gyre_contract.core.errors import InputError
+from gyre_contract.schema.fieldtable import infer_schema
 
 
 def add_parser(sub: Any) -> None:

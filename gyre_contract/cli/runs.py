@@ -6,8 +6,8 @@ import argparse
 from typing import Any, TextIO
 
 from gyre_contract.cli.common import emit
-from gyre_contract.errors import InputError
-from gyre_contract.runlog import RunLog, format_summary, plot_runs, summarize
+from gyre_contract.core.errors import InputError
+from gyre_contract.harness.runlog import RunLog, format_summary, plot_runs, summarize
 
 
 def add_parser(sub: Any) -> None:

@@ -12,11 +12,11 @@ from typing import Any, TextIO
 from pydantic import BaseModel
 
 from gyre_contract.cli.common import emit, import_named
-from gyre_contract.errors import InputError, SchemaError
-from gyre_contract.fieldtable import load_schema
-from gyre_contract.models import RolloutStep, RolloutStepV1
-from gyre_contract.raydata import is_shard_source, validate_shards
-from gyre_contract.rollout import validate_file
+from gyre_contract.core.errors import InputError, SchemaError
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
+from gyre_contract.io.rollout import validate_file
+from gyre_contract.io.shards import is_shard_source, validate_shards
+from gyre_contract.schema.fieldtable import load_schema
 
 
 def add_parser(sub: Any) -> None:

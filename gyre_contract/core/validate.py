@@ -1,0 +1,447 @@
+"""The validation API: one step, one episode, one training batch. All problems, never the first.
+
+`validate_step` is meant for the sampler's hot loop: a valid record costs one pass of a
+validator compiled for its model (`fastpath`); the work of explaining a bad one is only done
+when there is something to explain, by the model's own pydantic validation.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import ne
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from gyre_contract.core.dims import format_size, scalar_reason
+from gyre_contract.core.errors import ContractError, Problem, describe
+from gyre_contract.core.fastpath import FAST_FAILURES, PLANS, fast_plan
+from gyre_contract.core.models import (
+    AnyObservation,
+    GyreModel,
+    RolloutStep,
+    RolloutStepV1,
+    TrainBatch,
+    TrainBatchV1,
+    field_specs,
+    record_bindings,
+)
+from gyre_contract.core.tensor import TensorSpec
+
+M = TypeVar("M", bound=GyreModel)
+
+
+def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = RolloutStep) -> M:
+    """Validate one step record; return the model instance or raise ContractError with all problems.
+
+    Arrays may be given as nested lists or numpy arrays. The fast path for samplers: give each
+    tensor as a numpy array of exactly the declared dtype (it is kept as is, not copied) and
+    scalars as Python or numpy scalars.
+    """
+    if record.__class__ is not dict:
+        if type(record) is model:
+            return record  # type: ignore[return-value]
+        if isinstance(record, BaseModel):
+            record = record.model_dump(by_alias=True, exclude_none=True)
+    plan = PLANS.get(model) or fast_plan(model)
+    if plan is not None:
+        try:
+            return plan.validate_python(record)
+        except FAST_FAILURES:
+            pass  # invalid or unusual: the normal path below decides and explains
+    try:
+        return model.model_validate(record)
+    except ValidationError as err:
+        raise ContractError(problems_from(err, model)) from None
+
+
+def problems_from(err: ValidationError, model: type[BaseModel]) -> list[Problem]:
+    """Translate pydantic's errors into Problems with dotted paths, expected and got."""
+    problems: list[Problem] = []
+    unknown = 0
+    for item in err.errors(include_url=False):
+        unknown += item["type"] == "extra_forbidden"
+        problems += _problems_of(item, model, hint=unknown <= MAX_HINTS)
+    return problems
+
+
+MAX_HINTS = 20  # "did you mean" is worth computing for a typo, not for a record of 10^6 keys
+
+
+def _problems_of(item: Mapping[str, Any], model: type[BaseModel], hint: bool = True
+                 ) -> list[Problem]:
+    kind, loc, value = item["type"], item["loc"], item.get("input")
+    path = _dotted(loc)
+    ctx = item.get("ctx") or {}
+    if kind == "gyre_problems":
+        return list(ctx["problems"])
+    if kind == "gyre":
+        return [Problem(path, ctx["expected"], ctx["got"], ctx["reason"])]
+    spec = _spec_at(model, loc)
+    expected = _expected(spec)
+    if kind == "gyre_scalar":
+        why = scalar_reason(value, spec.dtype) if isinstance(spec, TensorSpec) else ""
+        return [Problem(path, expected, describe(value), why or "invalid value")]
+    if kind == "missing":
+        return [Problem(path, expected, "nothing", "missing required field")]
+    if kind == "extra_forbidden":
+        expected = _unknown_hint(model, loc) if hint else "only the model's fields"
+        return [Problem(path, expected, describe(value), "unknown field")]
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return [Problem(path, "an object", describe(value), "not an object")]
+    return [Problem(path, expected, describe(value), item["msg"])]
+
+
+def _dotted(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _spec_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    spec: Any = model
+    for part in loc:
+        if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
+            return None
+        spec = field_specs(spec).get(part) or _plain_field(spec, part)
+    return spec
+
+
+def _plain_field(model: type[BaseModel], wire: str) -> Any:
+    for name, info in model.model_fields.items():
+        if (info.alias or name) == wire:
+            return info.annotation
+    return None
+
+
+def _expected(spec: Any) -> str:
+    if isinstance(spec, TensorSpec):
+        return spec.expected
+    if isinstance(spec, AnyObservation):
+        return spec.spec.expected + " or an object of modalities"
+    if isinstance(spec, type) and issubclass(spec, BaseModel):
+        return f"an object ({spec.__name__})"
+    if isinstance(spec, type):
+        return spec.__name__
+    return "a valid value"
+
+
+def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    parent = _spec_at(model, loc[:-1])
+    known = _wire_names(parent) if isinstance(parent, type) else []
+    name = str(loc[-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 64 else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    owner = parent.__name__ if isinstance(parent, type) else "this object"
+    return f"only the fields of {owner}{hint}"
+
+
+def _wire_names(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+# -- episodes ----------------------------------------------------------------------------
+
+@dataclass
+class _Open:
+    """What the tracker remembers of an episode still being read."""
+
+    step: int
+    policy_version: int
+    line: int | None
+    dims: dict[str, Any]
+
+
+@dataclass
+class EpisodeTracker:
+    """Applies the episode rules to steps arriving one at a time, in file order.
+
+    Episodes may interleave (vector envs write several at once). Memory holds one small entry per
+    open episode and the ids of finished ones.
+    """
+
+    model: type[RolloutStepV1] = RolloutStep
+    steps: int = 0
+    terminated: int = 0
+    truncated: int = 0
+    policy_versions: set[int] = field(default_factory=set)
+    _open: dict[str, _Open] = field(default_factory=dict)
+    _ended: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def episodes(self) -> int:
+        return len(self._open) + len(self._ended)
+
+    @property
+    def open_episodes(self) -> list[str]:
+        return list(self._open)
+
+    def add(self, step: RolloutStepV1, line: int | None = None) -> list[Problem]:
+        """Take the next step; return the problems it shows (with `line` set when given)."""
+        self.steps += 1
+        self.policy_versions.add(step.policy_version)
+        problems = self._check(step, line)
+        if line is not None:
+            problems = [p.at_line(line) for p in problems]
+        return problems
+
+    def _check(self, step: RolloutStepV1, line: int | None) -> list[Problem]:
+        eid = step.episode_id
+        if eid in self._ended:
+            return [_after_end(step, self._ended[eid])]
+        dims = self._dims(step)
+        state = self._open.get(eid)
+        problems = self._continues(step, state, dims) if state else _starts(step)
+        if step.terminated or step.truncated:
+            self._open.pop(eid, None)
+            self._ended[eid] = line
+            self.terminated += bool(step.terminated)
+            self.truncated += bool(step.truncated and not step.terminated)
+        else:
+            self._open[eid] = _Open(step.step, step.policy_version, line,
+                                    state.dims if state else dims)
+        return problems
+
+    def _dims(self, step: RolloutStepV1) -> dict[str, Any]:
+        if not _has_named_dims(self.model):
+            return {}
+        values = {w: getattr(step, _attr_name(self.model, w)) for w in field_specs(self.model)}
+        bindings, _ = record_bindings(self.model, values)
+        varying = set(self.model.varying_dims)
+        return {k: v for k, v in bindings.items() if k not in varying}
+
+    def _continues(self, step: RolloutStepV1, state: _Open, dims: dict[str, Any]) -> list[Problem]:
+        problems = []
+        if step.step != state.step + 1:
+            problems.append(Problem("step", f"{state.step + 1} (previous step + 1)",
+                                    str(step.step), "step does not follow the previous step"))
+        if step.policy_version < state.policy_version:
+            problems.append(Problem("policy_version", f">= {state.policy_version} (never decreases)",
+                                    str(step.policy_version), "policy_version decreased"))
+        for name, size in dims.items():
+            if name in state.dims and state.dims[name] != size:
+                problems.append(Problem(
+                    name, f"{name}={format_size(state.dims[name])} as earlier in the episode",
+                    f"{name}={format_size(size)}", "dimension changed within the episode "
+                    "(declare it in varying_dims if it may)"))
+        return problems
+
+    def add_columns(self, episode_id: Sequence[str], step: np.ndarray, policy_version: np.ndarray,
+                    terminated: np.ndarray, truncated: np.ndarray, first_line: int) -> bool:
+        """Take a run of steps at once (lines `first_line`, `first_line + 1`, ...), all or none.
+
+        The bulk form of `add` for models without named dims, vectorised over the run. True: no
+        step breaks an episode rule and the tracker is exactly as after `add` on each step.
+        False: some step does; the tracker is unchanged and the caller adds the steps one by
+        one to get the problems.
+        """
+        if _has_named_dims(self.model):
+            return False
+        n = len(episode_id)
+        changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
+        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+        index: dict[str, int] = {}  # episode id -> code, in order of first appearance
+        codes = [index.setdefault(episode_id[i], len(index)) for i in starts]
+        code = np.repeat(codes, np.diff([*starts, n]))
+        order = np.argsort(code, kind="stable")
+        code, step, version = code[order], step[order], policy_version[order]
+        done = (terminated | truncated)[order]
+        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+        ends = np.r_[starts[1:] - 1, len(code) - 1]
+        inner = np.ones(len(code), bool)
+        inner[starts] = False  # each step that follows another of its episode in this run
+        follows = (step[1:] == step[:-1] + 1) & (version[1:] >= version[:-1]) & ~done[:-1]
+        if not follows[inner[1:]].all():
+            return False
+        first_steps, first_versions = step[starts].tolist(), version[starts].tolist()
+        for eid, first, first_version in zip(index, first_steps, first_versions):
+            if eid in self._ended:
+                return False
+            state = self._open.get(eid)
+            if state is None and first != 0:
+                return False
+            if state is not None and (first != state.step + 1
+                                      or first_version < state.policy_version):
+                return False
+        self._commit(list(index), ends, order, step, version, done, terminated, truncated,
+                     first_line)
+        return True
+
+    def _commit(self, ids: list[str], ends: np.ndarray, order: np.ndarray, step: np.ndarray,
+                version: np.ndarray, done: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray, first_line: int) -> None:
+        self.steps += len(order)
+        self.policy_versions.update(np.unique(version).tolist())
+        rows = order[ends]
+        lines = (rows + first_line).tolist()
+        ended = []
+        for eid, line, last_step, last_version, row, is_done in zip(
+                ids, lines, step[ends].tolist(), version[ends].tolist(), rows.tolist(),
+                done[ends].tolist()):
+            if is_done:
+                ended.append((line, eid, bool(terminated[row])))
+                continue
+            state = self._open.get(eid)
+            self._open[eid] = _Open(last_step, last_version, line, state.dims if state else {})
+        for line, eid, term in sorted(ended):
+            self._open.pop(eid, None)
+            self._ended[eid] = line
+            self.terminated += term
+            self.truncated += not term
+
+    def skip(self, episode_id: str, step: int, line: int | None = None) -> None:
+        """Account for a step that failed validation, so its episode's next step is not blamed.
+
+        The lost step's own problems were reported already; here it only advances the episode.
+        """
+        if episode_id in self._ended:
+            return
+        state = self._open.get(episode_id)
+        if state is None:
+            self._open[episode_id] = _Open(step, -(2**63), line, {})
+        else:
+            state.step, state.line = step, line
+
+    def finish(self, require_complete: bool = False) -> list[Problem]:
+        """Problems known only at the end: open episodes, when completeness is required."""
+        if not require_complete:
+            return []
+        return [
+            Problem("episode_id", "a terminated or truncated last step",
+                    f"episode {eid!r} open after step {state.step}", "open episode",
+                    line=state.line)
+            for eid, state in self._open.items()
+        ]
+
+
+def _starts(step: RolloutStepV1) -> list[Problem]:
+    if step.step == 0:
+        return []
+    return [Problem("step", "0 on an episode's first step", str(step.step),
+                    "episode does not start at step 0")]
+
+
+def _after_end(step: RolloutStepV1, ended_at: int | None) -> Problem:
+    where = f" at line {ended_at}" if ended_at is not None else ""
+    return Problem("episode_id", "no step after the episode's terminated or truncated step",
+                   f"step {step.step} of episode {step.episode_id!r}, which ended{where}",
+                   "step after the episode ended (a phantom reset transition?)")
+
+
+def _has_named_dims(model: type[GyreModel]) -> bool:
+    cached = model.__dict__.get("__gyre_named__")
+    if cached is None:
+        cached = any(_named(spec) for spec in field_specs(model).values())
+        model.__gyre_named__ = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _named(spec: Any) -> bool:
+    if isinstance(spec, AnyObservation):
+        return True
+    if isinstance(spec, TensorSpec):
+        return any(d.name for d in spec.shape)
+    return isinstance(spec, type) and _has_named_dims(spec)
+
+
+def _attr_name(model: type[BaseModel], wire: str) -> str:
+    return "return_" if wire == "return" and "return_" in model.model_fields else wire
+
+
+def validate_episode(
+    steps: Iterable[Mapping[str, Any] | RolloutStepV1],
+    model: type[M] = RolloutStep,
+    *,
+    require_complete: bool = False,
+) -> list[M]:
+    """Validate each step and the episode rules; `steps[i].path` locates every problem."""
+    tracker = EpisodeTracker(model)
+    out: list[M] = []
+    problems: list[Problem] = []
+    for i, record in enumerate(steps):
+        try:
+            step = validate_step(record, model)
+        except ContractError as err:
+            problems += [p.under(f"steps[{i}]") for p in err.problems]
+            continue
+        out.append(step)
+        problems += [p.under(f"steps[{i}]") for p in tracker.add(step)]
+    problems += tracker.finish(require_complete)
+    if problems:
+        raise ContractError(problems)
+    return out
+
+
+def iter_validated_steps(
+    numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[M] = RolloutStep
+) -> Iterator[M]:
+    """Validate `(line, record)` pairs in order with the episode rules, streaming.
+
+    Raises ContractError, with the line, on the first record or episode rule broken: what was
+    yielded before is good. Open episodes at the end are not an error here.
+    """
+    tracker = EpisodeTracker(model)
+    for line, record in numbered:
+        try:
+            step = validate_step(record, model)
+        except ContractError as err:
+            raise ContractError([p.at_line(line) for p in err.problems]) from None
+        problems = tracker.add(step, line)
+        if problems:
+            raise ContractError(problems)
+        yield step
+
+
+# -- batches ----------------------------------------------------------------------------
+
+def validate_batch(
+    batch: Mapping[str, Any] | TrainBatchV1,
+    model: type[M] = TrainBatch,
+    *,
+    current_version: int | None = None,
+    max_staleness: int | None = None,
+) -> M:
+    """Validate a training batch (§4); with `max_staleness`, also how old its policy versions are.
+
+    `current_version` defaults to the newest version in the batch.
+    """
+    if not isinstance(batch, model):
+        if isinstance(batch, BaseModel):
+            batch = batch.model_dump(by_alias=True, exclude_none=True)
+        try:
+            batch = model.model_validate(batch)
+        except ValidationError as err:
+            raise ContractError(problems_from(err, model)) from None
+    if max_staleness is not None:
+        problems = staleness_problems(batch, current_version, max_staleness)
+        if problems:
+            raise ContractError(problems)
+    return batch  # type: ignore[return-value]
+
+
+def staleness_problems(
+    batch: TrainBatchV1, current_version: int | None, max_staleness: int
+) -> list[Problem]:
+    """Rows whose policy version is older than `current - max_staleness`, or newer than current."""
+    versions = np.asarray(batch.policy_version)
+    if versions.size == 0:
+        return []
+    current = int(versions.max()) if current_version is None else current_version
+    ids = batch.episode_id
+    problems = []
+    for row in np.flatnonzero((versions < current - max_staleness) | (versions > current)):
+        version = int(versions[row])
+        episode = f" (episode {str(ids[row])!r})" if ids is not None else ""
+        message = "policy version from the future" if version > current else "stale policy version"
+        problems.append(Problem(
+            f"policy_version[{row}]",
+            f"{current - max_staleness}..{current} (current {current}, max_staleness "
+            f"{max_staleness})", f"{version}{episode}", message))
+    return problems

@@ -1,0 +1,1 @@
+"""Running the integration: the recorder, the three stages, the run log and the demo."""

@@ -1,0 +1,320 @@
+"""`gyre-contract demo`: the whole left-to-right path on Gymnasium CartPole-v1, stage by stage.
+
+Stage 1 samples episodes with a fixed policy and validates the rollout file; the diff compares the
+sampler's schema with the trainer's and writes the field map; stage 2 maps, collates and runs one
+loss with no update; stage 3 runs sample → map → train cycles of a small numpy policy-gradient
+learner and keeps the run log. Needs the `demo` extra (gymnasium; matplotlib for the plot).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from gyre_contract.core.errors import ContractError
+
+GAMMA, LAM = 0.99, 0.95
+
+
+@dataclass
+class SoftmaxPolicy:
+    """A linear softmax policy over CartPole's 4 observations with a linear value function.
+
+    Small enough to train in numpy in seconds; its `version` advances with each update.
+    """
+
+    seed: int
+    lr: float = 0.05
+    version: int = 0
+    weights: np.ndarray = field(default_factory=lambda: np.zeros((5, 2)))
+    value_weights: np.ndarray = field(default_factory=lambda: np.zeros(5))
+    _moments: list[np.ndarray] = field(default_factory=lambda: [np.zeros((5, 2)), np.zeros((5, 2))])
+    _rng: np.random.Generator | None = None
+
+    def __post_init__(self) -> None:
+        self._rng = np.random.default_rng(self.seed)
+
+    def probs(self, obs: np.ndarray) -> np.ndarray:
+        logits = _features(obs) @ self.weights
+        logits -= logits.max(axis=-1, keepdims=True)
+        e = np.exp(logits)
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return _features(obs) @ self.value_weights
+
+    def __call__(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        """Act on a batch of observations `[N, 4]`: action, its log-prob and V(s)."""
+        p = self.probs(obs)
+        action = (self._rng.random(len(p)) < p[:, 1]).astype(np.int64)
+        logprob = np.log(p[np.arange(len(p)), action]).astype(np.float32)
+        return {"action": action, "logprob": logprob,
+                "value": self.value(obs).astype(np.float32)}
+
+    def loss(self, batch: dict[str, Any]) -> float:
+        """Policy-gradient surrogate −E[log π(a|s)·Â] plus ½·E[(V(s) − G)²], over real steps."""
+        obs, act, adv, mask = _flat(batch)
+        logp = np.log(self.probs(obs)[np.arange(len(act)), act])
+        value_error = self.value(obs) - np.asarray(batch["return"])[mask]
+        return float(-(logp * _normalised(adv)).mean() + 0.5 * (value_error**2).mean())
+
+    def train_step(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One Adam step on the surrogate, then refit the value function to the returns."""
+        obs, act, adv, mask = _flat(batch)
+        p = self.probs(obs)
+        grad_logits = (np.eye(2)[act] - p) * _normalised(adv)[:, None]
+        grad = _features(obs).T @ grad_logits / len(act)
+        m, v = self._moments
+        m[:] = 0.9 * m + 0.1 * grad
+        v[:] = 0.999 * v + 0.001 * grad**2
+        self.weights += self.lr * m / (np.sqrt(v) + 1e-8)
+        returns = np.asarray(batch["return"])[mask]
+        self.value_weights = np.linalg.lstsq(_features(obs), returns, rcond=None)[0]
+        self.version += 1
+        lengths = mask.sum(axis=1)
+        return {"mean_episode_length": float(lengths.mean()), "policy_version": self.version}
+
+
+def _features(obs: np.ndarray) -> np.ndarray:
+    obs = np.asarray(obs, dtype=np.float64)
+    return np.concatenate([obs, np.ones(obs.shape[:-1] + (1,))], axis=-1)
+
+
+def _flat(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    mask = np.asarray(batch["mask"])
+    return (np.asarray(batch["obs"])[mask], np.asarray(batch["action"])[mask],
+            np.asarray(batch["advantage"], dtype=np.float64)[mask], mask)
+
+
+def _normalised(adv: np.ndarray) -> np.ndarray:
+    return (adv - adv.mean()) / (adv.std() + 1e-8)
+
+
+# -- the stages ---------------------------------------------------------------------------
+
+@dataclass
+class DemoResult:
+    """What the demo did: each stage's verdict, and where its files are."""
+
+    stages: dict[str, bool] = field(default_factory=dict)
+    out_dir: Path | None = None
+    lengths: list[float] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.stages) and all(self.stages.values())
+
+
+class _Printer:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def heading(self, title: str, criteria: str) -> None:
+        self(f"\n=== {title} ===")
+        self(f"pass criteria: {criteria}")
+
+    def verdict(self, ok: bool, text: str) -> None:
+        self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
+
+
+def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 24, seed: int = 0,
+             episodes_per_cycle: int = 32, plot: bool = True) -> DemoResult:
+    """Run the three stages; return their verdicts. Files land in `out_dir`."""
+    gym = _gymnasium()
+    from gyre_contract.pinned import CartPoleBatch, CartPoleStep
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = _Printer(out)
+    result = DemoResult(out_dir=out_dir)
+    policy = SoftmaxPolicy(seed=seed)
+    say(f"gyre-contract demo on Gymnasium CartPole-v1 (seed {seed}, files in {out_dir})")
+    with _vector_env(gym, STAGE1_TIME_LIMIT) as envs:
+        rollouts = _stage1(say, result, envs, policy, CartPoleStep, out_dir, seed,
+                           episodes_per_cycle)
+    map_path = _diff_stage(say, result, CartPoleStep, CartPoleBatch, out_dir)
+    _stage2(say, result, rollouts, map_path, policy, CartPoleStep, CartPoleBatch)
+    with _vector_env(gym, STAGE3_TIME_LIMIT) as envs:
+        _stage3(say, result, envs, policy, CartPoleStep, map_path, out_dir, cycles, seed,
+                episodes_per_cycle, plot)
+    say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'}: "
+        + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in result.stages.items()))
+    return result
+
+
+# A short time limit in stage 1 makes the sampler meet both endings (terminated and truncated);
+# stage 3 allows long episodes so that learning shows, with truncations once the policy is good.
+STAGE1_TIME_LIMIT, STAGE3_TIME_LIMIT, N_ENVS = 25, 200, 8
+
+
+@contextmanager
+def _vector_env(gym: Any, time_limit: int) -> Iterator[Any]:
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=time_limit) for _ in range(N_ENVS)])
+    try:
+        yield envs
+    finally:
+        envs.close()
+
+
+def _gymnasium() -> Any:
+    try:
+        import gymnasium
+    except ImportError:
+        from gyre_contract.core.errors import InputError
+
+        raise InputError("the demo needs gymnasium: pip install 'gyre-contract[demo]'") from None
+    return gymnasium
+
+
+def _recorder(envs: Any, policy: SoftmaxPolicy, model: type, seed: int, run_id: str) -> Any:
+    from gyre_contract.harness.recorder import Recorder
+
+    return Recorder(envs, policy, policy_version=lambda: policy.version,
+                    value_fn=lambda o: float(policy.value(np.asarray(o)[None])[0]),
+                    run_id=run_id, seed=seed, model=model)
+
+
+def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
+            out_dir: Path, seed: int, n: int) -> Path:
+    from gyre_contract.io.rollout import validate_file, write_steps
+
+    say.heading("Stage 1: the sampler alone",
+                "every recorded step and episode validates against CartPoleStep; "
+                "terminated and truncated are kept apart")
+    recorder = _recorder(envs, policy, model, seed, "stage1")
+    path = out_dir / "rollouts.jsonl"
+    if path.exists():
+        path.unlink()
+    write_steps(path, recorder.record_episodes(n))
+    report = validate_file(path, model, require_complete=True)
+    say(report.to_text())
+    ok = report.holds and (report.episodes or 0) == n
+    say.verdict(ok, f"{report.steps} steps in {report.episodes} episodes, "
+                f"{report.problem_count} problems")
+    result.stages["stage 1"] = ok
+    return path
+
+
+def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model: type,
+                out_dir: Path) -> Path:
+    from gyre_contract.schema.diffing import diff
+    from gyre_contract.schema.export import json_schema, render
+
+    say.heading("Diff: sampler schema vs trainer schema",
+                "no trainer field is missing; the written map turns rollouts into the batch")
+    sampler, trainer = out_dir / "sampler.json", out_dir / "trainer.json"
+    sampler.write_text(render(json_schema(step_model)), encoding="utf-8")
+    trainer.write_text(render(json_schema(batch_model)), encoding="utf-8")
+    report = diff(sampler, trainer, gamma=GAMMA, lam=LAM)
+    say(report.to_text())
+    map_path = out_dir / "map.json"
+    map_path.write_text(json.dumps(report.field_map(), indent=2) + "\n", encoding="utf-8")
+    ok = report.exit_code() == 0
+    say.verdict(ok, f"map written to {map_path}")
+    result.stages["diff"] = ok
+    return map_path
+
+
+def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
+            policy: SoftmaxPolicy, step_model: type, batch_model: type) -> None:
+    from gyre_contract.harness.stages import half_way
+
+    say.heading("Stage 2: half way (map + collate + one loss, no update)",
+                "the batch validates as CartPoleBatch and the loss is one finite number")
+    before = policy.weights.copy()
+    try:
+        report = half_way(rollouts, map_path, policy.loss, step_model=step_model,
+                          batch_model=batch_model)
+    except ContractError as err:
+        _failed(say, result, "stage 2", err, "the batch or the loss broke the contract")
+        return
+    say(report.to_text())
+    ok = np.array_equal(before, policy.weights) and report.loss is not None
+    say.verdict(ok, f"loss {report.loss:.4f}, weights unchanged")
+    result.stages["stage 2"] = ok
+
+
+def _stage3(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
+            step_model: type, map_path: Path, out_dir: Path, cycles: int, seed: int,
+            n: int, plot: bool) -> None:
+    from gyre_contract.harness.runlog import RunLog, format_summary, plot_runs, summarize
+    from gyre_contract.harness.stages import full_loop
+
+    say.heading("Stage 3: the full loop",
+                "every cycle's counts, timestamps and policy versions check out, and the mean "
+                "episode length goes up")
+    recorder = _recorder(envs, policy, step_model, seed + 1, "stage3")
+    log = RunLog(out_dir / "runs.jsonl")
+    lengths: list[float] = []
+
+    def sample(version: int) -> list[Any]:
+        episodes = recorder.collect_episodes(n)
+        lengths.append(float(np.mean([len(e.columns["reward"]) for e in episodes])))
+        return episodes
+
+    started = time.perf_counter()
+    if log.path.exists():
+        log.path.unlink()
+    for run, run_cycles in enumerate(_split(cycles, STAGE3_RUNS)):
+        say(f"\nrun {run + 1} of {STAGE3_RUNS}: {run_cycles} cycles")
+        try:
+            report = full_loop(sample, policy.train_step, map_path, run_cycles, max_staleness=0,
+                               start_version=policy.version, run_id=f"demo-seed{seed}-run{run}",
+                               config={"env": "CartPole-v1", "episodes_per_cycle": n},
+                               run_log=log)
+        except ContractError as err:
+            _failed(say, result, "stage 3", err, "the loop broke the contract")
+            return
+        say(report.to_text())
+    say("\nmean episode length per cycle: " + " ".join(f"{x:.0f}" for x in lengths))
+    say(f"\nrun log {log.path}:")
+    say(format_summary(summarize(log.read())))
+    if plot:
+        _plot(say, plot_runs, log, out_dir)
+    ok = _improved(lengths)
+    say.verdict(ok, f"{cycles} cycles in {time.perf_counter() - started:.1f}s, mean episode "
+                f"length {lengths[0]:.0f} → {lengths[-1]:.0f}")
+    result.lengths = lengths
+    result.stages["stage 3"] = ok
+
+
+def _failed(say: _Printer, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
+    """A stage that broke the contract: its problems, its verdict, and no further work in it."""
+    say(str(err))
+    say.verdict(False, why)
+    result.stages[stage] = False
+
+
+STAGE3_RUNS = 3  # several runs of one configuration, so the run table shows a spread
+
+
+def _split(cycles: int, runs: int) -> list[int]:
+    """`cycles` shared out over at most `runs` runs, none empty."""
+    runs = min(runs, cycles)
+    return [cycles // runs + (i < cycles % runs) for i in range(runs)]
+
+
+def _improved(lengths: list[float]) -> bool:
+    """The last third of the cycles beats the first third, on average."""
+    third = max(1, len(lengths) // 3)
+    return float(np.mean(lengths[-third:])) > float(np.mean(lengths[:third]))
+
+
+def _plot(say: _Printer, plot_runs: Callable[..., Path], log: Any, out_dir: Path) -> None:
+    try:
+        path = plot_runs(log.read(), out_dir / "runs.png")
+    except ImportError:
+        say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
+        return
+    say(f"plot: {path}")

@@ -1,0 +1,377 @@
+"""Record validated rollout step records (CONTRACT §3) from a Gymnasium env or vector env.
+
+Why: the env side of the handoff breaks in three known ways — the phantom reset step of a vector
+env with NEXT_STEP autoreset recorded as a transition, a time-limit cut stored as a termination,
+and the reset observation stored where the final one belongs. The recorder keeps `terminated` and
+`truncated` apart, never records a reset step, and takes the true final observation of a done
+step in every autoreset mode. Gymnasium is an optional extra, imported only when a recorder is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gyre_contract.core.errors import ContractError, Problem, describe
+from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.validate import EpisodeTracker, validate_step
+from gyre_contract.io.rollout import Episode, episode_from_steps
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+Policy = Callable[[Any], Any]
+"""`policy(obs) -> action`, or `-> {"action": a, "logprob": lp, "entropy": h, "value": v}`.
+
+A vector env's policy gets the batched observation `[N, ...]` and returns `[N, ...]` values."""
+
+ValueFn = Callable[[Any], float]
+"""`value_fn(obs) -> float`: V(s) of one (unbatched) observation, used for `next_value`."""
+
+POLICY_KEYS = ("action", "logprob", "entropy", "value")
+
+
+@dataclass(frozen=True, slots=True)
+class _Transition:
+    """One real transition of one sub-env; `final_obs` is s_{t+1}, the true final obs when done."""
+
+    env_index: int
+    reward: float
+    terminated: bool
+    truncated: bool
+    final_obs: Any
+
+
+class Recorder:
+    """Wraps a Gymnasium `Env` or `VectorEnv` and yields validated step records (plain dicts).
+
+    Episode ids are `f"{run_id}-{env_index}-{n}"` (n counts the episodes of that sub-env), `step`
+    counts from 0 within each episode, and `policy_version` is read from the caller (an int, or a
+    callable read once per env step) so a sampler running behind the trainer says so.
+
+    Done steps carry `next_observation` (the true final observation). Truncated steps that are not
+    terminated, and the last recorded step of an episode left open by `record_steps`, also carry
+    `next_value = value_fn(next_observation)` when a `value_fn` is given: that is the bootstrap the
+    trainer needs.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        policy: Policy,
+        *,
+        policy_version: int | Callable[[], int],
+        value_fn: ValueFn | None = None,
+        run_id: str = "run",
+        seed: int | None = None,
+        model: type[BaseModel] = RolloutStep,
+    ) -> None:
+        self.policy = policy
+        self.value_fn = value_fn
+        self.run_id = run_id
+        self.seed = seed
+        self.model = model
+        self._policy_version = policy_version
+        self._driver = _make_driver(env)
+        self.num_envs = self._driver.num_envs
+        self._obs: Any = None
+        self._interrupted = False
+        self._episode_counts = [0] * self.num_envs
+        self._episode_ids: list[str | None] = [None] * self.num_envs
+        self._steps = [0] * self.num_envs
+        self.n_steps = 0
+        self.n_episodes = 0
+        self.n_terminated = 0
+        self.n_truncated = 0
+        self.env_steps = 0
+
+    @property
+    def autoreset_mode(self) -> str:
+        """`single` (a plain env), or a vector env's `next_step`, `same_step` or `disabled`."""
+        return self._driver.mode
+
+    def record_steps(self, horizon: int) -> Iterator[dict[str, Any]]:
+        """Step the env `horizon` times and yield each real transition's record.
+
+        Episodes left open at the end continue, with the same ids, on the next call; their last
+        record here carries `next_observation` (and `next_value` with a `value_fn`). The env is
+        reset first on the first call, after `record_episodes`, and after a generator that was
+        not consumed to its end (its episodes stay open: they are never continued with a gap).
+        """
+        if self._obs is None or self._interrupted or None in self._episode_ids:
+            self._start(range(self.num_envs))
+        for k in range(horizon):
+            for record, _step in self._step_once(last=k == horizon - 1, restart=lambda i: True):
+                yield record
+
+    def record_episodes(self, n: int) -> Iterator[dict[str, Any]]:
+        """Reset the env and yield the records of exactly `n` complete episodes.
+
+        Sub-envs stop being recorded once `n` episodes have started; the env keeps stepping until
+        every started episode has ended. Open episodes of an earlier `record_steps` are abandoned.
+        """
+        for record, _step in self._episode_steps(n):
+            yield record
+
+    def collect_episodes(self, n: int) -> list[Episode]:
+        """`n` complete episodes as `Episode` columns (in order of ending), ready for `collate`."""
+        steps: dict[str, list[tuple[int, BaseModel]]] = {}
+        episodes: list[Episode] = []
+        for index, (record, step) in enumerate(self._episode_steps(n)):
+            steps.setdefault(record["episode_id"], []).append((index, step))
+            if record["terminated"] or record["truncated"]:
+                episode = episode_from_steps(steps.pop(record["episode_id"]), self.model)
+                episode.lines = None  # not read from a file
+                episodes.append(episode)
+        return episodes
+
+    def _episode_steps(self, n: int) -> Iterator[tuple[dict[str, Any], BaseModel]]:
+        started = min(n, self.num_envs)
+        self._start(range(started))
+        done_before = self.n_episodes
+
+        def restart(env_index: int) -> bool:
+            nonlocal started
+            if started >= n:
+                return False
+            started += 1
+            return True
+
+        while self.n_episodes - done_before < n:
+            yield from self._step_once(last=False, restart=restart)
+
+    def _start(self, recorded: range) -> None:
+        seed = self.seed if self._obs is None else None
+        self._obs = self._driver.reset(seed)
+        self._interrupted = False
+        self._episode_ids = [None] * self.num_envs
+        for i in recorded:
+            self._begin_episode(i)
+
+    def _begin_episode(self, env_index: int) -> None:
+        n = self._episode_counts[env_index]
+        self._episode_counts[env_index] = n + 1
+        self._episode_ids[env_index] = f"{self.run_id}-{env_index}-{n}"
+        self._steps[env_index] = 0
+
+    def _step_once(
+        self, *, last: bool, restart: Callable[[int], bool],
+    ) -> Iterator[tuple[dict[str, Any], BaseModel]]:
+        """One env step: every record is built and the state updated before the first yield.
+
+        `restart(env_index)` says whether a sub-env whose episode just ended starts a recorded one.
+        """
+        output = _split_policy_output(self.policy(self._obs))
+        version = self._read_policy_version()
+        obs_before = self._obs
+        self._obs, transitions = self._driver.step(output["action"])
+        self._interrupted = True  # until every record of this step is delivered
+        self.env_steps += 1
+        index = self._driver.index
+        results = []
+        for t in transitions:
+            episode_id = self._episode_ids[t.env_index]
+            if episode_id is None:
+                continue
+            record = self._record(
+                index(obs_before, t.env_index),
+                {key: index(value, t.env_index) for key, value in output.items()},
+                t, episode_id, version, bootstrap_open=last,
+            )
+            results.append((record, validate_step(record, self.model)))
+            self._steps[t.env_index] += 1
+            self.n_steps += 1
+            if t.terminated or t.truncated:
+                self._count_end(t)
+                self._episode_ids[t.env_index] = None
+                if restart(t.env_index):
+                    self._begin_episode(t.env_index)
+        yield from results
+        self._interrupted = False
+
+    def _record(
+        self, obs: Any, output: dict[str, Any], t: _Transition, episode_id: str, version: int,
+        *, bootstrap_open: bool,
+    ) -> dict[str, Any]:
+        record: dict[str, Any] = {"observation": _plain(obs), "action": _plain(output["action"])}
+        for key in ("logprob", "entropy", "value"):
+            if key in output:
+                record[key] = _plain(output[key])
+        record["reward"] = t.reward
+        record["step"] = self._steps[t.env_index]
+        record["episode_id"] = episode_id
+        record["terminated"] = t.terminated
+        record["truncated"] = t.truncated
+        record["policy_version"] = version
+        done = t.terminated or t.truncated
+        if done or bootstrap_open:
+            record["next_observation"] = _plain(t.final_obs)
+        needs_bootstrap = not t.terminated and (t.truncated or bootstrap_open)
+        if needs_bootstrap and self.value_fn is not None:
+            record["next_value"] = float(self.value_fn(t.final_obs))
+        return record
+
+    def _count_end(self, t: _Transition) -> None:
+        self.n_episodes += 1
+        if t.terminated:
+            self.n_terminated += 1
+        else:
+            self.n_truncated += 1
+
+    def _read_policy_version(self) -> int:
+        version = self._policy_version
+        return version() if callable(version) else version
+
+
+def episodes_from_records(
+    records: Iterable[Mapping[str, Any]], model: type[BaseModel] = RolloutStep,
+) -> list[Episode]:
+    """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
+
+    Each record is validated and the episode rules applied (step + 1, nothing after a done
+    step, ...); all problems are raised together, located as `records[i]`.
+    """
+    tracker = EpisodeTracker(model)
+    steps: dict[str, list[tuple[int, BaseModel]]] = {}
+    problems: list[Problem] = []
+    for i, record in enumerate(records):
+        try:
+            step = validate_step(record, model)
+        except ContractError as err:
+            problems += [p.under(f"records[{i}]") for p in err.problems]
+            continue
+        problems += [p.under(f"records[{i}]") for p in tracker.add(step)]
+        steps.setdefault(step.episode_id, []).append((i, step))
+    if problems:
+        raise ContractError(problems)
+    episodes = [episode_from_steps(group, model) for group in steps.values()]
+    for episode in episodes:
+        episode.lines = None  # not read from a file
+    return episodes
+
+
+def _split_policy_output(output: Any) -> dict[str, Any]:
+    """The policy's output as {"action": ..., optional "logprob"/"entropy"/"value"}."""
+    if isinstance(output, tuple):
+        raise ContractError(Problem(
+            path="policy", expected="an action or a dict with keys among "
+            + ", ".join(POLICY_KEYS), got=f"tuple of {len(output)}",
+            message="policy output is ambiguous (return {'action': a, 'logprob': lp})",
+        ))
+    if not isinstance(output, Mapping):
+        return {"action": output}
+    unknown = sorted(set(output) - set(POLICY_KEYS))
+    if unknown or "action" not in output:
+        raise ContractError(Problem(
+            path="policy", expected="a dict with 'action' and optional "
+            + ", ".join(POLICY_KEYS[1:]), got=describe(dict(output)),
+            message="bad policy output keys",
+        ))
+    return dict(output)
+
+
+def _plain(value: Any) -> Any:
+    """Numpy scalars become Python scalars (JSON-ready); dicts recurse; arrays are copied, since
+    an env (or a vector env with `copy=False`) may reuse its observation buffer on the next step."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.item() if value.ndim == 0 else value.copy()
+    return value
+
+
+def _index(tree: Any, i: int) -> Any:
+    """Row `i` of a batched value (an array, or a dict of them for Dict observations)."""
+    if isinstance(tree, Mapping):
+        return {key: _index(value, i) for key, value in tree.items()}
+    return tree[i]
+
+
+def _same(tree: Any, i: int) -> Any:
+    return tree
+
+
+class _SingleDriver:
+    """A plain `Env`: resets itself after a done step, so `final_obs` is the step's own obs."""
+
+    mode = "single"
+    num_envs = 1
+    index = staticmethod(_same)
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def reset(self, seed: int | None) -> Any:
+        obs, _info = self.env.reset(seed=seed)
+        return obs
+
+    def step(self, action: Any) -> tuple[Any, list[_Transition]]:
+        obs, reward, terminated, truncated, _info = self.env.step(action)
+        t = _Transition(0, float(reward), bool(terminated), bool(truncated), obs)
+        if terminated or truncated:
+            obs, _info = self.env.reset()
+        return obs, [t]
+
+
+class _VectorDriver:
+    """A `VectorEnv` in any autoreset mode; yields only real transitions, never a reset step."""
+
+    index = staticmethod(_index)
+
+    def __init__(self, env: Any, mode: str) -> None:
+        self.env = env
+        self.mode = mode
+        self.num_envs = int(env.num_envs)
+        self._pending_reset = np.zeros(self.num_envs, dtype=bool)
+
+    def reset(self, seed: int | None) -> Any:
+        obs, _info = self.env.reset(seed=seed)
+        self._pending_reset[:] = False
+        return obs
+
+    def step(self, actions: Any) -> tuple[Any, list[_Transition]]:
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        done = np.logical_or(terminated, truncated)
+        transitions = [
+            _Transition(i, float(rewards[i]), bool(terminated[i]), bool(truncated[i]),
+                        self._final_obs(obs, info, i, bool(done[i])))
+            for i in range(self.num_envs)
+            if not (self.mode == "next_step" and self._pending_reset[i])
+        ]
+        if self.mode == "next_step":
+            self._pending_reset = done
+        elif self.mode == "disabled" and done.any():
+            obs, _info = self.env.reset(options={"reset_mask": np.asarray(done, dtype=bool)})
+        return obs, transitions
+
+    def _final_obs(self, obs: Any, info: Mapping[str, Any], i: int, done: bool) -> Any:
+        if self.mode != "same_step" or not done:
+            return _index(obs, i)
+        if "final_obs" not in info or not info["_final_obs"][i]:
+            raise ContractError(Problem(
+                path=f"info.final_obs[{i}]", expected="the final observation of a done sub-env",
+                got="no final_obs", message="SAME_STEP vector env gave no final observation",
+            ))
+        return info["final_obs"][i]
+
+
+def _make_driver(env: Any) -> _SingleDriver | _VectorDriver:
+    import gymnasium
+    from gymnasium.vector import AutoresetMode, VectorEnv
+
+    if isinstance(env, VectorEnv):
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        names = {
+            AutoresetMode.NEXT_STEP: "next_step",
+            AutoresetMode.SAME_STEP: "same_step",
+            AutoresetMode.DISABLED: "disabled",
+        }
+        return _VectorDriver(env, names[AutoresetMode(mode)])
+    if isinstance(env, gymnasium.Env):
+        return _SingleDriver(env)
+    raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(env).__name__}")

@@ -1,0 +1,433 @@
+"""Stage checks: the half way (stage 2) and, below it, the full loop (stage 3).
+
+Stage 2 proves the handoff without training: rollouts → field map → collated `[B, T, ...]`
+batch → validated `TrainBatch` → the user's loss, called once, with no parameter update.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+from gyre_contract.core.models import RolloutStep, TrainBatch
+from gyre_contract.core.validate import staleness_problems, validate_batch
+from gyre_contract.harness.recorder import episodes_from_records
+from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
+from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
+
+LossFn = Callable[[dict[str, Any]], Any]
+"""`loss_fn(batch) -> scalar`: gets the validated batch as a dict of numpy arrays keyed by the
+contract's names (`return`, not `return_`); returns a float, a 0-d array or a 1-element tensor."""
+
+
+@dataclass
+class HalfWayReport:
+    """What stage 2 saw: the batch's keys, shapes and dtypes, its size, and the loss."""
+
+    fields: Inspection
+    rows: int
+    time_steps: int
+    steps: int
+    episodes: int
+    policy_versions: list[int]
+    loss: float | None
+    seconds: dict[str, float]
+    batch: dict[str, Any] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the arrays themselves are left out)."""
+        return {
+            "stage": "half_way",
+            "ok": True,
+            "fields": {k: {"type": v.type_name, "shape": list(v.shape or ()), "dtype": v.dtype}
+                       for k, v in self.fields.items()},
+            "rows": self.rows,
+            "time_steps": self.time_steps,
+            "steps": self.steps,
+            "episodes": self.episodes,
+            "policy_versions": self.policy_versions,
+            "loss": self.loss,
+            "seconds": self.seconds,
+        }
+
+    def to_text(self) -> str:
+        versions = self.policy_versions
+        span = f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+        loss = "not computed (no loss function given)" if self.loss is None else (
+            f"{self.loss:.6g} (one call, no update)")
+        return "\n".join([
+            "stage 2 (half way): the batch is a valid TrainBatch",
+            format_table(self.fields),
+            f"B={self.rows} rows from {self.episodes} episodes, T={self.time_steps}, "
+            f"{self.steps} real steps of {self.rows * self.time_steps}, policy versions {span}",
+            f"loss: {loss}",
+        ])
+
+
+def half_way(
+    episodes_or_path: Iterable[Any] | str | os.PathLike[str],
+    field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str],
+    loss_fn: LossFn | None = None,
+    *,
+    max_len: int | None = None,
+    current_version: int | None = None,
+    max_staleness: int | None = None,
+    step_model: Any = None,
+    batch_model: Any = None,
+) -> HalfWayReport:
+    """Stage 2: map, collate, validate, then call `loss_fn(batch)` once with no update.
+
+    `episodes_or_path` is a rollout file (read with `read_episodes(path, step_model)`) or
+    episodes already read. Raises ContractError when the batch breaks CONTRACT §4 (a missing
+    field, a wrong shape or dtype, stale policy versions), when `loss_fn` raises, or when the
+    loss is not one finite number.
+    """
+    clock = time.perf_counter()
+    fmap = _field_map(field_map)
+    episodes = _episodes(episodes_or_path, step_model)
+    arrays = fmap.build(episodes, max_len=max_len)
+    built = time.perf_counter()
+    model = validate_batch(arrays, batch_model or TrainBatch, current_version=current_version,
+                           max_staleness=max_staleness)
+    batch = model.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+    validated = time.perf_counter()
+    loss = None if loss_fn is None else _call_loss(loss_fn, batch)
+    done = time.perf_counter()
+    mask = np.asarray(batch["mask"])
+    versions = sorted({int(v) for v in np.asarray(batch["policy_version"]).tolist()})
+    return HalfWayReport(
+        fields=inspect_batch(batch),
+        rows=int(mask.shape[0]),
+        time_steps=int(mask.shape[1]),
+        steps=int(mask.sum()),
+        episodes=len(episodes),
+        policy_versions=versions,
+        loss=loss,
+        seconds={"read_and_build": built - clock, "validate": validated - built,
+                 "loss": done - validated},
+        batch=batch,
+    )
+
+
+def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
+    if isinstance(field_map, FieldMap):
+        return field_map
+    if isinstance(field_map, Mapping):
+        return FieldMap.from_dict(field_map)
+    return FieldMap.load(field_map)
+
+
+def _episodes(source: Iterable[Any] | str | os.PathLike[str], step_model: Any) -> list[Any]:
+    if isinstance(source, (str, os.PathLike)):
+        from gyre_contract.io.rollout import read_episodes
+
+        return list(read_episodes(source, step_model or RolloutStep))
+    return list(source)
+
+
+def _call_loss(loss_fn: LossFn, batch: dict[str, Any]) -> float:
+    """Call the loss once; its failure or a non-finite value fails the stage."""
+    try:
+        raw = loss_fn(batch)
+    except Exception as exc:
+        raise ContractError(Problem("loss", "a loss computed from the batch",
+                                    f"{type(exc).__name__}: {exc}",
+                                    "loss_fn raised on the batch")) from exc
+    value = _scalar(raw)
+    if not math.isfinite(value):
+        raise ContractError(Problem("loss", "a finite number", repr(value),
+                                    "the loss is not finite"))
+    return value
+
+
+def _scalar(raw: Any) -> float:
+    """A float from a Python number, a 0-d / 1-element array, or a tensor (via `.item()`)."""
+    if isinstance(raw, bool):
+        raise ContractError(Problem("loss", "one number", describe(raw), "loss_fn returned a bool"))
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    size = getattr(raw, "size", None)
+    count = size() if callable(size) else size
+    numel = getattr(raw, "numel", None)
+    if callable(numel):
+        count = numel()
+    if hasattr(raw, "item") and (count is None or int(np.prod(count)) == 1):
+        value = raw.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    raise ContractError(Problem("loss", "one number (a float, a 0-d array or a 1-element "
+                                "tensor)", _loss_text(raw), "loss_fn returned no scalar"))
+
+
+def _loss_text(raw: Any) -> str:
+    shape = getattr(raw, "shape", None)
+    if shape is not None:
+        return f"{type(raw).__name__} of shape {list(shape)}"
+    return describe(raw)
+
+
+# -- stage 3: full loop -----------------------------------------------------------------------
+
+SampleFn = Callable[[int], Iterable[Any]]
+"""`sample_fn(policy_version) -> episodes`: roll out with the weights of that version."""
+
+TrainFn = Callable[[dict[str, Any]], "Mapping[str, Any] | None"]
+"""`train_fn(batch) -> metrics`: one update on the validated batch, a dict of numpy arrays keyed
+by the contract's names (as `loss_fn` gets it in `half_way`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    """One sample → map → train cycle: what went in, how long each phase took, what came out."""
+
+    cycle: int
+    policy_version: int
+    n_steps: int
+    n_episodes: int
+    n_ended: int
+    batch_shape: tuple[int, int]
+    rollout_s: float
+    train_s: float
+    metrics: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cycle": self.cycle, "policy_version": self.policy_version, "n_steps": self.n_steps,
+            "n_episodes": self.n_episodes, "n_ended": self.n_ended,
+            "batch_shape": list(self.batch_shape), "rollout_s": self.rollout_s,
+            "train_s": self.train_s, "metrics": self.metrics,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoopReport:
+    """Stage 3's result: every cycle, the final policy version, and the run's `RunRecord`."""
+
+    cycles: list[CycleReport]
+    policy_version: int
+    run: RunRecord
+    checks: tuple[str, ...] = field(default=())
+
+    @property
+    def n_steps(self) -> int:
+        return sum(c.n_steps for c in self.cycles)
+
+    @property
+    def n_episodes(self) -> int:
+        return sum(c.n_episodes for c in self.cycles)
+
+    def to_text(self) -> str:
+        """A cycle table, then the checks that held."""
+        names = sorted({k for c in self.cycles for k, v in c.metrics.items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        header = ("cycle", "version", "episodes", "steps", "batch", "rollout_s", "train_s",
+                  *names)
+        rows = [header] + [
+            (str(c.cycle), str(c.policy_version), str(c.n_episodes), str(c.n_steps),
+             "x".join(map(str, c.batch_shape)), f"{c.rollout_s:.3f}", f"{c.train_s:.3f}",
+             *(_metric_text(c.metrics.get(k)) for k in names))
+            for c in self.cycles
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        table = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
+                 for r in rows]
+        return "\n".join([
+            f"stage 3 (full loop): {len(self.cycles)} cycles, {self.n_steps} steps, "
+            f"{self.n_episodes} episodes, policy version {self.policy_version}",
+            *table,
+            *(f"ok: {check}" for check in self.checks),
+        ])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": "full_loop", "ok": True,
+            "cycles": [c.to_dict() for c in self.cycles], "policy_version": self.policy_version,
+            "n_steps": self.n_steps, "n_episodes": self.n_episodes, "checks": list(self.checks),
+            "run": self.run.model_dump(mode="json"),
+        }
+
+
+FULL_LOOP_CHECKS = (
+    "every cycle ran to the end",
+    "n_steps sampled == mask.sum() of the batch",
+    "episodes sampled == distinct episode ids in the batch",
+    "rollout start <= rollout end <= train start <= train end, cycle after cycle",
+    "policy_version advanced by 1 with each update",
+    "no batch row older than current - max_staleness (the stale episode is named)",
+)
+"""What `full_loop` checks, in words (for reports)."""
+
+
+def full_loop(
+    sample_fn: SampleFn,
+    train_fn: TrainFn,
+    field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str],
+    cycles: int,
+    max_staleness: int = 0,
+    *,
+    start_version: int = 0,
+    max_len: int | None = None,
+    run_id: str = "full-loop",
+    config: str | dict[str, Any] = "full_loop",
+    run_log: RunLog | str | os.PathLike[str] | None = None,
+    notes: str = "",
+    clock: Callable[[], float] = time.perf_counter,
+) -> LoopReport:
+    """Stage 3: `cycles` rounds of sample → map → collate → validate → train, timed and checked.
+
+    Each cycle calls `sample_fn(version)` under the rollout timer. It returns episodes
+    (`Episode` objects or mappings of columns) or step records (§3 dicts, validated and grouped
+    here). Then, under the train timer, the field map builds and validates the `TrainBatch`
+    and `train_fn(batch)` runs. One `train_fn` call is one update: the version goes up by 1
+    (when the returned metrics hold `policy_version`, it must be exactly that). The first
+    failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
+    failed. The run's `RunRecord` is appended to `run_log` when one is given.
+    """
+    if cycles < 1:
+        raise ValueError(f"cycles must be >= 1, got {cycles}")
+    if max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    fmap = field_map if hasattr(field_map, "to_train_batch") else _field_map(field_map)
+    version = start_version
+    reports: list[CycleReport] = []
+    batch_shape: tuple[int, int] = (0, 0)
+    with RunTimer(clock=clock) as timer:
+        for cycle in range(cycles):
+            with timer.rollout():
+                episodes = _as_episodes(list(sample_fn(version)))
+            counts = _episode_counts(episodes, cycle)
+            timer.count(steps=counts.n_steps, episodes=counts.n_ended)
+            with timer.train():
+                batch = fmap.to_train_batch(episodes, max_len=max_len)
+                _check_batch(batch, counts, version, max_staleness, cycle)
+                arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+                metrics = _metrics(train_fn(arrays))
+            version = _next_version(metrics, version, cycle)
+            rollout, train = timer.phases[-2:]
+            _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
+            batch_shape = tuple(int(n) for n in np.shape(batch.mask))  # type: ignore[assignment]
+            reports.append(CycleReport(
+                cycle=cycle, policy_version=version - 1, n_steps=counts.n_steps,
+                n_episodes=counts.n_episodes, n_ended=counts.n_ended, batch_shape=batch_shape,
+                rollout_s=rollout.seconds, train_s=train.seconds, metrics=metrics,
+            ))
+    run = timer.record(run_id=run_id, config=config, batch_shape=batch_shape,
+                       policy_version=version, notes=notes)
+    if run_log is not None:
+        (run_log if isinstance(run_log, RunLog) else RunLog(run_log)).append(run)
+    return LoopReport(cycles=reports, policy_version=version, run=run, checks=FULL_LOOP_CHECKS)
+
+
+def _metric_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.4g}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """What one cycle sampled: steps, episodes (ids), and how many of them ended."""
+
+    n_steps: int
+    episode_ids: tuple[str, ...]
+    n_ended: int
+
+    @property
+    def n_episodes(self) -> int:
+        return len(self.episode_ids)
+
+
+def _episode_counts(episodes: list[Any], cycle: int) -> _Counts:
+    if not episodes:
+        raise ContractError(Problem(f"cycles[{cycle}].sample", "at least one episode", "none",
+                                    "sample_fn returned no episodes"))
+    steps, ids, ended = 0, [], 0
+    for episode in episodes:
+        columns, episode_id = _columns_and_id(episode)
+        for name in ("reward", "terminated", "truncated"):
+            if name not in columns:
+                raise MissingFieldError(name, columns)
+        steps += len(columns["reward"])
+        ids.append(episode_id)
+        ended += bool(columns["terminated"][-1] or columns["truncated"][-1])
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        raise ContractError(Problem(f"cycles[{cycle}].sample", "each episode once",
+                                    f"repeated ids {repeated}", "episode sampled twice"))
+    return _Counts(steps, tuple(ids), ended)
+
+
+def _as_episodes(items: list[Any]) -> list[Any]:
+    """Step records (a str `episode_id` per item) become episodes; episodes pass through."""
+    if items and isinstance(items[0], Mapping) and isinstance(items[0].get("episode_id"), str):
+        return episodes_from_records(items)
+    return items
+
+
+def _columns_and_id(episode: Any) -> tuple[Mapping[str, Any], str]:
+    """An `Episode` (`.columns`, `.episode_id`) or a mapping of columns with `episode_id`."""
+    if isinstance(episode, Mapping):
+        if "episode_id" not in episode:
+            raise MissingFieldError("episode_id", episode)
+        return episode, str(np.asarray(episode["episode_id"]).reshape(-1)[0])
+    return episode.columns, str(episode.episode_id)
+
+
+def _check_batch(batch: Any, counts: _Counts, version: int, max_staleness: int,
+                 cycle: int) -> None:
+    where = f"cycles[{cycle}]"
+    problems: list[Problem] = []
+    n_mask = int(np.asarray(batch.mask).sum())
+    if n_mask != counts.n_steps:
+        problems.append(Problem(f"{where}.mask", f"{counts.n_steps} real steps (as sampled)",
+                                f"{n_mask}", "mask count differs from the steps sampled"))
+    if batch.episode_id is not None:
+        in_batch = set(np.asarray(batch.episode_id).tolist())
+        sampled = set(counts.episode_ids)
+        if in_batch != sampled:
+            lost, extra = sorted(sampled - in_batch), sorted(in_batch - sampled)
+            problems.append(Problem(
+                f"{where}.episode_id", f"the {len(sampled)} episodes sampled",
+                f"{len(in_batch)} (missing {lost}, not sampled {extra})",
+                "episodes in the batch differ from the episodes sampled"))
+    problems += [p.under(where) for p in staleness_problems(batch, version, max_staleness)]
+    if problems:
+        raise ContractError(problems)
+
+
+def _metrics(result: Any) -> dict[str, Any]:
+    """`train_fn`'s metrics: a mapping, or None for none."""
+    if result is None:
+        return {}
+    if not isinstance(result, Mapping):
+        raise TypeError(f"train_fn must return a mapping of metrics or None, got "
+                        f"{type(result).__name__}")
+    return dict(result)
+
+
+def _next_version(metrics: Mapping[str, Any], version: int, cycle: int) -> int:
+    if "policy_version" in metrics and metrics["policy_version"] != version + 1:
+        raise ContractError(Problem(
+            f"cycles[{cycle}].policy_version", f"{version + 1} (one update after {version})",
+            repr(metrics["policy_version"]), "policy_version did not advance by one update"))
+    return version + 1
+
+
+def _check_order(rollout: Phase, train: Phase, previous: Phase | None, cycle: int) -> None:
+    stamps = [("rollout start", rollout.start), ("rollout end", rollout.end),
+              ("train start", train.start), ("train end", train.end)]
+    if previous is not None:
+        stamps.insert(0, ("previous train end", previous.end))
+    for (name_a, a), (name_b, b) in zip(stamps, stamps[1:], strict=False):
+        if a > b:
+            raise ContractError(Problem(
+                f"cycles[{cycle}].timestamps", f"{name_a} <= {name_b}",
+                f"{name_a} {a!r} > {name_b} {b!r}", "timestamps out of order"))

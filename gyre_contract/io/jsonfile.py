@@ -1,0 +1,96 @@
+"""Strict reading of one JSON document from a file: schemas and field maps come from other repos.
+
+Strict means: at most a stated size, UTF-8, no NaN/Infinity, no duplicate keys, no lone
+surrogates, bounded nesting. Python's `json` accepts the middle three silently; each would let a
+file mean something other than what a reader in another language sees.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from gyre_contract.core.errors import InputError
+
+# A lone surrogate can only come from a JSON escape; look for the escape before walking the tree.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class JSONFileError(ValueError):
+    """The file's content is not a strict JSON document; the message says why, without the path."""
+
+
+def read_json_file(path: str | Path, *, what: str, max_bytes: int, limit_name: str) -> Any:
+    """Parse `path` strictly. InputError when it cannot be read; JSONFileError when it is not JSON.
+
+    `what` names the file in messages ("schema", "field map"); `limit_name` is the constant a
+    user can look up when the size limit is hit.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise JSONFileError(f"{what} file is {size} bytes, more than the limit of "
+                                f"{max_bytes} ({limit_name})")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    return loads_strict(raw)
+
+
+def loads_strict(raw: bytes) -> Any:
+    """Parse bytes as one strict JSON document (see the module docstring)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JSONFileError(f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:
+        raise JSONFileError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise JSONFileError("not JSON: nested too deeply") from None
+    except JSONFileError:
+        raise
+    except ValueError:  # an integer literal longer than Python's int_max_str_digits
+        raise JSONFileError(f"not JSON: integer literal with more than "
+                            f"{sys.get_int_max_str_digits()} digits") from None
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(doc)
+    return doc
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONFileError(f"not JSON: {name} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise JSONFileError(f"not JSON: duplicate key {json.dumps(key)} "
+                                f"(JSON readers keep only one)")
+        doc[key] = value
+    return doc
+
+
+def _refuse_lone_surrogates(doc: Any) -> None:
+    """A lone surrogate (`\\ud800`) is not text: it cannot be printed or sent to another reader."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack += node
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = node[exc.start:exc.end].encode("utf-8", "backslashreplace").decode()
+                raise JSONFileError(f"not JSON: lone surrogate {bad} in a string "
+                                    f"(not valid Unicode)") from None

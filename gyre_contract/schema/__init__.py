@@ -1,0 +1,1 @@
+"""Schemas: JSON Schema export, field tables, roles, the diff between two schemas, compatibility."""

@@ -1,0 +1,214 @@
+"""Compat: is data written under one version of a schema readable under another (Confluent/Buf idea).
+
+`compat(old, new, mode)` compares two versions of the *same* side (two step schemas, or two batch
+schemas) field by field, by name:
+- backward: a reader on NEW reads data written under OLD (upgrade readers first);
+- forward: a reader on OLD reads data written under NEW (upgrade writers first);
+- full: both.
+
+Rules (each change names its rule and the directions it breaks):
+`field-removed` (backward when NEW is closed, i.e. `additionalProperties: false`, since old data
+still carries the key; forward when the field was required), `required-field-added` (backward),
+`field-added-to-closed` (forward: an old closed reader rejects the new key), `field-made-required`
+(backward), `field-made-optional` (forward), `dtype-narrowed` / `dtype-changed` (the direction
+whose cast loses information), `dim-changed` (a fixed size or the rank changed, or a symbolic dim
+became fixed: backward; or a fixed dim became symbolic: forward), `role-changed` (both),
+`layout-changed` (the batch dims differ: both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gyre_contract.core.errors import SchemaError
+from gyre_contract.schema.diffing import _dtypes, _fits, _lossless, _narrowing, as_table, shapes_match
+from gyre_contract.schema.fieldtable import Dim, Field, FieldTable, dtype_text, shape_text
+
+MODES: tuple[str, ...] = ("backward", "forward", "full")
+RULES: tuple[str, ...] = (
+    "field-removed", "required-field-added", "field-added-to-closed", "field-made-required",
+    "field-made-optional", "dtype-narrowed", "dtype-changed", "dim-changed", "role-changed",
+    "layout-changed", "field-added", "dim-renamed",
+)
+"""Rule names; the last two are never breaking and are listed for completeness."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One difference between OLD and NEW: its rule, the field, which directions it breaks."""
+
+    rule: str
+    field: str
+    message: str
+    breaks: tuple[str, ...]  # subset of ("backward", "forward")
+
+    def breaking(self, mode: str) -> bool:
+        wanted = ("backward", "forward") if mode == "full" else (mode,)
+        return any(d in self.breaks for d in wanted)
+
+    def to_dict(self, mode: str) -> dict[str, Any]:
+        return {"rule": self.rule, "field": self.field, "message": self.message,
+                "breaks": list(self.breaks), "breaking": self.breaking(mode)}
+
+
+@dataclass
+class CompatReport:
+    """Every change between two versions, and whether it breaks the chosen mode."""
+
+    old: FieldTable
+    new: FieldTable
+    mode: str
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def breaking(self) -> list[Change]:
+        return [c for c in self.changes if c.breaking(self.mode)]
+
+    @property
+    def compatible(self) -> bool:
+        return not self.breaking
+
+    def exit_code(self) -> int:
+        """0 compatible under the mode, 1 at least one breaking change."""
+        return 0 if self.compatible else 1
+
+    def summary_line(self) -> str:
+        n = len(self.breaking)
+        verdict = f"compatible ({self.mode})" if not n else \
+            f"NOT compatible ({self.mode}): {n} breaking change{'s' if n != 1 else ''}"
+        return f"{len(self.changes)} change{'s' if len(self.changes) != 1 else ''}, {verdict}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"old": self.old.name, "new": self.new.name, "mode": self.mode,
+                "compatible": self.compatible,
+                "changes": [c.to_dict(self.mode) for c in self.changes],
+                "summary": {"changes": len(self.changes), "breaking": len(self.breaking),
+                            "exit_code": self.exit_code(), "text": self.summary_line()}}
+
+    def to_text(self) -> str:
+        lines = [f"gyre-contract compat ({self.mode}): {self.old.name} -> {self.new.name}"]
+        if self.changes:
+            width = max(len(c.rule) for c in self.changes)
+            for c in self.changes:
+                mark = "BREAKING" if c.breaking(self.mode) else "ok      "
+                lines.append(f"  {mark}  {c.rule.ljust(width)}  {c.field}: {c.message}")
+        else:
+            lines.append("  no changes")
+        lines.append(f"summary: {self.summary_line()}")
+        return "\n".join(lines) + "\n"
+
+
+def compat(old: str | Path | Mapping[str, Any] | FieldTable | type,
+           new: str | Path | Mapping[str, Any] | FieldTable | type,
+           mode: str = "backward") -> CompatReport:
+    """Compare two versions of one side's schema; see the module docstring for the rules."""
+    if mode not in MODES:
+        raise SchemaError(f"compat mode must be one of {', '.join(MODES)}, got {mode!r}")
+    old_t, new_t = as_table(old), as_table(new)
+    changes: list[Change] = []
+    if tuple(old_t.batch_dims or ()) != tuple(new_t.batch_dims or ()):
+        changes.append(Change(
+            "layout-changed", "(batch)",
+            f"batch dims {shape_text(old_t.batch_dims or ())} -> "
+            f"{shape_text(new_t.batch_dims or ())}", ("backward", "forward")))
+    for f in old_t:
+        if f.name not in new_t:
+            changes.append(_removed(f, new_t))
+        else:
+            changes += _changed(f, new_t[f.name])
+    for f in new_t:
+        if f.name not in old_t:
+            changes += _added(f, old_t)
+    return CompatReport(old_t, new_t, mode, changes)
+
+
+def _removed(f: Field, new_t: FieldTable) -> Change:
+    breaks = []
+    why = []
+    if new_t.closed:
+        breaks.append("backward")
+        why.append("old data still carries it and NEW rejects unknown keys")
+    if f.required:
+        breaks.append("forward")
+        why.append("OLD readers require it")
+    text = "removed" + (f" ({'; '.join(why)})" if why else " (optional, open schema)")
+    return Change("field-removed", f.name, text, tuple(breaks))
+
+
+def _added(f: Field, old_t: FieldTable) -> list[Change]:
+    if f.required:
+        return [Change("required-field-added", f.name,
+                       f"added as required ({dtype_text(f.dtype)} {shape_text(f.shape)}): old "
+                       f"data does not have it", ("backward",) +
+                       (("forward",) if old_t.closed else ()))]
+    if old_t.closed:
+        return [Change("field-added-to-closed", f.name,
+                       "added (optional): OLD rejects unknown keys, so it cannot read new data "
+                       "that carries it", ("forward",))]
+    return [Change("field-added", f.name, "added (optional)", ())]
+
+
+def _changed(a: Field, b: Field) -> list[Change]:
+    changes: list[Change] = []
+    if a.required != b.required:
+        if b.required:
+            changes.append(Change("field-made-required", a.name,
+                                  "optional -> required: old data may lack it", ("backward",)))
+        else:
+            changes.append(Change("field-made-optional", a.name,
+                                  "required -> optional: OLD readers need it", ("forward",)))
+    if a.role != b.role and a.declared_role and b.declared_role:
+        changes.append(Change("role-changed", a.name, f"role {a.role} -> {b.role}",
+                              ("backward", "forward")))
+    dtype_change = _dtype_change(a, b)
+    if dtype_change is not None:
+        changes.append(dtype_change)
+    dim_change = _dim_change(a.name, a.shape, b.shape)
+    if dim_change is not None:
+        changes.append(dim_change)
+    return changes
+
+
+def _dtype_change(a: Field, b: Field) -> Change | None:
+    if a.dtype == b.dtype:
+        return None
+    old_to_new = _readable(a.dtype, b.dtype)
+    new_to_old = _readable(b.dtype, a.dtype)
+    breaks = tuple(d for d, ok in (("backward", old_to_new), ("forward", new_to_old)) if not ok)
+    narrowed = any(_narrowing(s, t) for s in _dtypes(a.dtype) for t in _dtypes(b.dtype))
+    rule = "dtype-narrowed" if narrowed else "dtype-changed"
+    return Change(rule, a.name, f"dtype {dtype_text(a.dtype)} -> {dtype_text(b.dtype)}", breaks)
+
+
+def _readable(written: Any, reader: Any) -> bool:
+    """Every value of dtype `written` is a value of `reader` without loss."""
+    ws, rs = _dtypes(written), _dtypes(reader)
+    if not ws or not rs:
+        return True
+    return all(any(_fits(w, r) or _lossless(w, r) is True for r in rs) for w in ws)
+
+
+def _dim_change(name: str, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> Change | None:
+    if a == b or a is None or b is None:
+        return None
+    text = f"shape {shape_text(a)} -> {shape_text(b)}"
+    if not shapes_match(a, b):
+        return Change("dim-changed", name, text, ("backward", "forward"))
+    breaks = []
+    if _narrower(b, a):
+        breaks.append("backward")  # NEW fixes a size OLD left open: old data may not fit
+    if _narrower(a, b):
+        breaks.append("forward")
+    if not breaks:
+        return Change("dim-renamed", name, text, ())
+    return Change("dim-changed", name, text, tuple(breaks))
+
+
+def _narrower(x: tuple[Dim, ...], y: tuple[Dim, ...]) -> bool:
+    """Whether `x` fixes a dim that `y` leaves symbolic (same rank, no variadics)."""
+    if len(x) != len(y) or any(isinstance(d, str) and d.startswith("*") for d in (*x, *y)):
+        return len([d for d in x if isinstance(d, int)]) > len([d for d in y if isinstance(d, int)])
+    return any(isinstance(p, int) and not isinstance(q, int) for p, q in zip(x, y))

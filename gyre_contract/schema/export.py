@@ -1,0 +1,132 @@
+"""JSON Schema export (draft 2020-12): the files in `schemas/` that other repos consume.
+
+The generator walks the models' tensor specs itself rather than relying on pydantic's generator,
+so the output is stable, carries the `x-gyre-*` keys, and a plain validator in any language
+enforces what JSON Schema can express (types, ranks, fixed dims, integer ranges, no nulls,
+no unknown keys). What only gyre-contract checks: lossless float narrowing, bool-in-list, dim
+binding across fields, logprob <= 0 for discrete actions, and every episode and batch rule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from gyre_contract.core.models import (
+    AnyObservation,
+    GyreModel,
+    JsonScalars,
+    Modalities,
+    RolloutStepV1,
+    TrainBatchV1,
+)
+from gyre_contract.core.tensor import TensorSpec, tensor_spec_of
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+EXPORTED: tuple[type[GyreModel], ...] = (RolloutStepV1, TrainBatchV1)
+
+
+def schema_id(model: type[GyreModel]) -> str:
+    """`urn:gyre-contract:<kind>:<major>`, plus the class name for a project's pinned subclass."""
+    base = f"urn:gyre-contract:{model.gyre_kind}:{model.gyre_version.split('.')[0]}"
+    return base if model in EXPORTED else f"{base}:{model.__name__}"
+
+
+def file_name(model: type[GyreModel]) -> str:
+    return f"{model.gyre_kind}.v{model.gyre_version.split('.')[0]}.json"
+
+
+def json_schema(model: type[GyreModel]) -> dict[str, Any]:
+    """The JSON Schema document of a step or batch model (ours or a pinned subclass)."""
+    defs: dict[str, Any] = {}
+    doc: dict[str, Any] = {
+        "$schema": DRAFT,
+        "$id": schema_id(model),
+        "title": model.__name__,
+        "description": _first_line(model.__doc__),
+        "x-gyre-kind": model.gyre_kind,
+        "x-gyre-version": model.gyre_version,
+    }
+    if model.batch_dims:
+        doc["x-gyre-batch-dims"] = list(model.batch_dims)
+    if model.varying_dims:
+        doc["x-gyre-varying-dims"] = list(model.varying_dims)
+    doc.update(_object_schema(model, defs))
+    if defs:
+        doc["$defs"] = dict(sorted(defs.items()))
+    return doc
+
+
+def _object_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, info in model.model_fields.items():
+        wire = info.alias or name
+        properties[wire] = _field_schema(wire, info, defs)
+        if info.is_required():
+            required.append(wire)
+    out: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
+    if model.model_config.get("extra") == "forbid":
+        out["additionalProperties"] = False
+    return out
+
+
+def _field_schema(wire: str, info: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    spec = tensor_spec_of(info.metadata)
+    if isinstance(spec, TensorSpec):
+        return _with_description(spec.json_schema(defs), info.description)
+    for item in info.metadata:
+        if isinstance(item, (AnyObservation, JsonScalars)):
+            return _with_description(item.json_schema(defs), info.description)
+    annotation = info.annotation
+    if isinstance(annotation, type) and issubclass(annotation, Modalities):
+        body = _object_schema(annotation, defs)
+        body["x-gyre-role"] = "next_observation" if wire == "next_observation" else "observation"
+        return _with_description(body, info.description)
+    return _with_description(TypeAdapter(annotation).json_schema(), info.description)
+
+
+def _with_description(body: dict[str, Any], description: str | None) -> dict[str, Any]:
+    if description:
+        return {"description": description, **{k: v for k, v in body.items()
+                                                if k != "description"}}
+    return body
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if text and text.strip() else ""
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The exact text written to disk (stable key order, two-space indent, final newline)."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def export_schemas(
+    out_dir: str | Path, models: tuple[type[GyreModel], ...] = EXPORTED
+) -> list[Path]:
+    """Write one file per model into `out_dir`; return the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for model in models:
+        path = out / file_name(model)
+        path.write_text(render(json_schema(model)), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def drifted_schemas(
+    out_dir: str | Path, models: tuple[type[GyreModel], ...] = EXPORTED
+) -> list[Path]:
+    """Files in `out_dir` that are missing or differ from what the models generate now."""
+    out = Path(out_dir)
+    stale = []
+    for model in models:
+        path = out / file_name(model)
+        if not path.is_file() or path.read_text(encoding="utf-8") != render(json_schema(model)):
+            stale.append(path)
+    return stale

@@ -1,0 +1,1 @@
+"""The trainer side: the field map and its ops, collation into padded batches, advantages, inspection."""

@@ -1,0 +1,350 @@
+"""Collation: per-episode columnar arrays → `[B, T, ...]` right-padded arrays plus `mask`.
+
+Each output row is a contiguous run of one episode. An episode longer than `max_len` is split
+into several rows; a row cut mid-episode is neither terminated nor truncated at the cut and takes
+its bootstrap value (`next_value[b]`) from the next row's first `value`. Per-step arrays are
+copied once into a preallocated batch, never stacked step by step (stacking per-step objects costs
+~35× more, see research/perf-baselines.md).
+
+Output keys:
+- every collated column, flattened to dotted names for nested objects (`observation.image`),
+  `[B, T, ...]` with its dtype kept; padding holds zeros (`""` for strings), which the mask says
+  is not data;
+- `mask` `[B, T]`, True on real steps;
+- for a column of varying-size arrays (a Python list of T arrays, e.g. token ids), `<name>_mask`
+  `[B, T, *varying dims]`, True on real elements; the column is zero-padded to the batch maximum;
+- per row: `episode_id` `[B]` (unicode), `policy_version` `[B]` (the *oldest* version among the
+  row's steps, since staleness is judged by the oldest data) and `next_value` `[B]` (the value
+  after the row's last step: the next row's first `value` for a cut row, else the episode's
+  recorded `next_value` on its last step, NaN where none is known).
+The per-step `episode_id`, `policy_version` and `next_value` columns are consumed into these; the
+free-form `info` column is never collated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+
+ROW_FIELDS: tuple[str, ...] = ("episode_id", "policy_version", "next_value")
+"""Per-step columns that collate to one value per row (`[B]`)."""
+
+DERIVED_FIELDS: tuple[str, ...] = ("mask", *ROW_FIELDS)
+"""Keys `collate` adds beside the collated columns."""
+
+SKIPPED_FIELDS: tuple[str, ...] = ("info",)
+"""Columns that are never collated (free-form per-step objects)."""
+
+
+class _Episode(NamedTuple):
+    """One input episode: its id, its columns flattened to dotted names, its length."""
+
+    episode_id: str
+    columns: dict[str, Any]
+    length: int
+
+
+class _Row(NamedTuple):
+    """One output row: steps [start, stop) of episode `episode`."""
+
+    episode: int
+    start: int
+    stop: int
+
+
+def collate(
+    episodes: Iterable[Any],
+    *,
+    max_len: int | None = None,
+    fields: Iterable[str] | None = None,
+    varying_dims: Mapping[str, int] | None = None,
+) -> dict[str, np.ndarray]:
+    """Collate episodes (`Episode` objects or mappings of columns) into `[B, T, ...]` arrays.
+
+    `fields` limits the collated columns (a group name such as `observation` selects all its
+    modalities); the per-row keys and `mask` are always produced. `varying_dims` maps a
+    varying-size column to how many of its leading per-step dims vary (default: all of them);
+    its `<name>_mask` then covers only those dims.
+    """
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
+                                or max_len < 1):
+        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    eps = [_episode(i, ep) for i, ep in enumerate(episodes)]
+    if not eps:
+        raise ContractError(Problem("episodes", "at least one episode", "none",
+                                    "nothing to collate"))
+    names = _select(eps, fields)
+    rows = _plan(eps, max_len)
+    nt = max(r.stop - r.start for r in rows)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if _is_varying(eps[0].columns[name]):
+            depth = (varying_dims or {}).get(name)
+            out[name], out[f"{name}_mask"] = _collate_varying(name, eps, rows, nt, depth)
+        else:
+            out[name] = _collate_fixed(name, eps, rows, nt)
+    out["mask"] = _mask(rows, nt)
+    out["episode_id"] = np.array([eps[r.episode].episode_id for r in rows], dtype=np.str_)
+    if "policy_version" in eps[0].columns:
+        out["policy_version"] = _oldest_versions(eps, rows)
+    out["next_value"] = _next_values(eps, rows)
+    return out
+
+
+# -- input episodes ------------------------------------------------------------------------
+
+def _episode(index: int, episode: Any) -> _Episode:
+    """Accept an `Episode` (has `.columns` and `.episode_id`) or a plain mapping of columns."""
+    columns = getattr(episode, "columns", None)
+    if columns is not None and hasattr(episode, "episode_id"):
+        episode_id = str(episode.episode_id)
+    elif isinstance(episode, Mapping):
+        columns = episode
+        episode_id = _id_from_columns(index, columns)
+    else:
+        raise TypeError(f"episodes[{index}]: expected an Episode or a mapping of columns, "
+                        f"got {type(episode).__name__}")
+    flat = _flatten(columns)
+    if not flat:
+        raise ContractError(Problem(f"episodes[{index}]", "columns", "no columns", "empty episode"))
+    first = flat["reward"] if "reward" in flat else next(iter(flat.values()))
+    length = len(first)
+    bad = {name: len(col) for name, col in flat.items() if len(col) != length}
+    if bad:
+        raise ContractError([Problem(f"episodes[{index}].{name}", f"{length} steps", f"{n} steps",
+                                     f"episode {episode_id!r}: column length differs")
+                             for name, n in bad.items()])
+    if length == 0:
+        raise ContractError(Problem(f"episodes[{index}]", "at least one step", "0 steps",
+                                    f"episode {episode_id!r} is empty"))
+    return _Episode(episode_id, flat, length)
+
+
+def _id_from_columns(index: int, columns: Mapping[str, Any]) -> str:
+    if "episode_id" not in columns:
+        raise MissingFieldError("episode_id", columns.keys())
+    ids = np.asarray(columns["episode_id"])
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind != "U":
+        raise ContractError(Problem(f"episodes[{index}].episode_id", "a non-empty string column",
+                                    describe(ids), "bad episode_id column"))
+    if not _all_equal(ids):
+        others = sorted(set(ids.tolist()) - {str(ids[0])})
+        raise ContractError(Problem(f"episodes[{index}].episode_id", f"only {str(ids[0])!r}",
+                                    f"also {', '.join(map(repr, others[:3]))}",
+                                    "one episode holds several episode ids"))
+    return str(ids[0])
+
+
+def _all_equal(ids: np.ndarray) -> bool:
+    """Every string equals the first; compared as code points, which is much faster."""
+    if ids.dtype.itemsize == 0:
+        return True
+    points = ids.view(np.uint32).reshape(len(ids), -1)
+    return bool((points == points[0]).all())
+
+
+def _flatten(columns: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested objects (observation modalities) become dotted names; `info` is left out."""
+    flat: dict[str, Any] = {}
+    for key, col in columns.items():
+        if col.__class__ is np.ndarray:
+            flat[prefix + key] = col
+        elif isinstance(col, Mapping):
+            flat.update(_flatten(col, f"{prefix}{key}."))
+        elif prefix or key not in SKIPPED_FIELDS:
+            flat[prefix + key] = col
+    return flat
+
+
+def _column_problem(name: str, episode_id: str, col: Any) -> Problem | None:
+    """Why a column cannot be collated, or None: it must be an array or a list of T arrays."""
+    if isinstance(col, np.ndarray) or (isinstance(col, list) and all(
+            isinstance(x, np.ndarray) for x in col)):
+        return None
+    if isinstance(col, list) and any(x is None for x in col):
+        absent = [t for t, x in enumerate(col) if x is None]
+        return Problem(name, "a value on every step", f"none on steps {_steps_text(absent)}",
+                       f"episode {episode_id!r}: only some steps carry {name!r} (record it on "
+                       f"every step, or leave it out of fields)")
+    got = f"list of {type(col[0]).__name__}" if isinstance(col, list) and col else describe(col)
+    return Problem(name, "a numpy array [T, ...] or a list of T arrays", got,
+                   f"episode {episode_id!r}: column cannot be collated")
+
+
+def _steps_text(steps: list[int]) -> str:
+    text = ", ".join(map(str, steps[:5]))
+    return f"[{text}{', ...' if len(steps) > 5 else ''}]"
+
+
+def _is_varying(col: Any) -> bool:
+    return isinstance(col, list)
+
+
+def _select(eps: list[_Episode], fields: Iterable[str] | None) -> list[str]:
+    """The columns to collate into `[B, T, ...]`, in the first episode's order."""
+    first = eps[0].columns
+    available = [n for n in first if n not in ROW_FIELDS]
+    if fields is None:
+        names = available
+    else:
+        names = []
+        for field in fields:
+            if field in SKIPPED_FIELDS:
+                raise ContractError(Problem(field, "a tensor column", "free-form objects",
+                                            "info is never collated"))
+            if field in DERIVED_FIELDS:
+                continue
+            group = [n for n in available if n == field or n.startswith(f"{field}.")]
+            base = field.removesuffix("_mask")
+            if not group and base != field and _is_varying(first.get(base)):
+                group = [base]  # `<name>_mask` comes with its varying column
+            if not group:
+                raise MissingFieldError(field, {*first, "mask", "episode_id", "next_value"})
+            names += [n for n in group if n not in names]
+    _check_same_columns(eps, names)
+    return names
+
+
+def _check_same_columns(eps: list[_Episode], names: list[str]) -> None:
+    problems = []
+    for name in names:
+        problem = _column_problem(name, eps[0].episode_id, eps[0].columns[name])
+        if problem is not None:
+            problems.append(problem.under("episodes[0]"))
+    if problems:
+        raise ContractError(problems)
+    for name in names:
+        fixed = eps[0].columns[name].__class__ is np.ndarray
+        for i, ep in enumerate(eps):
+            col = ep.columns.get(name)
+            if fixed and col.__class__ is np.ndarray:
+                continue  # the common case, checked cheaply
+            if col is None:
+                problems.append(Problem(f"episodes[{i}].{name}", f"a {name!r} column like "
+                                        f"episode {eps[0].episode_id!r}", "no such column",
+                                        f"episode {ep.episode_id!r} lacks a column"))
+            elif (problem := _column_problem(name, ep.episode_id, col)) is not None:
+                problems.append(problem.under(f"episodes[{i}]"))
+            elif _is_varying(col) != _is_varying(eps[0].columns[name]):
+                problems.append(Problem(f"episodes[{i}].{name}", _kind(eps[0].columns[name]),
+                                        _kind(col),
+                                        f"episode {ep.episode_id!r}: column kind differs"))
+    if problems:
+        raise ContractError(problems)
+
+
+def _kind(col: Any) -> str:
+    return "a list of varying-size arrays" if _is_varying(col) else "one [T, ...] array"
+
+
+def _plan(eps: list[_Episode], max_len: int | None) -> list[_Row]:
+    if max_len is None or all(ep.length <= max_len for ep in eps):
+        return [_Row(i, 0, ep.length) for i, ep in enumerate(eps)]
+    rows = []
+    for i, ep in enumerate(eps):
+        rows += [_Row(i, s, min(s + max_len, ep.length)) for s in range(0, ep.length, max_len)]
+    return rows
+
+
+# -- columns -------------------------------------------------------------------------------
+
+def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int) -> np.ndarray:
+    """Copy each row's slice into one preallocated `[B, T, ...]` array; zero the padding."""
+    cols = [ep.columns[name] for ep in eps]
+    dtype, trail = cols[0].dtype, cols[0].shape[1:]
+    if any(c.dtype is not dtype or c.shape[1:] != trail for c in cols):  # cheap test first
+        dtype = _common_dtype(name, eps, [c.dtype for c in cols])
+        bad = [Problem(f"episodes[{i}].{name}", _shape_text(trail), describe(c),
+                       f"episode {eps[i].episode_id!r}: per-step shape differs")
+               for i, c in enumerate(cols) if c.shape[1:] != trail]
+        if bad:
+            raise ContractError(bad)
+    out = np.empty((len(rows), nt, *trail), dtype=dtype)
+    zeros = np.zeros((nt, *trail), dtype=dtype)
+    pieces = []  # each row's steps then its padding, written by one C-level concatenate
+    for episode, start, stop in rows:
+        col, n = cols[episode], stop - start
+        pieces.append(col if n == len(col) else col[start:stop])
+        if n < nt:
+            pieces.append(zeros[:nt - n])
+    np.concatenate(pieces, out=out.reshape(len(rows) * nt, *trail), casting="safe")
+    return out
+
+
+def _shape_text(trail: tuple[int, ...]) -> str:
+    return "[" + ", ".join(["T", *map(str, trail)]) + "]"
+
+
+def _collate_varying(name: str, eps: list[_Episode], rows: list[_Row], nt: int,
+                     depth: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Zero-pad varying-size per-step arrays to the batch maximum, with their own mask."""
+    cols = [ep.columns[name] for ep in eps]
+    steps = [a for col in cols for a in col]
+    ndims = {a.ndim for a in steps}
+    if len(ndims) != 1:
+        raise ContractError(Problem(name, "per-step arrays of one rank",
+                                    f"ranks {sorted(ndims)}", "varying column changes rank"))
+    ndim = ndims.pop()
+    depth = ndim if depth is None else depth
+    if not 0 <= depth <= ndim:
+        raise ValueError(f"varying_dims[{name!r}] must be in [0, {ndim}], got {depth}")
+    dtype = _common_dtype(name, eps, [a.dtype for col in cols for a in col[:1]])
+    odd = [a.dtype for a in steps if a.dtype != dtype and not (a.dtype.kind == dtype.kind == "U")]
+    if odd:
+        raise ContractError(Problem(name, str(dtype), str(odd[0]), "dtype differs between steps"))
+    biggest = tuple(max(a.shape[d] for a in steps) for d in range(ndim))
+    fixed = {a.shape[depth:] for a in steps}
+    if len(fixed) > 1:
+        raise ContractError(Problem(name, f"dims after the first {depth} fixed",
+                                    f"shapes {sorted(fixed)[:3]}", "a non-varying dim changed"))
+    out = np.zeros((len(rows), nt, *biggest), dtype=dtype)
+    elem_mask = np.zeros((len(rows), nt, *biggest[:depth]), dtype=bool)
+    for b, row in enumerate(rows):
+        for t, arr in enumerate(cols[row.episode][row.start:row.stop]):
+            out[(b, t, *map(slice, arr.shape))] = arr
+            elem_mask[(b, t, *map(slice, arr.shape[:depth]))] = True
+    return out, elem_mask
+
+
+def _common_dtype(name: str, eps: list[_Episode], dtypes: Sequence[np.dtype]) -> np.dtype:
+    """Dtypes are kept, never promoted; only string widths may differ (the widest wins)."""
+    first = dtypes[0]
+    if all(d is first or d == first for d in dtypes):  # `is` first: dtype == is slow
+        return first
+    if all(d.kind == "U" for d in dtypes):
+        return np.result_type(*dtypes)
+    i = next(i for i, d in enumerate(dtypes) if d != first)
+    raise ContractError(Problem(f"episodes[{i}].{name}", f"{first} (as episode "
+                                f"{eps[0].episode_id!r})", str(dtypes[i]),
+                                f"episode {eps[i].episode_id!r}: dtype differs"))
+
+
+# -- per-row keys --------------------------------------------------------------------------
+
+def _mask(rows: list[_Row], nt: int) -> np.ndarray:
+    lengths = np.array([r.stop - r.start for r in rows])
+    return np.arange(nt)[None, :] < lengths[:, None]
+
+
+def _oldest_versions(eps: list[_Episode], rows: list[_Row]) -> np.ndarray:
+    _check_same_columns(eps, ["policy_version"])
+    out = np.empty(len(rows), dtype=np.int64)
+    for b, row in enumerate(rows):
+        out[b] = eps[row.episode].columns["policy_version"][row.start:row.stop].min()
+    return out
+
+
+def _next_values(eps: list[_Episode], rows: list[_Row]) -> np.ndarray:
+    """The bootstrap value after each row: next row's first value when cut, else recorded."""
+    out = np.full(len(rows), np.nan, dtype=np.float32)
+    for b, row in enumerate(rows):
+        cols = eps[row.episode].columns
+        if row.stop < eps[row.episode].length and "value" in cols:
+            out[b] = cols["value"][row.stop]
+        elif "next_value" in cols:
+            out[b] = cols["next_value"][row.stop - 1]
+    return out

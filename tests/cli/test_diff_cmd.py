@@ -1,0 +1,141 @@
+"""`gyre-contract diff | compat | infer` in-process, plus one real subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gyre_contract.cli import run
+from gyre_contract.trainer.fieldmap import FieldMap
+
+ROOT = Path(__file__).resolve().parents[2]
+STEP = str(ROOT / "schemas" / "rollout_step.v1.json")
+BATCH = str(ROOT / "schemas" / "train_batch.v1.json")
+PEERS = ROOT / "tests" / "data" / "peers"
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_diff_text_ok_and_strict() -> None:
+    code, out, err = cli("diff", STEP, BATCH)
+    assert code == 0 and err == ""
+    assert out.startswith("gyre-contract diff\n")
+    assert "NEEDS CONVERSION (4)" in out
+    assert out.splitlines()[-1].startswith("summary: 9 same, 1 renamed, 4 need conversion, "
+                                           "0 missing, 4 unused")
+    assert "\x1b[" not in out  # StringIO is not a terminal
+    assert cli("diff", STEP, BATCH, "--strict")[0] == 1
+
+
+def test_diff_missing_exits_1_and_json_validates() -> None:
+    code, out, _ = cli("diff", STEP, str(PEERS / "verl_actor_batch.json"), "--batch-dims", "B",
+                       "--format", "json")
+    assert code == 1
+    report = json.loads(out)
+    schema = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
+    jsonschema.validate(report, schema)
+    missing = [e["trainer_field"] for e in report["entries"] if e["tier"] == "missing"]
+    assert missing == ["ref_log_prob"]
+    assert report["summary"]["exit_code"] == 1
+
+
+def test_diff_markdown() -> None:
+    code, out, _ = cli("diff", STEP, BATCH, "--format", "markdown")
+    assert code == 0
+    assert out.startswith("### gyre-contract diff: `")
+    assert "| tier | trainer field | from sampler | dtype | shape | why |" in out
+
+
+def test_write_map_and_rename(tmp_path: Path) -> None:
+    path = tmp_path / "map.json"
+    code, _, err = cli("diff", STEP, str(PEERS / "rllib_learner_batch.json"), "--batch-dims",
+                       "B", "--rename", "vf_preds=next_value", "--write-map", str(path),
+                       "--gamma", "0.9")
+    assert code == 0
+    assert err == f"wrote {path}\n"
+    fmap = FieldMap.load(path)
+    assert fmap.fields["vf_preds"].sources == ("next_value",)
+    assert fmap.fields["advantages"].args["gamma"] == 0.9
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--rename", "nope"], "error: --rename takes TRAINER=SAMPLER, got 'nope'\n"),
+    (["--batch-dims", "B,,2x"], "error: --batch-dims must be names separated by commas "
+                                "(B,T or M or T*N), got 'B,,2x'\n"),
+])
+def test_bad_options_exit_2_with_one_line(argv: list[str], message: str) -> None:
+    code, out, err = cli("diff", STEP, BATCH, *argv)
+    assert (code, out, err) == (2, "", message)
+
+
+def test_remote_ref_is_exit_2_never_fetched(tmp_path: Path) -> None:
+    trainer = tmp_path / "t.json"
+    trainer.write_text(json.dumps({"type": "object", "properties": {
+        "obs": {"$ref": "https://example.com/obs.json"}}}))
+    code, out, err = cli("diff", STEP, str(trainer))
+    assert code == 2 and out == ""
+    assert err == (f"error: {trainer}: #/properties/obs: $ref 'https://example.com/obs.json' "
+                   f"points outside this document; only local refs such as '#/$defs/Name' are "
+                   f"resolved, and remote or file refs are never fetched\n")
+
+
+def test_unreadable_file_is_exit_2(tmp_path: Path) -> None:
+    code, _, err = cli("diff", STEP, str(tmp_path / "missing.json"))
+    assert code == 2
+    assert err.startswith("error: ") and "cannot read" in err
+
+
+def test_compat_cli() -> None:
+    code, out, _ = cli("compat", STEP, STEP, "--mode", "full")
+    assert (code, out) == (0, f"gyre-contract compat (full): {STEP} -> {STEP}\n  no changes\n"
+                              f"summary: 0 changes, compatible (full)\n")
+    code, out, _ = cli("compat", STEP, BATCH, "--format", "json")
+    assert code == 1
+    report = json.loads(out)
+    assert report["compatible"] is False
+    assert {"field-removed", "layout-changed"} <= {c["rule"] for c in report["changes"]}
+
+
+def test_infer_cli(tmp_path: Path) -> None:
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text('{"obs": [1.0, 2.0], "rew": 1, "done": false}\n'
+                        '{"obs": [1.5, 2.5], "rew": 0.5, "done": true}\n')
+    out_path = tmp_path / "s.json"
+    code, out, err = cli("infer", str(rollouts), "-o", str(out_path))
+    assert (code, out, err) == (0, "", f"wrote {out_path} (3 fields)\n")
+    doc = json.loads(out_path.read_text())
+    assert doc["properties"]["obs"]["x-gyre-shape"] == [2]
+    code, out, _ = cli("diff", str(out_path), BATCH)
+    assert code == 1  # no value, so no advantage: the contract is broken
+    code, _, err = cli("infer", str(tmp_path / "none.jsonl"))
+    assert code == 2 and "no such file" in err
+
+
+def test_real_subprocess() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gyre_contract", "diff", STEP,
+                           str(PEERS / "torchrl_ppo.json"), "--batch-dims", "B,T"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "next.reward" in proc.stdout and "add a trailing dim of 1" in proc.stdout
+
+
+def test_infer_diff_write_map_then_batch(tmp_path: Path) -> None:
+    """The path a repo with no schema takes: infer, diff against the batch, write, run the map."""
+    rollouts = ROOT / "examples" / "cartpole_rollouts.jsonl"
+    inferred, map_path = tmp_path / "sampler.json", tmp_path / "map.json"
+    assert cli("infer", str(rollouts), "-o", str(inferred))[0] == 0
+    code, out, _ = cli("diff", str(inferred), BATCH, "--write-map", str(map_path))
+    assert code == 0 and "0 missing" in out
+    code, out, err = cli("batch", str(rollouts), "--map", str(map_path))
+    assert code == 0, err
+    assert "the batch is a valid TrainBatch" in out

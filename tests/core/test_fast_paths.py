@@ -1,0 +1,217 @@
+"""The fast path of validate_step gives exactly the normal path's verdicts, values and messages.
+
+`fastpath.fast_validate` only ever accepts; whatever it accepts, the normal path (the model's own
+pydantic validation) must accept too, with equal values of equal types. Random records, good and
+bad, in list and numpy form, are run through both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from gyre_contract.core.errors import ContractError
+from gyre_contract.core.fastpath import fast_validate
+from gyre_contract.core.models import Modalities, RolloutStep
+from gyre_contract.core.tensor import Tensor
+from gyre_contract.core.validate import problems_from, validate_step
+
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+class Pixels(Modalities):
+    image: Tensor("uint8", [2, 2])
+    depth: Tensor("float16", ["H"]) = None
+
+
+class PixelStep(RolloutStep):
+    observation: Pixels
+    action: Tensor("float32", ["*act"])
+
+
+def normal(record: Any, model: type[BaseModel]) -> BaseModel | list[str]:
+    """The normal path alone: the instance, or the problems as text."""
+    try:
+        return model.model_validate(record)
+    except ValidationError as err:
+        return [str(p) for p in problems_from(err, model)]
+
+
+def same_value(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    if isinstance(a, BaseModel):
+        return same_instance(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, float) and a != a:
+        return b != b
+    return bool(a == b) if not isinstance(a, np.generic) else a.dtype == b.dtype and a == b
+
+
+def same_instance(a: BaseModel, b: BaseModel) -> bool:
+    return (type(a) is type(b) and a.model_fields_set == b.model_fields_set
+            and a.__dict__.keys() == b.__dict__.keys()
+            and all(same_value(a.__dict__[k], b.__dict__[k]) for k in a.__dict__)
+            and a.model_extra == b.model_extra)
+
+
+def check_both_paths(record: Any, model: type[BaseModel]) -> None:
+    expected = normal(record, model)
+    fast = fast_validate(record, model)
+    if fast is not None:
+        assert isinstance(expected, BaseModel), f"fast path accepted what the normal path refuses: {expected}"
+        assert same_instance(fast, expected)
+    if isinstance(expected, list):
+        with pytest.raises(ContractError) as info:
+            validate_step(record, model)
+        assert [str(p) for p in info.value.problems] == expected
+    else:
+        assert same_instance(validate_step(record, model), expected)
+
+
+# -- the fast path is taken for the usual records ---------------------------------------------
+
+def test_usual_records_take_the_fast_path(cartpole_record, cartpole_model, llm_record, llm_model):
+    assert fast_validate(cartpole_record, cartpole_model) is not None
+    assert fast_validate(llm_record, llm_model) is not None
+    arrays = dict(llm_record, action=np.array([1016, 102]), logprob=np.float32([-0.1, -0.05]),
+                  observation={"token_ids": np.array([101, 2023, 2003])})
+    assert fast_validate(arrays, llm_model) is not None
+    assert fast_validate(dict(cartpole_record, observation=np.zeros(4, np.float32)),
+                         cartpole_model) is not None
+
+
+def test_fast_path_returns_the_normal_types(cartpole_record, cartpole_model, llm_record, llm_model):
+    check_both_paths(cartpole_record, cartpole_model)
+    check_both_paths(llm_record, llm_model)
+    step = fast_validate(cartpole_record, cartpole_model)
+    assert type(step.observation) is np.ndarray and type(step.logprob) is float
+
+
+def test_numpy_arrays_of_the_declared_dtype_are_not_copied(llm_record, llm_model):
+    action = np.array([1016, 102], np.int64)
+    step = validate_step(dict(llm_record, action=action), llm_model)
+    assert step.action is action
+
+
+@pytest.mark.parametrize("change", [
+    {"observation": [2**25, 0, 0, 1]},          # ints in a float tensor: exactness rule
+    {"observation": [0.5, 2**25, 0.0, 1.0]},    # mixed: numpy reads float64
+    {"observation": [0.1, True, 0.3, 0.4]},
+    {"observation": np.array([0.1, np.nan, 0.3, 0.4])},
+    {"observation": np.array([1e39, 0.0, 0.3, 0.4])},  # float64 beyond float32
+    {"observation": np.zeros(4, np.int64)},
+    {"observation": np.zeros((1, 4), np.float32)},
+    {"observation": np.float32(0.5)},
+    {"observation": (0.1, 0.2, 0.3, 0.4)},
+    {"logprob": 1e-50},                        # rounds to 0 in float32: allowed
+    {"logprob": 0.25},
+    {"logprob": np.float32(-0.5)},
+    {"logprob": 0},
+    {"action": np.int64(1)},
+    {"action": True},
+    {"next_observation": [1.0, 2.0, 3.0, 4.0]},
+    {"next_observation": [1.0]},
+    {"reward": np.float32(1.0), "terminated": np.bool_(True), "step": np.int64(3)},
+    {"info": {"seed": 3, "name": "x"}},
+])
+def test_edge_records_cartpole(cartpole_record, cartpole_model, change):
+    check_both_paths(dict(cartpole_record, **change), cartpole_model)
+
+
+@pytest.mark.parametrize("change", [
+    {"action": []},
+    {"action": [2**63, 1]},
+    {"action": [1, 2.0]},
+    {"action": np.array([1, 2], np.int32)},
+    {"action": np.array([1.0, 2.0])},
+    {"logprob": [-0.1]},
+    {"logprob": [0.5, -0.1]},
+    {"logprob": np.array([-0.1, np.inf], np.float32)},
+    {"logprob": np.array([-0.1, -np.inf], np.float32)},
+    {"logprob": np.array([-0.1, -0.2])},
+    {"logprob": [-1, -2]},
+    {"observation": {"token_ids": []}},
+    {"observation": {"token_ids": [1, 2], "text": ""}},
+    {"observation": {"token_ids": np.array([[1, 2]])}},
+    {"observation": {"token_ids": [1, 2], "extra": 1}},
+    {"next_observation": {"token_ids": [5]}},
+])
+def test_edge_records_llm(llm_record, llm_model, change):
+    check_both_paths(dict(llm_record, **change), llm_model)
+
+
+@pytest.mark.parametrize("observation", [
+    [0.0, 1.0], [[0.0, 1.0], [2.0, 3.0]], {"image": [[1, 2], [3, 4]], "text": "hi"},
+    np.zeros((2, 2), np.float32), {"ids": [1, None]}, 3.5,
+])
+def test_edge_records_base_model(cartpole_record, observation):
+    check_both_paths(dict(cartpole_record, observation=observation, action=[0.5, -0.5],
+                          next_observation=observation), RolloutStep)
+
+
+@pytest.mark.parametrize("change", [
+    {}, {"observation": {"image": [[0, 300], [3, 4]]}},
+    {"observation": {"image": [[0, 1], [3, 4]], "depth": [1.0, 70000.0]}},
+    {"observation": {"image": [[0, 1], [3, 4]], "depth": np.float16([1.0, 2.0])}},
+    {"observation": {"image": np.zeros((2, 2), np.uint8)}},
+    {"action": 0.5}, {"action": [[0.5], [1.5]]}, {"logprob": [-0.5, 1.0]},
+])
+def test_edge_records_modalities(cartpole_record, change):
+    record = dict(cartpole_record, observation={"image": [[0, 1], [2, 3]]}, action=[0.5, 1.5])
+    check_both_paths(dict(record, **change), PixelStep)
+
+
+# -- random records -------------------------------------------------------------------------
+
+floats = st.one_of(st.floats(width=32, allow_nan=False, allow_infinity=False),
+                   st.sampled_from([0.0, -0.0, 1e-50, 1e39, float("nan"), float("inf"), 0.25]))
+scalars = st.one_of(floats, st.integers(-3, 3), st.sampled_from([2**24 + 1, 2**63, True, None, "1"]))
+
+
+def vectors(n: st.SearchStrategy[int]) -> st.SearchStrategy[Any]:
+    lists = n.flatmap(lambda k: st.lists(st.one_of(floats, st.integers(-2, 2)), min_size=k,
+                                         max_size=k))
+    dtypes = st.sampled_from(["float32", "float64", "int64", "int32", "float16"])
+    return st.one_of(lists, st.tuples(lists, dtypes).map(lambda p: as_array(*p)))
+
+
+def as_array(values: list[Any], dtype: str) -> np.ndarray:
+    """The values as an array of `dtype` when they fit it, else as numpy reads them."""
+    arr = np.array(values)
+    with np.errstate(all="ignore"):
+        cast = arr.astype(dtype)
+    same = cast.astype(arr.dtype) == arr
+    return cast if bool(np.all(same | (arr != arr))) else arr
+
+
+@SETTINGS
+@given(observation=st.one_of(vectors(st.sampled_from([3, 4])), scalars),
+       logprob=st.one_of(scalars, vectors(st.just(1))),
+       action=st.one_of(st.integers(-1, 2), scalars),
+       extra=st.dictionaries(st.sampled_from(["reward", "step", "terminated", "value"]), scalars,
+                             max_size=2))
+def test_random_cartpole_records(cartpole_record, cartpole_model, observation, logprob, action,
+                                 extra):
+    record = dict(cartpole_record, observation=observation, logprob=logprob, action=action, **extra)
+    check_both_paths(record, cartpole_model)
+
+
+@SETTINGS
+@given(tokens=vectors(st.integers(0, 3)), action=vectors(st.integers(0, 3)),
+       logprob=vectors(st.integers(0, 3)), as_arrays=st.booleans())
+def test_random_llm_records(llm_record, llm_model, tokens, action, logprob, as_arrays):
+    record = dict(llm_record, observation={"token_ids": tokens}, action=action, logprob=logprob)
+    check_both_paths(record, llm_model)
+    if as_arrays:
+        record = dict(record, action=np.asarray(action), logprob=np.asarray(logprob))
+        check_both_paths(record, llm_model)

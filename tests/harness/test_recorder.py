@@ -1,0 +1,369 @@
+"""The recorder on real Gymnasium CartPole-v1 envs, checked against a manual single-env replay."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from gyre_contract.core.errors import ContractError
+from gyre_contract.core.validate import validate_episode
+from gyre_contract.harness.recorder import Recorder, episodes_from_records
+
+MAX_STEPS = 15
+SEED = 7
+LOG_HALF = float(np.log(np.float32(0.5)))
+
+
+class CountSteps(gym.Wrapper):
+    """Counts the sub-env's real `step` calls: each must become exactly one record."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        return self.env.step(action)
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=MAX_STEPS)
+
+
+def counted_cartpole() -> gym.Env:
+    return CountSteps(cartpole())
+
+
+def vector(mode: AutoresetMode, n: int = 3) -> SyncVectorEnv:
+    return SyncVectorEnv([counted_cartpole for _ in range(n)], autoreset_mode=mode)
+
+
+def random_policy(n: int | None, seed: int = 0) -> Callable[[Any], dict[str, Any]]:
+    """Uniform random actions with their log-prob; batched when `n` is given."""
+    rng = np.random.default_rng(seed)
+
+    def policy(obs: Any) -> dict[str, Any]:
+        if n is None:
+            return {"action": int(rng.integers(2)), "logprob": np.float32(LOG_HALF)}
+        return {"action": rng.integers(2, size=n), "logprob": np.full(n, LOG_HALF, np.float32)}
+
+    return policy
+
+
+def value_fn(obs: np.ndarray) -> float:
+    return float(obs[0] + 10.0)
+
+
+def by_env(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Records of each sub-env in order (episode ids are run-<env>-<n>)."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        out[int(r["episode_id"].split("-")[1])].append(r)
+    return out
+
+
+def replay(records: list[dict[str, Any]], seed: int) -> int:
+    """Replays one sub-env's records on a fresh single env seeded alike; returns episodes ended.
+
+    Every observation, reward and flag must match, and a done step's `next_observation` must be
+    the true final observation of that manual run.
+    """
+    env = cartpole()
+    obs, _ = env.reset(seed=seed)
+    ended = 0
+    for r in records:
+        np.testing.assert_array_equal(r["observation"], obs)
+        obs, reward, terminated, truncated, _ = env.step(r["action"])
+        assert (r["reward"], r["terminated"], r["truncated"]) == (reward, terminated, truncated)
+        if "next_observation" in r:
+            np.testing.assert_array_equal(r["next_observation"], obs)
+        if terminated or truncated:
+            ended += 1
+            obs, _ = env.reset()
+    env.close()
+    return ended
+
+
+def check_episode_rules(records: list[dict[str, Any]], *, complete: bool = False) -> None:
+    validate_episode(records, require_complete=complete)
+    per_episode: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        per_episode[r["episode_id"]].append(r["step"])
+    for steps in per_episode.values():
+        assert steps == list(range(len(steps)))
+
+
+def check_bootstrap_fields(records: list[dict[str, Any]]) -> None:
+    for r in records:
+        if r["truncated"] and not r["terminated"]:
+            assert r["next_value"] == value_fn(r["next_observation"])
+        if r["terminated"]:
+            assert "next_observation" in r
+            assert "next_value" not in r
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP,
+                                  AutoresetMode.DISABLED])
+def test_vector_env_records_match_a_manual_run(mode: AutoresetMode) -> None:
+    horizon = 80
+    env = vector(mode)
+    recorder = Recorder(env, random_policy(3), policy_version=4, value_fn=value_fn,
+                        run_id="run", seed=SEED)
+    records = list(recorder.record_steps(horizon))
+    check_episode_rules(records)
+    check_bootstrap_fields(records)
+    assert recorder.n_terminated > 0
+    assert recorder.n_truncated > 0
+    assert all(r["reward"] == 1.0 for r in records)  # a phantom reset step has reward 0
+    assert {r["policy_version"] for r in records} == {4}
+    ended = 0
+    for env_index, env_records in by_env(records).items():
+        ended += replay(env_records, SEED + env_index)
+        assert len(env_records) == env.envs[env_index].steps
+        if mode != AutoresetMode.NEXT_STEP:
+            assert len(env_records) == horizon
+    assert ended == recorder.n_episodes == recorder.n_terminated + recorder.n_truncated
+    assert recorder.n_steps == len(records)
+    assert recorder.env_steps == horizon
+    if mode == AutoresetMode.NEXT_STEP:  # one env step per reset is not a transition
+        assert len(records) < 3 * horizon
+
+
+def test_same_step_truncation_keeps_the_final_obs_not_the_reset_obs() -> None:
+    recorder = Recorder(vector(AutoresetMode.SAME_STEP, n=2), random_policy(2, seed=3),
+                        policy_version=0, value_fn=value_fn, seed=SEED)
+    records = list(recorder.record_steps(60))
+    truncated = [i for i, r in enumerate(records) if r["truncated"] and not r["terminated"]]
+    assert truncated
+    for env_records in by_env(records).values():
+        for i, r in enumerate(env_records[:-1]):
+            if r["terminated"] or r["truncated"]:
+                next_first = env_records[i + 1]
+                assert next_first["step"] == 0
+                assert not np.array_equal(r["next_observation"], next_first["observation"])
+
+
+def test_single_env_episodes_are_complete_and_replayable() -> None:
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=1, value_fn=value_fn,
+                        run_id="solo", seed=SEED)
+    records = list(recorder.record_episodes(12))
+    check_episode_rules(records, complete=True)
+    check_bootstrap_fields(records)
+    ids = list(dict.fromkeys(r["episode_id"] for r in records))
+    assert ids == [f"solo-0-{n}" for n in range(12)]
+    assert replay(records, SEED) == 12 == recorder.n_episodes
+    assert recorder.n_terminated > 0
+    assert recorder.n_truncated > 0
+    assert recorder.autoreset_mode == "single"
+
+
+def test_vector_record_episodes_gives_exactly_n_complete_episodes() -> None:
+    recorder = Recorder(vector(AutoresetMode.NEXT_STEP, n=4), random_policy(4), policy_version=0,
+                        seed=SEED)
+    records = list(recorder.record_episodes(6))
+    check_episode_rules(records, complete=True)
+    assert len({r["episode_id"] for r in records}) == 6 == recorder.n_episodes
+    more = list(recorder.record_episodes(2))
+    check_episode_rules(more, complete=True)
+    assert not {r["episode_id"] for r in more} & {r["episode_id"] for r in records}
+    assert recorder.n_episodes == 8
+
+
+def test_record_episodes_with_fewer_episodes_than_envs() -> None:
+    recorder = Recorder(vector(AutoresetMode.SAME_STEP, n=4), random_policy(4), policy_version=0,
+                        seed=SEED)
+    records = list(recorder.record_episodes(2))
+    check_episode_rules(records, complete=True)
+    assert sorted({r["episode_id"] for r in records}) == ["run-0-0", "run-1-0"]
+
+
+def test_open_episodes_carry_a_bootstrap_and_continue_on_the_next_call() -> None:
+    recorder = Recorder(vector(AutoresetMode.NEXT_STEP, n=2), random_policy(2), policy_version=0,
+                        value_fn=value_fn, seed=SEED)
+    first = list(recorder.record_steps(5))  # shorter than any CartPole episode can be
+    assert [r["episode_id"] for r in first[-2:]] == ["run-0-0", "run-1-0"]
+    for r in first[-2:]:
+        assert not (r["terminated"] or r["truncated"])
+        assert r["next_value"] == value_fn(r["next_observation"])
+    assert all("next_observation" not in r for r in first[:-2])
+    second = list(recorder.record_steps(30))
+    check_episode_rules(first + second)
+    assert second[0]["episode_id"] == "run-0-0"
+    assert second[0]["step"] == 5
+    np.testing.assert_array_equal(second[0]["observation"], first[-2]["next_observation"])
+
+
+def test_policy_version_is_read_from_a_callable_each_step() -> None:
+    versions = iter(range(100))
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=lambda: next(versions),
+                        seed=SEED)
+    records = list(recorder.record_steps(6))
+    assert [r["policy_version"] for r in records] == [0, 1, 2, 3, 4, 5]
+
+
+def test_plain_action_policy_and_float_obs_types() -> None:
+    recorder = Recorder(cartpole(), lambda obs: int(obs[2] > 0), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(1))
+    assert records[-1]["truncated"]  # the pole-angle policy balances past the time limit
+    assert len(records) == MAX_STEPS
+    assert set(records[0]) == {"observation", "action", "reward", "step", "episode_id",
+                               "terminated", "truncated", "policy_version"}
+    assert records[0]["observation"].dtype == np.float32
+    assert type(records[0]["action"]) is int
+
+
+def test_tuple_policy_output_is_refused() -> None:
+    recorder = Recorder(cartpole(), lambda obs: (1, -0.7), policy_version=0, seed=SEED)
+    with pytest.raises(ContractError) as info:
+        next(recorder.record_steps(1))
+    assert str(info.value) == (
+        "policy: policy output is ambiguous (return {'action': a, 'logprob': lp}): expected an "
+        "action or a dict with keys among action, logprob, entropy, value, got tuple of 2")
+
+
+def test_unknown_policy_output_key_is_refused() -> None:
+    recorder = Recorder(cartpole(), lambda obs: {"action": 1, "log_prob": -0.7},
+                        policy_version=0, seed=SEED)
+    with pytest.raises(ContractError) as info:
+        next(recorder.record_steps(1))
+    assert str(info.value) == (
+        "policy: bad policy output keys: expected a dict with 'action' and optional logprob, "
+        "entropy, value, got object with keys [action, log_prob]")
+
+
+def test_invalid_step_is_raised_by_validation() -> None:
+    recorder = Recorder(cartpole(), lambda obs: {"action": 1, "logprob": 0.5},
+                        policy_version=0, seed=SEED)
+    with pytest.raises(ContractError, match="positive log-probability"):
+        next(recorder.record_steps(1))
+
+
+def test_not_an_env_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="^expected a gymnasium Env or VectorEnv, got dict$"):
+        Recorder({}, lambda obs: 0, policy_version=0)
+
+
+def test_importing_the_recorder_does_not_import_gymnasium() -> None:
+    code = "import sys, gyre_contract.harness.recorder; print('gymnasium' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_collect_episodes_gives_columns_ready_for_collate() -> None:
+    from gyre_contract.trainer.collation import collate
+
+    recorder = Recorder(vector(AutoresetMode.NEXT_STEP, n=2), random_policy(2), policy_version=2,
+                        value_fn=value_fn, seed=SEED)
+    episodes = recorder.collect_episodes(5)
+    assert len(episodes) == 5 == len({e.episode_id for e in episodes})
+    for e in episodes:
+        assert e.lines is None
+        assert not e.is_open
+        assert e.columns["observation"].shape == (len(e), 4)
+        assert e.columns["observation"].dtype == np.float32
+        assert e.columns["action"].dtype == np.int64
+        assert list(e.columns["step"]) == list(range(len(e)))
+        if e.truncated:
+            assert e.columns["next_value"][-1] == value_fn(e.columns["next_observation"][-1])
+    batch = collate(episodes)
+    assert batch["mask"].sum() == sum(len(e) for e in episodes)
+    assert list(batch["policy_version"]) == [2] * 5
+
+
+def test_episodes_from_records_groups_interleaved_steps() -> None:
+    recorder = Recorder(vector(AutoresetMode.SAME_STEP, n=3), random_policy(3), policy_version=0,
+                        value_fn=value_fn, seed=SEED)
+    records = list(recorder.record_steps(30))
+    episodes = episodes_from_records(records)
+    assert sum(len(e) for e in episodes) == len(records)
+    assert [e.episode_id for e in episodes] == list(dict.fromkeys(r["episode_id"] for r in records))
+    assert sum(not e.is_open for e in episodes) == recorder.n_episodes
+    first = [r for r in records if r["episode_id"] == episodes[0].episode_id]
+    np.testing.assert_array_equal(episodes[0].columns["observation"],
+                                  np.stack([r["observation"] for r in first]))
+
+
+def test_episodes_from_records_refuses_a_phantom_step() -> None:
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(1))
+    phantom = dict(records[-1], step=len(records), reward=0.0, terminated=False, truncated=False)
+    del phantom["next_observation"]
+    with pytest.raises(ContractError) as info:
+        episodes_from_records([*records, phantom])
+    (problem,) = info.value.problems
+    assert problem.path == f"records[{len(records)}].episode_id"
+    assert problem.message == "step after the episode ended (a phantom reset transition?)"
+
+
+def test_an_abandoned_generator_never_leaves_a_gap() -> None:
+    recorder = Recorder(vector(AutoresetMode.NEXT_STEP, n=3), random_policy(3), policy_version=0,
+                        seed=SEED)
+    stream = recorder.record_steps(10)
+    taken = [next(stream) for _ in range(4)]  # the second env step is only half delivered
+    stream.close()
+    rest = list(recorder.record_steps(10))
+    check_episode_rules(taken + rest)
+    assert [r["episode_id"] for r in rest[:3]] == ["run-0-1", "run-1-1", "run-2-1"]
+    assert [r["step"] for r in rest[:3]] == [0, 0, 0]
+
+
+def test_a_record_that_fails_validation_leaves_the_recorder_usable() -> None:
+    version: list[Any] = [0]
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=lambda: version[0],
+                        seed=SEED)
+    stream = recorder.record_steps(5)
+    assert [r["step"] for r in (next(stream), next(stream))] == [0, 1]
+    version[0] = 1.5  # not an int64: the third record fails validation
+    with pytest.raises(ContractError, match="^policy_version: "):
+        next(stream)
+    version[0] = 2
+    rest = list(recorder.record_steps(3))
+    assert [(r["episode_id"], r["step"]) for r in rest] == [("run-0-1", 0), ("run-0-1", 1),
+                                                            ("run-0-1", 2)]
+
+
+def test_continuous_actions_on_pendulum() -> None:
+    env = SyncVectorEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=12)] * 2,
+                        autoreset_mode=AutoresetMode.SAME_STEP)
+    rng = np.random.default_rng(0)
+
+    def policy(obs: np.ndarray) -> dict[str, Any]:
+        return {"action": rng.uniform(-2, 2, size=(2, 1)).astype(np.float32),
+                "logprob": np.full((2, 1), -1.4, np.float32)}
+
+    recorder = Recorder(env, policy, policy_version=0, value_fn=lambda obs: 0.25, seed=SEED)
+    records = list(recorder.record_episodes(3))
+    check_episode_rules(records, complete=True)
+    assert len(records) == 36  # Pendulum never terminates: every episode is truncated at 12
+    assert recorder.n_truncated == 3
+    assert records[0]["action"].dtype == np.float32
+    assert records[0]["action"].shape == (1,)
+    assert all(r["next_value"] == 0.25 for r in records if r["truncated"])
+
+
+def test_dict_observations_are_recorded_per_modality() -> None:
+    from gymnasium import spaces
+    from gymnasium.wrappers import TransformObservation
+
+    def make() -> gym.Env:
+        env = cartpole()
+        space = spaces.Dict({"state": env.observation_space,
+                             "x": spaces.Box(-5.0, 5.0, (1,), np.float32)})
+        return TransformObservation(env, lambda o: {"state": o, "x": o[:1].copy()}, space)
+
+    recorder = Recorder(SyncVectorEnv([make] * 2), random_policy(2), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(2))
+    check_episode_rules(records, complete=True)
+    first, last = records[0], records[-1]
+    assert set(first["observation"]) == {"state", "x"}
+    assert first["observation"]["state"].shape == (4,)
+    assert first["observation"]["x"][0] == first["observation"]["state"][0]
+    assert last["next_observation"]["x"][0] == last["next_observation"]["state"][0]

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gyre_contract.core.errors import ContractError, InputError
+from gyre_contract.harness.runlog import (
+    RunLog,
+    RunRecord,
+    RunTimer,
+    Spread,
+    config_key,
+    format_summary,
+    plot_runs,
+    summarize,
+)
+
+STARTED = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+
+
+def fake_clock(readings: Iterable[float]) -> Callable[[], float]:
+    it = iter(readings)
+    return lambda: next(it)
+
+
+def run(run_id: str, config: str | dict[str, Any], rollout: float, train: float, total: float,
+        n_steps: int = 100) -> RunRecord:
+    return RunRecord(
+        run_id=run_id, config=config, rollout_s=rollout, train_s=train, total_s=total,
+        n_steps=n_steps, n_episodes=5, batch_shape=(5, 20), policy_version=3, started_at=STARTED,
+    )
+
+
+def test_timer_sums_phases_and_counts() -> None:
+    # enter 0; rollout 1..3; train 3.5..4; rollout 5..6; exit 10
+    timer = RunTimer(clock=fake_clock([0.0, 1.0, 3.0, 3.5, 4.0, 5.0, 6.0, 10.0]))
+    with timer:
+        with timer.rollout():
+            timer.count(steps=40, episodes=2)
+        with timer.train():
+            pass
+        with timer.rollout():
+            timer.count(steps=60, episodes=3)
+    assert [(p.name, p.start, p.end) for p in timer.phases] == [
+        ("rollout", 1.0, 3.0), ("train", 3.5, 4.0), ("rollout", 5.0, 6.0),
+    ]
+    assert timer.seconds("rollout") == 3.0
+    assert timer.seconds("train") == 0.5
+    assert timer.phase_count("rollout") == 2
+    assert timer.total_s == 10.0
+    record = timer.record(run_id="r1", config={"lr": 0.1}, batch_shape=[5, 20], policy_version=1)
+    assert (record.rollout_s, record.train_s, record.total_s) == (3.0, 0.5, 10.0)
+    assert (record.n_steps, record.n_episodes, record.batch_shape) == (100, 5, (5, 20))
+    assert record.started_at.tzinfo is not None
+
+
+def test_timer_records_a_phase_that_raises() -> None:
+    timer = RunTimer(clock=fake_clock([0.0, 1.0, 2.0, 3.0]))
+    with timer, pytest.raises(KeyError), timer.train():
+        raise KeyError("boom")
+    assert [(p.name, p.seconds) for p in timer.phases] == [("train", 1.0)]
+
+
+def test_timer_rejects_nested_and_outside_phases() -> None:
+    timer = RunTimer()
+    with pytest.raises(RuntimeError, match="^rollout phase outside `with RunTimer\\(\\)`$"):
+        with timer.rollout():
+            pass
+    with timer, timer.rollout():
+        with pytest.raises(RuntimeError, match="^train phase started inside the rollout phase$"):
+            with timer.train():
+                pass
+
+
+def test_total_before_the_end_is_an_error() -> None:
+    timer = RunTimer()
+    with timer, pytest.raises(RuntimeError, match="total_s is known once"):
+        timer.total_s  # noqa: B018
+
+
+def test_runlog_round_trip_whole_lines(tmp_path: Path) -> None:
+    log = RunLog(tmp_path / "runs.jsonl")
+    records = [run("a", "small", 1.0, 2.0, 3.5), run("b", {"envs": 4, "T": 32}, 0.5, 1.0, 1.75)]
+    for record in records:
+        log.append(record)
+    lines = (tmp_path / "runs.jsonl").read_bytes().splitlines()
+    assert len(lines) == 2
+    assert orjson.loads(lines[0])["started_at"] == "2026-11-29T10:00:00Z"
+    assert orjson.loads(lines[1])["config"] == {"envs": 4, "T": 32}
+    assert log.read() == records
+
+
+def test_runlog_bad_lines_are_listed_with_line_numbers(tmp_path: Path) -> None:
+    good = orjson.dumps(run("a", "small", 1.0, 2.0, 3.5).model_dump(mode="json")).decode()
+    missing = orjson.loads(good)
+    del missing["train_s"]
+    wrong = orjson.loads(good) | {"n_steps": "100", "total_s": 0, "extra": 1}
+    path = tmp_path / "runs.jsonl"
+    lines = [good, "", "{not json", orjson.dumps(missing).decode(), orjson.dumps(wrong).decode(),
+             "[1, 2]"]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ContractError) as info:
+        RunLog(path).read()
+    assert str(info.value) == "\n".join([
+        "6 problems:",
+        "  line 3: bad line: expected a JSON object, got invalid JSON (unexpected character, "
+            "expected a string key)",
+        "  line 4: train_s: missing field: expected a finite number >= 0, got nothing",
+        "  line 5: total_s: bad value: expected a finite number > 0, got int 0",
+        "  line 5: n_steps: bad value: expected an integer >= 0, got str '100'",
+        "  line 5: extra: unknown field: expected a RunRecord field, got int 1",
+        "  line 6: bad line: expected a JSON object, got list[2]",
+    ])
+
+
+def test_runlog_rejects_lossy_and_non_finite_values(tmp_path: Path) -> None:
+    good = run("a", "small", 1.0, 2.0, 3.5).model_dump(mode="json")
+    path = tmp_path / "runs.jsonl"
+    bad = good | {"policy_version": True, "batch_shape": [5, 2.5], "rollout_s": -1.0}
+    path.write_bytes(orjson.dumps(bad) + b"\n")
+    with pytest.raises(ContractError) as info:
+        RunLog(path).read()
+    assert [str(p) for p in info.value.problems] == [
+        "line 1: rollout_s: bad value: expected a finite number >= 0, got float -1.0",
+        "line 1: batch_shape.1: bad value: expected a list of integers, got float 2.5",
+        "line 1: policy_version: bad value: expected an integer, got bool true",
+    ]
+
+
+def test_runlog_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="^cannot read run log .*nope.jsonl: No such file"):
+        RunLog(tmp_path / "nope.jsonl").read()
+
+
+def test_config_key_is_order_independent() -> None:
+    assert config_key({"b": 1, "a": [1, 2]}) == config_key({"a": [1, 2], "b": 1})
+    assert config_key({"b": 1, "a": 2}) == '{"a":2,"b":1}'
+    assert config_key("cartpole-4x32") == "cartpole-4x32"
+
+
+def test_summarize_groups_by_config_with_min_median_max() -> None:
+    records = [
+        run("1", {"T": 32, "envs": 4}, 1.0, 2.0, 4.0, n_steps=400),
+        run("2", "other", 3.0, 3.0, 6.0, n_steps=60),
+        run("3", {"envs": 4, "T": 32}, 2.0, 1.0, 5.0, n_steps=400),
+        run("4", {"envs": 4, "T": 32}, 4.0, 6.0, 10.0, n_steps=400),
+    ]
+    first, second = summarize(records)
+    assert (first.config, first.runs, first.n_steps) == ('{"T":32,"envs":4}', 3, 1200)
+    assert first.spreads == {
+        "rollout_s": Spread(1.0, 2.0, 4.0),
+        "train_s": Spread(1.0, 2.0, 6.0),
+        "total_s": Spread(4.0, 5.0, 10.0),
+        "steps_per_s": Spread(40.0, 80.0, 100.0),
+    }
+    assert (second.config, second.runs) == ("other", 1)
+    assert format_summary([second]).splitlines()[-1] == "              steps_per_s  10.000  10.000  10.000"
+    assert second.spreads["steps_per_s"] == Spread(10.0, 10.0, 10.0)
+    assert first.to_dict()["total_s"] == {"min": 4.0, "median": 5.0, "max": 10.0}
+
+
+def test_format_summary_is_an_aligned_table() -> None:
+    records = [run("1", "a", 1.0, 2.0, 4.0), run("2", "a", 3.0, 0.25, 5.0)]
+    assert format_summary(summarize(records)) == "\n".join([
+        "config  runs  metric          min  median     max",
+        "a       2     rollout_s     1.000   2.000   3.000",
+        "              train_s       0.250   1.125   2.000",
+        "              total_s       4.000   4.500   5.000",
+        "              steps_per_s  20.000  22.500  25.000",
+    ])
+
+
+def test_plot_runs_writes_a_png(tmp_path: Path) -> None:
+    records = [run(str(i), "a" if i % 2 else "b", 1.0 + i, 2.0 * i, 10.0 + i) for i in range(6)]
+    out = plot_runs(records, tmp_path / "runs.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 5_000
+
+
+def test_plot_runs_needs_runs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="^plot_runs needs at least one run$"):
+        plot_runs([], tmp_path / "runs.png")

@@ -1,0 +1,318 @@
+"""Parquet rollout files: round trip, the Arrow schema and its x-gyre metadata, one problem per
+disagreeing column, and the same verdicts as JSON Lines on the same data."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet')")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from gyre_contract.core.errors import ContractError, InputError, SchemaError  # noqa: E402
+from gyre_contract.core.models import RolloutStep  # noqa: E402
+from gyre_contract.core.validate import validate_step  # noqa: E402
+from gyre_contract.io.parquet import (  # noqa: E402
+    is_parquet,
+    read_parquet_episodes,
+    read_parquet_steps,
+    to_arrow_schema,
+    validate_parquet,
+    write_parquet,
+)
+from gyre_contract.io.rollout import validate_file, write_steps  # noqa: E402
+
+
+def cartpole_episode(eid: str, n: int, *, version: int = 0) -> list[dict]:
+    return [{"observation": [0.1 * i, -0.2, 0.03, 0.4], "action": i % 2, "logprob": -0.69,
+             "value": 0.5, "reward": 1.0, "step": i, "episode_id": eid,
+             "terminated": i == n - 1, "truncated": False, "policy_version": version,
+             "info": {"env": "CartPole-v1", "seed": i}}
+            for i in range(n)]
+
+
+def llm_records() -> list[dict]:
+    return [
+        {"observation": {"token_ids": [101, 2023, 2003], "text": "2+2="}, "action": [1016, 102],
+         "logprob": [-0.1, -0.05], "reward": 1.0, "step": 0, "episode_id": "p/0",
+         "terminated": True, "truncated": False, "policy_version": 3},
+        {"observation": {"token_ids": [7, 8, 9, 10, 11]}, "action": [5], "logprob": [-0.3],
+         "reward": 0.0, "step": 0, "episode_id": "p/1", "terminated": True, "truncated": False,
+         "policy_version": 3},
+    ]
+
+
+def same_record(a: dict, b: dict) -> None:
+    """Equal records; a float32 scalar read back is the float32 nearest the value written."""
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], dict):
+            same_record(a[key], b[key])
+        elif isinstance(a[key], float):
+            assert np.float32(a[key]) == np.float32(b[key])
+        else:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+# -- round trip ----------------------------------------------------------------------------------
+
+def test_cartpole_round_trip_gives_the_validated_steps_back(tmp_path, cartpole_model):
+    records = cartpole_episode("a", 5) + cartpole_episode("b", 3)
+    path = tmp_path / "r.parquet"
+    assert write_parquet(path, records, cartpole_model) == 8
+    steps = list(read_parquet_steps(path, cartpole_model))
+    assert len(steps) == 8
+    for record, step in zip(records, steps):
+        same_record(validate_step(record, cartpole_model).to_record(), step.to_record())
+    assert steps[0].observation.dtype == np.float32 and steps[0].observation.flags.writeable
+    assert steps[2].info == {"env": "CartPole-v1", "seed": 2}
+
+
+def test_llm_round_trip_keeps_modalities_varying_lengths_and_absent_fields(tmp_path, llm_model):
+    path = tmp_path / "llm.parquet"
+    write_parquet(path, llm_records(), llm_model)
+    first, second = read_parquet_steps(path, llm_model)
+    assert first.observation.text == "2+2=" and second.observation.text is None
+    assert second.observation.token_ids.tolist() == [7, 8, 9, 10, 11]
+    assert first.action.tolist() == [1016, 102] and second.logprob.dtype == np.float32
+    assert first.value is None and "value" not in second.to_record()
+
+
+def test_models_are_written_under_their_own_class(tmp_path, cartpole_model):
+    steps = [validate_step(r, cartpole_model) for r in cartpole_episode("a", 3)]
+    path = tmp_path / "m.parquet"
+    write_parquet(path, steps, fsync=True)
+    assert pq.read_schema(path).metadata[b"x-gyre-model"] == b"CartPoleStep"
+
+
+def test_episodes_come_back_as_columns(tmp_path, cartpole_model):
+    path = tmp_path / "e.parquet"
+    write_parquet(path, cartpole_episode("a", 4) + cartpole_episode("b", 2), cartpole_model)
+    a, b = read_parquet_episodes(path, cartpole_model)
+    assert (a.episode_id, len(a), b.episode_id, len(b)) == ("a", 4, "b", 2)
+    assert a.columns["observation"].shape == (4, 4) and a.lines == [1, 2, 3, 4]
+
+
+def test_extension_decides_the_format():
+    assert is_parquet("shards/a.parquet") and is_parquet("A.PQ")
+    assert not is_parquet("a.jsonl")
+
+
+# -- the Arrow schema ------------------------------------------------------------------------
+
+def test_arrow_schema_of_a_pinned_model_carries_the_x_gyre_facts(cartpole_model):
+    schema = to_arrow_schema(cartpole_model)
+    obs = schema.field("observation")
+    assert obs.type == pa.list_(pa.float32(), 4) and not obs.nullable
+    assert obs.metadata[b"x-gyre-dtype"] == b"float32"
+    assert json.loads(obs.metadata[b"x-gyre-shape"]) == [4]
+    assert obs.metadata[b"x-gyre-role"] == b"observation"
+    assert schema.field("action").type == pa.int64()
+    assert schema.field("logprob").type == pa.float32() and schema.field("logprob").nullable
+    assert schema.field("episode_id").type == pa.string()
+    assert schema.field("info").metadata[b"x-gyre-encoding"] == b"json"
+    assert schema.metadata == {b"x-gyre-kind": b"rollout_step", b"x-gyre-version": b"1.0.0",
+                               b"x-gyre-model": b"CartPoleStep", b"x-gyre-varying-dims": b"[]"}
+
+
+def test_arrow_schema_uses_lists_for_symbolic_dims_and_structs_for_modalities(llm_model):
+    schema = to_arrow_schema(llm_model)
+    assert schema.field("action").type == pa.list_(pa.int64())
+    assert json.loads(schema.field("action").metadata[b"x-gyre-shape"]) == ["A"]
+    obs = schema.field("observation").type
+    assert obs == pa.struct([pa.field("token_ids", pa.list_(pa.int64()), nullable=False),
+                             pa.field("text", pa.string())])
+    assert schema.field("observation").metadata[b"x-gyre-modalities"] == b"PromptObservation"
+    assert json.loads(schema.metadata[b"x-gyre-varying-dims"]) == ["P", "A"]
+
+
+def test_unpinned_model_needs_a_sample_and_says_which_fields():
+    with pytest.raises(SchemaError) as info:
+        to_arrow_schema(RolloutStep)
+    assert str(info.value) == (
+        "no Arrow schema for RolloutStepV1: observation: an unpinned observation (float32 "
+        "[*obs] or modalities) has no fixed layout; pin the model or pass sample=; action: "
+        "dtype is one of int64 or float32; pin it or pass sample=; next_observation: an "
+        "unpinned observation (float32 [*obs] or modalities) has no fixed layout; pin the "
+        "model or pass sample=")
+    schema = to_arrow_schema(RolloutStep, sample=cartpole_episode("a", 1)[0])
+    assert schema.field("observation").type == pa.list_(pa.float32())
+    assert schema.field("next_observation").type == pa.list_(pa.float32())
+    assert schema.field("action").type == pa.int64()
+
+
+# -- files that disagree with the contract -----------------------------------------------------
+
+def test_a_disagreeing_arrow_schema_is_one_problem_per_column(tmp_path, cartpole_model):
+    table = pa.table({
+        "observation": pa.array([[[0.0] * 4]], pa.list_(pa.list_(pa.float64()))),
+        "action": pa.array(["left"]),
+        "next_observation": pa.array([[0.0] * 3], pa.list_(pa.float32(), 3)),
+        "step": pa.array([0]), "episode_id": pa.array(["a"]), "terminated": pa.array([True]),
+        "truncated": pa.array([False]), "policy_version": pa.array([0]),
+        "trunctaed": pa.array([False]),
+    })
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    expected = [
+        "observation: column has the wrong rank: expected float32[4], got float64[?, ?]",
+        "action: column has the wrong dtype: expected int64, got string",
+        "next_observation: column has the wrong size: expected float32[4], got float32[3]",
+        "reward: missing required column: expected float32, got no such column",
+        "trunctaed: unknown column: expected only the fields of CartPoleStep (did you mean "
+        "'truncated'?), got a column of bool",
+    ]
+    report = validate_parquet(path, cartpole_model)
+    assert [str(p) for p in report.problems()] == expected
+    assert (report.lines, report.records, report.episodes, report.exit_code()) == (1, 0, None, 1)
+    with pytest.raises(ContractError) as info:
+        list(read_parquet_steps(path, cartpole_model))
+    assert [str(p) for p in info.value.problems] == expected
+
+
+def test_another_record_kind_is_named(tmp_path, cartpole_model):
+    schema = to_arrow_schema(cartpole_model).with_metadata({b"x-gyre-kind": b"train_batch"})
+    path = tmp_path / "k.parquet"
+    pq.write_table(schema.empty_table(), path)
+    report = validate_parquet(path, cartpole_model)
+    assert [str(p) for p in report.problems()] == [
+        "file holds another kind of record: expected x-gyre-kind 'rollout_step', got "
+        "'train_batch'",
+        "no records: expected at least one step record, got an empty file"]
+
+
+def test_wider_integer_and_float_columns_are_checked_value_by_value(tmp_path, cartpole_model):
+    record = cartpole_episode("a", 1)[0]
+    table = pa.table({k: [json.dumps(v) if k == "info" else v] for k, v in record.items()})
+    assert table.schema.field("reward").type == pa.float64()
+    path = tmp_path / "wide.parquet"
+    pq.write_table(table, path)
+    assert validate_parquet(path, cartpole_model).holds
+
+
+def test_null_in_a_required_column_is_the_null_json_would_be(tmp_path, cartpole_model):
+    records = cartpole_episode("a", 3)
+    records[2]["reward"] = None
+    table = pa.table({k: [r[k] for r in records] for k in records[0] if k != "info"})
+    pq.write_table(table, tmp_path / "n.parquet")
+    (tmp_path / "n.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    parquet = validate_parquet(tmp_path / "n.parquet", cartpole_model)
+    jsonl = validate_file(tmp_path / "n.jsonl", cartpole_model)
+    assert [str(p) for p in parquet.problems()] == [
+        "line 3: reward: null is not allowed: expected float32, got null"]
+    assert [str(p) for p in jsonl.problems()] == [str(p) for p in parquet.problems()]
+
+
+def test_not_a_parquet_file_is_an_input_error(tmp_path, cartpole_model):
+    path = tmp_path / "x.parquet"
+    path.write_text("not parquet")
+    with pytest.raises(InputError, match=r"^cannot read .*x\.parquet as Parquet: "):
+        validate_parquet(path, cartpole_model)
+    with pytest.raises(InputError, match=r"^no such file: "):
+        validate_parquet(tmp_path / "missing.parquet", cartpole_model)
+
+
+def test_writing_refuses_none_and_unknown_keys_before_writing(tmp_path, cartpole_model):
+    records = cartpole_episode("a", 2)
+    records[1]["value"] = None
+    records[1]["trunctaed"] = True
+    path = tmp_path / "w.parquet"
+    with pytest.raises(ContractError) as info:
+        write_parquet(path, records, cartpole_model)
+    assert [str(p) for p in info.value.problems] == [
+        "steps[1].value: None cannot be written: expected a value (null is never valid in a "
+        "record), got None",
+        "steps[1].trunctaed: unknown field cannot be written: expected a field of the model (a "
+        "column of the file), got bool true"]
+    assert not path.exists() and not (tmp_path / "w.parquet.tmp").exists()
+
+
+def test_a_value_the_column_cannot_hold_names_its_row(tmp_path, cartpole_model):
+    records = cartpole_episode("a", 3)
+    records[2]["observation"] = [0.0, 0.0, 0.0]
+    with pytest.raises(ContractError) as info:
+        write_parquet(tmp_path / "w.parquet", records, cartpole_model)
+    (problem,) = info.value.problems
+    assert problem.path == "steps[2].observation" and problem.expected == "float32[4]"
+    assert problem.got == "list[3]"
+    assert problem.message.startswith("cannot be written as this column (")
+
+
+# -- same verdicts as JSON Lines -----------------------------------------------------------------
+
+def planted_defects() -> list[dict]:
+    """Records that parse in both formats but break record and episode rules."""
+    records = cartpole_episode("a", 6) + cartpole_episode("b", 4, version=2)
+    records += cartpole_episode("c", 3, version=1)[:2]  # open at the end
+    records[2]["step"] = 7  # a step gap (two problems: 7 after 1, then 5 after 7)
+    records[3]["logprob"] = 0.5  # positive log-probability of a discrete action
+    records[4]["observation"] = [0.0, 0.0, 0.0]  # wrong shape
+    records[8]["policy_version"] = 1  # policy version decreases within b
+    records.insert(10, dict(records[9], step=4))  # a step after b terminated
+    return records
+
+
+@pytest.mark.parametrize("require_complete", [False, True])
+def test_parquet_and_jsonl_give_identical_reports(tmp_path, cartpole_model, require_complete):
+    records = planted_defects()
+    write_steps(tmp_path / "d.jsonl", records)
+    write_parquet(tmp_path / "d.parquet", records, RolloutStep, rows_per_group=4)
+    jsonl = validate_file(tmp_path / "d.jsonl", cartpole_model, require_complete=require_complete)
+    parquet = validate_parquet(tmp_path / "d.parquet", cartpole_model,
+                               require_complete=require_complete)
+    a, b = jsonl.to_dict(), parquet.to_dict()
+    assert a.pop("path").endswith("d.jsonl") and b.pop("path").endswith("d.parquet")
+    assert a == b
+    assert not parquet.holds and (parquet.lines, parquet.steps) == (13, 11)
+    lines = {p.line for p in parquet.problems()}
+    assert {3, 4, 5, 9, 11} <= lines and (13 in lines) == require_complete
+
+
+def test_parquet_and_jsonl_agree_on_llm_records(tmp_path, llm_model):
+    records = llm_records()
+    records[1]["logprob"] = [-0.3, -0.1]  # two log-probs for one token
+    write_steps(tmp_path / "l.jsonl", records)
+    write_parquet(tmp_path / "l.parquet", records, llm_model)
+    a = validate_file(tmp_path / "l.jsonl", llm_model).to_dict()
+    b = validate_parquet(tmp_path / "l.parquet", llm_model).to_dict()
+    a.pop("path"), b.pop("path")
+    assert a == b and not a["holds"]
+
+
+def test_cli_validate_reads_a_parquet_file(tmp_path):
+    import io
+    from pathlib import Path
+
+    from gyre_contract.cli import run
+
+    records = planted_defects()
+    write_steps(tmp_path / "d.jsonl", records)
+    write_parquet(tmp_path / "d.parquet", records, RolloutStep)
+    texts = []
+    for name in ("d.jsonl", "d.parquet"):
+        out, err = io.StringIO(), io.StringIO()
+        code = run(["validate", str(tmp_path / name), "--model", "models:CartPoleStep"], out, err)
+        assert (code, err.getvalue()) == (1, "")
+        texts.append(out.getvalue().split("\n", 1)[1])  # all but the header naming the file
+    assert texts[0] == texts[1]
+    schema = Path(__file__).resolve().parents[2] / "schemas" / "rollout_step.v1.json"
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["validate", str(tmp_path / "d.parquet"), "--schema", str(schema)], out, err)
+    assert (code, err.getvalue()) == (2, "error: --schema checks JSON Lines records; check a "
+                                         "Parquet file against a model (--model)\n")
+
+
+def test_rollout_functions_choose_parquet_by_extension(tmp_path, cartpole_model):
+    from gyre_contract.io.rollout import read_episodes, read_steps
+
+    path = tmp_path / "r.parquet"
+    assert write_steps(path, [validate_step(r, cartpole_model)
+                              for r in cartpole_episode("a", 3)]) == 3
+    assert pq.read_schema(path).metadata[b"x-gyre-model"] == b"CartPoleStep"
+    assert [s.step for s in read_steps(path, cartpole_model)] == [0, 1, 2]
+    (episode,) = read_episodes(path, cartpole_model)
+    assert episode.columns["observation"].shape == (3, 4)
+    with pytest.raises(InputError, match=r"^cannot append to a Parquet file: .*r\.parquet; "):
+        write_steps(path, [], append=True)
