@@ -7,7 +7,7 @@ Goal (issue 4): collate <= 3x the padded-size copy. Run: python benchmarks/bench
 
 `--jsonl` measures the end-to-end path instead: a CartPole-like JSON Lines file -> read_episodes ->
 FieldMap (examples/cartpole_map.json) -> validated TrainBatch, as a ratio to an `orjson.loads`
-per-line loop over the same file (the parse floor, research/perf-baselines.md §2).
+per-line loop over the same file (the parse floor, see benchmarks/README.md).
 """
 
 from __future__ import annotations

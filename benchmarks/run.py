@@ -46,7 +46,7 @@ from gyre_contract.schema.export import json_schema  # noqa: E402
 SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff")
 
 
-# -- records (research/perf-baselines.md: record A = classic control, record B = LLM) --------
+# -- records (record A = classic control, record B = LLM) --------
 
 def cartpole_record() -> dict[str, Any]:
     return {"observation": [0.0123, -0.0456, 0.0789, -0.1011], "action": 1, "logprob": -0.6931,

@@ -86,7 +86,7 @@ def prompts(n: int, seed: int) -> list[list[int]]:
 
 def rollouts(generator: FakeGenerator, questions: list[list[int]], group: int,
              policy_version: int = 0) -> Iterator[dict[str, Any]]:
-    """Step records (CONTRACT §3), one per generation; an episode is one sample of a prompt."""
+    """Step records (docs/contract.md §3), one per generation; an episode is one sample of a prompt."""
     for q, question in enumerate(questions):
         for g in range(group):
             conversation = list(question)

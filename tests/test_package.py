@@ -7,7 +7,7 @@ import sys
 
 import gyre_contract
 
-# CONTRACT §8, in its order: the names users import.
+# docs/contract.md §8 (public API), in its order: the names users import.
 CONTRACT_NAMES = [
     "RolloutStep", "TrainBatch", "RolloutStepV1", "TrainBatchV1", "validate_step",
     "validate_episode", "validate_batch", "ContractError", "MissingFieldError", "json_schema",

@@ -25,13 +25,13 @@ from gyre_contract.trainer.fieldmap import FieldMap
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "batch", help="stage 2: rollouts + map -> a validated TrainBatch (.npz)",
-        description="Map, collate and validate a rollout file into a TrainBatch (CONTRACT §4), "
+        description="Map, collate and validate a rollout file into a TrainBatch (docs/contract.md §4), "
         "print its keys, shapes and dtypes, optionally call a loss function once (no update), "
         "and write the batch as an .npz that numpy alone can load (no pickles).",
         epilog="exit codes: 0 holds, 1 contract violated, 2 unusable input")
     p.add_argument("rollouts", metavar="ROLLOUTS.jsonl", help="the rollout file to read")
     p.add_argument("--map", required=True, metavar="M.json", dest="map_path",
-                   help="the field map (CONTRACT §7) from step records to the batch")
+                   help="the field map (docs/contract.md §7) from step records to the batch")
     p.add_argument("-o", "--out", metavar="BATCH.npz",
                    help="write the batch here (strings as fixed-width unicode, no object arrays)")
     p.add_argument("--loss", metavar="MODULE:FUNCTION",

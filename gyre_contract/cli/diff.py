@@ -1,4 +1,4 @@
-"""`gyre-contract diff SAMPLER TRAINER`: sort every trainer field into a tier (CONTRACT §6)."""
+"""`gyre-contract diff SAMPLER TRAINER`: sort every trainer field into a tier (docs/contract.md §6)."""
 
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ def _dim_problem(path: str, name: str, bound: Any, got: Any, value: Any) -> Prob
 
 
 class RolloutStepV1(GyreModel):
-    """One time step of one episode, as a sampler writes it (CONTRACT §3)."""
+    """One time step of one episode, as a sampler writes it (docs/contract.md §3)."""
 
     gyre_kind: ClassVar[str] = "rollout_step"
     gyre_version: ClassVar[str] = "1.0.0"
@@ -351,7 +351,7 @@ RolloutStep = RolloutStepV1
 # -- training batch ------------------------------------------------------------------------
 
 class TrainBatchV1(GyreModel):
-    """Arrays with leading [B, T]; each row a contiguous run of one episode (CONTRACT §4).
+    """Arrays with leading [B, T]; each row a contiguous run of one episode (docs/contract.md §4).
 
     Float fields may hold NaN or inf under padding; the rules check finiteness where `mask`
     is True. Extra keys are allowed (a trainer's own arrays) but must lead with [B].

@@ -1,4 +1,4 @@
-"""Record validated rollout step records (CONTRACT §3) from a Gymnasium env or vector env.
+"""Record validated rollout step records (docs/contract.md §3) from a Gymnasium env or vector env.
 
 Why: the env side of the handoff breaks in three known ways — the phantom reset step of a vector
 env with NEXT_STEP autoreset recorded as a transition, a time-limit cut stored as a termination,

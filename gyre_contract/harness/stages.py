@@ -86,7 +86,7 @@ def half_way(
     """Stage 2: map, collate, validate, then call `loss_fn(batch)` once with no update.
 
     `episodes_or_path` is a rollout file (read with `read_episodes(path, step_model)`) or
-    episodes already read. Raises ContractError when the batch breaks CONTRACT §4 (a missing
+    episodes already read. Raises ContractError when the batch breaks docs/contract.md §4 (a missing
     field, a wrong shape or dtype, stale policy versions), when `loss_fn` raises, or when the
     loss is not one finite number.
     """

@@ -110,7 +110,7 @@ class BulkPlan:
         `arrays`: also make each field's array over the block (`episode` needs them), while
         the decoded records are at hand; they are dropped before returning.
         The cyclic GC is paused meanwhile: a block allocates many containers that hold no cycle,
-        and scanning them would cost more than decoding (research/perf-baselines.md).
+        and scanning them would cost more than decoding (measured in benchmarks/README.md).
         """
         if not lines:
             return None

@@ -1,4 +1,4 @@
-"""Parquet rollout files: the step records of CONTRACT §3 as typed Arrow columns (extra `parquet`).
+"""Parquet rollout files: the step records of docs/contract.md §3 as typed Arrow columns (extra `parquet`).
 
 Why: a sampler fleet writes many shards, and Parquet keeps dtypes, compresses well and is what Ray
 Data, Spark and pandas read natively. The contract travels with the file: every column carries

@@ -1,4 +1,4 @@
-"""Rollout files: JSON Lines of step records (CONTRACT §3), written whole-line, read streaming.
+"""Rollout files: JSON Lines of step records (docs/contract.md §3), written whole-line, read streaming.
 
 Why: rollout files come from crashed samplers, concurrent writers and other teams. Writing
 never leaves half a record unless the process dies mid-`write`, and reading never loses a line

@@ -1,4 +1,4 @@
-"""Diff: sort every trainer field into same / renamed / needs_conversion / missing (CONTRACT §6).
+"""Diff: sort every trainer field into same / renamed / needs_conversion / missing (docs/contract.md §6).
 
 `diff(sampler, trainer)` compares two field tables. The trainer's leading batch dims are stripped
 first (`x-gyre-batch-dims` or `batch_dims=`), so shapes are compared per step. For each trainer
@@ -213,7 +213,7 @@ class DiffReport:
         return render_markdown(self)
 
     def field_map(self) -> dict[str, Any]:
-        """The field map (CONTRACT §7) that realises this report, for `FieldMap.from_dict`.
+        """The field map (docs/contract.md §7) that realises this report, for `FieldMap.from_dict`.
 
         A conversion of several steps is one entry: its op, then a `then` chain of one-input
         steps (e.g. `any` then `unsqueeze`). Fields that no map entry can express (a next
@@ -501,7 +501,7 @@ def diff(
     gamma: float = DEFAULT_GAMMA,
     lam: float = DEFAULT_LAM,
 ) -> DiffReport:
-    """Compare what the sampler produces with what the trainer reads (CONTRACT §6).
+    """Compare what the sampler produces with what the trainer reads (docs/contract.md §6).
 
     `sampler` and `trainer` are schema dicts, paths, Pydantic model classes or field tables.
     `batch_dims` names the trainer's leading batch dims for a foreign schema (`("B", "T")`,

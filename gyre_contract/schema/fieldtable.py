@@ -417,7 +417,7 @@ class _Walker:
             raise SchemaError(f"{self.where}: {pointer}: x-gyre-role {declared!r} is not a role; "
                               f"roles: {', '.join(ROLES)}")
         if declared == "observation" and name.split(".")[0] == "next_observation":
-            # CONTRACT §3 reserves `next_observation` (and its modalities) for s_{t+1}, even
+            # docs/contract.md §3 reserves `next_observation` (and its modalities) for s_{t+1}, even
             # when a pinned model copied the observation's spec, role included.
             declared = "next_observation"
         match = resolve_role(name, declared)

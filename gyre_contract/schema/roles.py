@@ -6,7 +6,7 @@ an exact table hit beats a hit after stripping a library prefix (`b_`, `old_`, `
 `s`, which beats a word heuristic. A name that the table gives several roles (`dones`: RLlib's
 done, CleanRL's stored previous-step done) is reported as ambiguous with its candidates.
 
-Two traps the roles exist for (CONTRACT §2): a reference-policy log-prob (`ref_log_prob`,
+Two traps the roles exist for (docs/contract.md §2): a reference-policy log-prob (`ref_log_prob`,
 `base_action_log_probs`, `ref_per_token_logps`) is `ref_logprob`, never `logprob`; and an episode
 start flag (`episode_starts`, `is_first`) is the previous step's done, never this step's `done`.
 """

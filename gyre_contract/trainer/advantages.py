@@ -1,4 +1,4 @@
-"""Advantages and returns over `[B, T]` rows that respect terminated vs truncated (CONTRACT §4).
+"""Advantages and returns over `[B, T]` rows that respect terminated vs truncated (docs/contract.md §4).
 
 Each row is a contiguous run of one episode, right-padded, with `mask` True on real steps.
 At a row's last real step the next state's value is `next_value[b]`, unless the step is

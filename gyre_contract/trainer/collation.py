@@ -4,7 +4,7 @@ Each output row is a contiguous run of one episode. An episode longer than `max_
 into several rows; a row cut mid-episode is neither terminated nor truncated at the cut and takes
 its bootstrap value (`next_value[b]`) from the next row's first `value`. Per-step arrays are
 copied once into a preallocated batch, never stacked step by step (stacking per-step objects costs
-~35× more, see research/perf-baselines.md).
+~35× more, see benchmarks/README.md).
 
 Output keys:
 - every collated column, flattened to dotted names for nested objects (`observation.image`),

@@ -1,4 +1,4 @@
-"""The field map (`map.json`, CONTRACT §7): a declarative, reviewable recipe from sample columns to
+"""The field map (`map.json`, docs/contract.md §7): a declarative, reviewable recipe from sample columns to
 the trainer's batch.
 
     {"gyre_field_map": 1,
@@ -572,7 +572,7 @@ class FieldMap:
         max_staleness: int | None = None,
         model: Any = None,
     ) -> Any:
-        """Collate episodes, apply the map, validate the result as a `TrainBatch` (CONTRACT §4)."""
+        """Collate episodes, apply the map, validate the result as a `TrainBatch` (docs/contract.md §4)."""
         batch = self.build(episodes, max_len=max_len)
         return _validate(batch, model, current_version, max_staleness)
 

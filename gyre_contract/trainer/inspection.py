@@ -23,7 +23,7 @@ _ROLES = {"obs": "observation", "action": "action", "reward": "reward", "done": 
           "terminated": "terminated", "truncated": "truncated", "advantage": "advantage",
           "return": "return", "value": "value", "logprob": "logprob", "mask": "mask",
           "policy_version": "policy_version", "episode_id": "episode_id", "step": "step"}
-"""Roles of the contract's own batch names (CONTRACT §4); other names are left to the diff."""
+"""Roles of the contract's own batch names (docs/contract.md §4); other names are left to the diff."""
 
 
 class FieldInfo(NamedTuple):
@@ -102,7 +102,7 @@ def batch_schema(
     title: str = "trainer batch",
     version: str = "1.0.0",
 ) -> dict[str, Any]:
-    """A trainer JSON Schema (CONTRACT §5) from one live batch.
+    """A trainer JSON Schema (docs/contract.md §5) from one live batch.
 
     The leading dims are named by `batch_dims`: a field's dim i is named `batch_dims[i]` when its
     size is the batch's (the most common size at that position), so a per-row field `[B]` gets

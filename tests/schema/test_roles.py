@@ -1,4 +1,4 @@
-"""Role resolution: the synonym table, scoring, ambiguity, and the two traps of CONTRACT §2."""
+"""Role resolution: the synonym table, scoring, ambiguity, and the two traps of docs/contract.md §2."""
 
 from __future__ import annotations
 

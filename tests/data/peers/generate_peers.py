@@ -1,4 +1,4 @@
-"""Write foreign (no x-gyre keys) JSON Schemas for real libraries, from research/peers facts."""
+"""Write foreign (no x-gyre keys) JSON Schemas for real libraries, from their documented fields."""
 import json
 from pathlib import Path
 
@@ -32,7 +32,8 @@ def schema(title, desc, fields, source):
         if req:
             treq.append(parts[-1])
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
-            "description": desc + " Written for gyre-contract tests from " + source + ".",
+            "description": desc + " Written for gyre-contract tests"
+            + (f" from {source}." if source else "."),
             "type": "object", "properties": props, "required": required}
 
 
@@ -48,7 +49,7 @@ PEERS = {
          ("dones", "number", [N, N], True,
           "dones[step] = next_done of the previous step = terminations OR truncations"),
          ("values", "number", [N, N], True, "V(obs[step])")],
-        "research/peers/cleanrl_sampler.json and cleanrl_trainer.json (vwxyzjn/cleanrl ppo.py)"),
+        "vwxyzjn/cleanrl ppo.py"),
     "rllib_learner_batch": schema(
         "RLlib new-stack learner batch (Columns)",
         "Flat [B]: all episode timesteps concatenated. Batch dims: B.",
@@ -65,7 +66,7 @@ PEERS = {
          ("advantages", "number", [N], True, "GAE connector output"),
          ("value_targets", "number", [N], True, "advantages + vf_preds"),
          ("loss_mask", "boolean", [N], True, "False entries are masked out of the loss")],
-        "research/peers/rllib_trainer.json"),
+        ""),
     "torchrl_ppo": schema(
         "TorchRL ClipPPOLoss + GAE input TensorDict",
         "TensorDict [B, T] env-major, time dim last; reward/done/value keep a trailing 1. "
@@ -81,7 +82,7 @@ PEERS = {
          ("next.done", "boolean", [N, N, 1], True, "terminated | truncated"),
          ("next.terminated", "boolean", [N, N, 1], True, "zeroes the bootstrap"),
          ("next.truncated", "boolean", [N, N, 1], True, "")],
-        "research/peers/torchrl_sampler.json and torchrl_trainer.json"),
+        ""),
     "sb3_rollout_samples": schema(
         "Stable-Baselines3 RolloutBufferSamples",
         "swap_and_flatten: [N*T] env-major, then minibatches [M]. Batch dims: M.",
@@ -91,7 +92,7 @@ PEERS = {
          ("old_log_prob", "number", [N], True, "flattened log_probs (behaviour)"),
          ("advantages", "number", [N], True, ""),
          ("returns", "number", [N], True, "value-loss target")],
-        "research/peers/sb3_trainer.json"),
+        ""),
     "tianshou_ppo": schema(
         "Tianshou PPO batch",
         "Flat Batch [B], episodes contiguous. Batch dims: B.",
@@ -105,7 +106,7 @@ PEERS = {
          ("adv", "number", [N], True, ""),
          ("returns", "number", [N], True, "adv + v_s"),
          ("logp_old", "number", [N], True, "recomputed by the trainer under no_grad")],
-        "research/peers/tianshou_trainer.json"),
+        ""),
     "verl_actor_batch": schema(
         "verl PPO actor/critic update batch",
         "[B, R] token-level tensors (response positions). Batch dims: B.",
@@ -116,7 +117,7 @@ PEERS = {
          ("ref_log_prob", "number", [N, N], True, "reference policy log-prob (KL)"),
          ("advantages", "number", [N, N], True, "GRPO: group-normalised scores"),
          ("uid", "string", [N], True, "prompt group id")],
-        "research/peers/verl_trainer.json"),
+        ""),
     "openrlhf_experience": schema(
         "OpenRLHF Experience consumed by the PPO actor",
         "[B, A] per action token, right-padded. Batch dims: B.",
@@ -125,7 +126,7 @@ PEERS = {
          ("rollout_log_probs", "number", [N, N], False, "vLLM log-probs for IS correction"),
          ("base_action_log_probs", "number", [N, N], True, "reference policy log-probs (KL)"),
          ("advantages", "number", [N, N], True, "")],
-        "research/peers/openrlhf_trainer.json"),
+        ""),
     "trl_grpo": schema(
         "TRL GRPOTrainer compute_loss inputs",
         "Dict of tensors: [B, C] completion tokens. Batch dims: B.",
@@ -135,7 +136,7 @@ PEERS = {
          ("sampling_per_token_logps", "number", [N, N], False, "vLLM (sampler) log-probs"),
          ("ref_per_token_logps", "number", [N, N], False, "reference model log-probs"),
          ("advantages", "number", [N], True, "group-normalised rewards")],
-        "research/peers/trl_grpo_trainer.json"),
+        ""),
     "rlds_steps": schema(
         "RLDS step (one per observation)",
         "SAR-aligned steps; truncated = is_last and not is_terminal. Per step (no batch dims).",
@@ -146,7 +147,7 @@ PEERS = {
          ("is_first", "boolean", [], True, "first step of the episode"),
          ("is_last", "boolean", [], True, "last step: holds only the final observation"),
          ("is_terminal", "boolean", [], False, "true terminal state")],
-        "research/peers/rlds.json"),
+        ""),
     "d4rl_qlearning": schema(
         "D4RL qlearning_dataset",
         "Flat [N] transitions. Batch dims: N.",
@@ -156,7 +157,7 @@ PEERS = {
          ("rewards", "number", [N], True, ""),
          ("terminals", "boolean", [N], True, "true terminal"),
          ("timeouts", "boolean", [N], True, "time-limit ends")],
-        "research/peers/d4rl.json"),
+        ""),
 }
 
 for name, doc in PEERS.items():
