@@ -1,0 +1,83 @@
+"""One info object per model: wire names, attribute names, field specs and what paths derive from them.
+
+A record's keys are its *wire* names (`return`); a pydantic model's attributes may differ
+(`return_`, which Python reserves). Every layer that turns one into the other, and every per-model
+cache (the compiled fast path, the bulk plan of a file reader, a Parquet layout), asks this object
+instead of keeping a dunder attribute or a module dict of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+T = TypeVar("T")
+
+_INFOS: weakref.WeakKeyDictionary[type, ModelInfo] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
+class ModelInfo:
+    """What every path needs to know of one model class, computed once."""
+
+    model: type[BaseModel]
+    wires: tuple[str, ...]
+    """Wire names in field order."""
+    required: frozenset[str]
+    """Wire names a record must carry."""
+    _attr_of: dict[str, str]
+    _wire_of: dict[str, str]
+    _derived: dict[str, Any] = field(default_factory=dict)
+
+    def attr(self, wire: str) -> str:
+        """The attribute that holds wire field `wire` (`return` → `return_`); unknown names unchanged."""
+        return self._attr_of.get(wire, wire)
+
+    def wire(self, attr: str) -> str:
+        """The wire name of attribute `attr` (`return_` → `return`); unknown names unchanged."""
+        return self._wire_of.get(attr, attr)
+
+    def derived(self, key: str, build: Callable[[type[BaseModel]], T]) -> T:
+        """`build(model)`, computed once per model and key (a fast plan, a bulk plan, a layout).
+
+        `None` is a valid result and is kept too (a model with no fast path is asked once).
+        """
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = build(self.model)
+            self._derived[key] = value
+            return value
+
+
+def model_info(model: type[BaseModel]) -> ModelInfo:
+    """The info object of `model`, built on first use and kept as long as the class lives."""
+    info = _INFOS.get(model)
+    if info is not None:
+        return info
+    with _LOCK:
+        info = _INFOS.get(model)
+        if info is None:
+            fields = model.model_fields
+            attr_of = {(f.alias or name): name for name, f in fields.items()}
+            info = ModelInfo(
+                model=model,
+                wires=tuple(attr_of),
+                required=frozenset(w for w, name in attr_of.items() if fields[name].is_required()),
+                _attr_of=attr_of,
+                _wire_of={name: wire for wire, name in attr_of.items()},
+            )
+            _INFOS[model] = info
+    return info
+
+
+def forget(model: type[BaseModel]) -> None:
+    """Drop what was derived for `model` (after its fields changed, e.g. a subclass finished building)."""
+    with _LOCK:
+        _INFOS.pop(model, None)
