@@ -331,6 +331,94 @@ def upward_imports(graph: Graph, layers: Mapping[str, int] = LAYERS) -> list[str
     return found
 
 
+# -- the tests hold no wall time ----------------------------------------------------------------
+
+CLOCKS = frozenset({"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
+                    "monotonic_ns", "process_time", "process_time_ns"})
+"""Functions of `time` whose result is a wall (or CPU) time; timings belong in benchmarks/."""
+
+
+def _is_time(node: ast.AST, timed: set[str]) -> bool:
+    """Whether an expression is a time: a clock reading, a name holding one, or arithmetic
+    (`-`, `*`, `round`, `abs`, `min`, ...) on one. A time passed into an object is not followed."""
+    if isinstance(node, ast.Name):
+        return node.id in timed
+    if isinstance(node, ast.BinOp):
+        return _is_time(node.left, timed) or _is_time(node.right, timed)
+    if isinstance(node, ast.UnaryOp):
+        return _is_time(node.operand, timed)
+    if isinstance(node, ast.Call):
+        func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr in CLOCKS
+                and isinstance(func.value, ast.Name) and func.value.id == "time") or (
+                isinstance(func, ast.Name) and func.id in CLOCKS):
+            return True
+        if isinstance(func, ast.Name) and func.id in {"round", "abs", "min", "max", "float", "int"}:
+            return any(_is_time(arg, timed) for arg in node.args)
+    return False
+
+
+def _reads_clock(node: ast.AST, timed: set[str]) -> bool:
+    return any(_is_time(sub, timed) for sub in ast.walk(node))
+
+
+def wall_time_assertions(path: Path) -> list[str]:
+    """Each `assert` on a clock reading, directly or through a name assigned from one in the same
+    function (`start = perf_counter(); ...; seconds = perf_counter() - start; assert seconds < 1`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, _FUNCTIONS))]:
+        nodes = list(_own_nodes(scope))
+        timed: set[str] = set()
+        while True:  # the names holding a time, to a fixed point
+            more = {t.id for n in nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                    and n.value is not None and _is_time(n.value, timed)
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Name)} - timed
+            if not more:
+                break
+            timed |= more
+        found += [(n.lineno, f"{path.name}:{n.lineno}: asserts on a wall time") for n in nodes
+                  if isinstance(n, ast.Assert) and _reads_clock(n.test, timed)]
+    return [text for _, text in sorted(found)]
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a module or function body, not those of the functions nested in it."""
+    for child in ast.iter_child_nodes(scope):
+        yield child
+        if not isinstance(child, _FUNCTIONS):
+            yield from _own_nodes(child)
+
+
+def hypothesis_deadlines(path: Path) -> list[str]:
+    """Each `@given` test without `deadline=None`: hypothesis's default deadline (200 ms per
+    example) is an assertion on wall time that fails on a busy machine."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def no_deadline(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and any(
+            k.arg == "deadline" and isinstance(k.value, ast.Constant) and k.value.value is None
+            for k in node.keywords)
+
+    settings_names = {t.id for n in tree.body if isinstance(n, ast.Assign) and no_deadline(n.value)
+                      for t in n.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        names = [d.func for d in node.decorator_list if isinstance(d, ast.Call)]
+        if not any(getattr(f, "id", getattr(f, "attr", None)) == "given" for f in names):
+            continue
+        if not any(no_deadline(d) or (isinstance(d, ast.Name) and d.id in settings_names)
+                   for d in node.decorator_list):
+            found.append(f"{path.name}:{node.lineno}: {node.name} runs under hypothesis's deadline")
+    return found
+
+
 # -- the checks on gyre_contract ----------------------------------------------------------------
 
 GRAPH = Graph.build(PACKAGE_DIR)
@@ -347,6 +435,9 @@ KNOWN: dict[tuple[str, str], str] = {
     ("lines", "gyre_contract.io.rollout"): "fixed on branch iolayer",
     ("lines", "gyre_contract.schema.diffing"): "fixed on branch schema",
     ("lines", "gyre_contract.schema.fieldtable"): "fixed on branch schema",
+    ("wall time", "schema/test_diff.py"): "fixed on branch schema",
+    ("wall time", "test_fuzz.py"): "fixed on branch schema",
+    ("wall time", "test_reliability.py"): "fixed on branch schema",
 }
 
 
@@ -399,6 +490,18 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     assert edges[("gyre_contract", "gyre_contract.harness.stages")].type_checking
     assert any(i.in_function for i in GRAPH.imports)
     assert set(SUBPACKAGES) <= {layer_of(GRAPH, m) for m in GRAPH.files}
+
+
+TEST_FILES = sorted(str(p.relative_to(ROOT / "tests")) for p in (ROOT / "tests").rglob("*.py")
+                    if "data" not in p.relative_to(ROOT / "tests").parts)
+
+
+@pytest.mark.parametrize("test_file", _params("wall time", TEST_FILES))
+def test_no_assertion_on_wall_time(test_file: str) -> None:
+    """Tests never assert a time (benchmarks/ measure speed, as ratios within one run)."""
+    path = ROOT / "tests" / test_file
+    found = wall_time_assertions(path) + hypothesis_deadlines(path)
+    assert not found, "\n".join(found)
 
 
 # -- the checker can fail -----------------------------------------------------------------------
@@ -504,3 +607,41 @@ def test_checker_passes_a_clean_package(tmp_path: Path) -> None:
     graph = Graph.build(package)
     assert (cycles(graph), private_imports(graph), long_modules(graph), upward_imports(graph)) == (
         [], [], [], [])
+
+
+def test_checker_finds_assertions_on_wall_time(tmp_path: Path) -> None:
+    path = tmp_path / "test_slow.py"
+    path.write_text(
+        "import time\n"
+        "from time import perf_counter\n"
+        "from hypothesis import given, settings\n"
+        "SETTINGS = settings(max_examples=5, deadline=None)\n"
+        "def test_direct():\n"
+        "    start = time.perf_counter()\n"
+        "    assert time.perf_counter() - start < 0.1\n"
+        "def test_through_names():\n"
+        "    start = perf_counter()\n"
+        "    seconds = perf_counter() - start\n"
+        "    took = seconds * 1000\n"
+        "    assert took < 100, took\n"
+        "def test_waits_without_asserting_a_time(path):\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while time.monotonic() < deadline:\n"
+        "        assert path is not None\n"
+        "    def inner():\n"
+        "        assert deadline\n"  # another scope: `deadline` there is not this one's
+        "@given(x=st.integers())\n"
+        "def test_under_the_default_deadline(x):\n"
+        "    pass\n"
+        "@settings(deadline=None)\n"
+        "@given(x=st.integers())\n"
+        "def test_without_deadline(x):\n"
+        "    pass\n"
+        "@SETTINGS\n"
+        "@given(x=st.integers())\n"
+        "def test_with_shared_settings(x):\n"
+        "    pass\n")
+    assert wall_time_assertions(path) == ["test_slow.py:7: asserts on a wall time",
+                                          "test_slow.py:12: asserts on a wall time"]
+    assert hypothesis_deadlines(path) == [
+        "test_slow.py:20: test_under_the_default_deadline runs under hypothesis's deadline"]
