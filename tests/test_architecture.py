@@ -27,6 +27,7 @@ can fail. Pure Python: no dependency beyond pytest.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -438,6 +439,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("wall time", "schema/test_diff.py"): "fixed on branch schema",
     ("wall time", "test_fuzz.py"): "fixed on branch schema",
     ("wall time", "test_reliability.py"): "fixed on branch schema",
+    ("outside", "tests"): "fixed on branch schema (the JSON-Schema-Test-Suite vendored)",
+    ("outside", "README.md"): "fixed on branch docs",
+    ("docs", "README.md"): "fixed on branch docs (README under 15 KB)",
+    ("docs", "docs/contract.md"): "fixed on branch docs",
 }
 
 
@@ -502,6 +507,44 @@ def test_no_assertion_on_wall_time(test_file: str) -> None:
     path = ROOT / "tests" / test_file
     found = wall_time_assertions(path) + hypothesis_deadlines(path)
     assert not found, "\n".join(found)
+
+
+# -- the repository stands alone ----------------------------------------------------------------
+
+OUTSIDE = (b"../" + b"shared", b"research" + b"/", b"/" + b"work/")
+"""What a file of a repository that stands alone never mentions: the folders it once sat beside
+(written in pieces so that this file does not mention them either)."""
+AREAS = ["gyre_contract", "tests", "docs", "benchmarks", "examples", "schemas", ".ci",
+         "README.md", "CHANGELOG.md", "pyproject.toml"]
+
+
+def references_outside(path: Path) -> list[str]:
+    """Each line of the files under `path` that refers outside the repository."""
+    files = [path] if path.is_file() else sorted(
+        f for f in path.rglob("*") if f.is_file() and not any(
+            part.startswith(".") or part == "__pycache__" for part in f.relative_to(path).parts))
+    found = []
+    for file in files:
+        for number, line in enumerate(file.read_bytes().splitlines(), 1):
+            if any(word in line for word in OUTSIDE):
+                found.append(f"{file.relative_to(ROOT)}:{number}: {line.decode(errors='replace')[:100]}")
+    return found
+
+
+@pytest.mark.parametrize("area", _params("outside", AREAS))
+def test_no_file_refers_outside_the_repository(area: str) -> None:
+    """A fresh clone on its own has everything: no spec, data or code is looked for beside it."""
+    path = ROOT / area
+    found = references_outside(path) if path.exists() else []
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("name", _params("docs", ["README.md", "docs/contract.md"]))
+def test_the_spec_is_in_the_repository_and_the_readme_is_short(name: str) -> None:
+    path = ROOT / name
+    assert path.is_file(), f"{name} is missing"
+    if name == "README.md":
+        assert path.stat().st_size <= 15 * 1024, f"README.md is {path.stat().st_size} bytes"
 
 
 # -- the checker can fail -----------------------------------------------------------------------
@@ -645,3 +688,13 @@ def test_checker_finds_assertions_on_wall_time(tmp_path: Path) -> None:
                                           "test_slow.py:12: asserts on a wall time"]
     assert hypothesis_deadlines(path) == [
         "test_slow.py:20: test_under_the_default_deadline runs under hypothesis's deadline"]
+
+
+def test_checker_finds_references_outside_the_repository(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_bytes(b"fine\nsee " + OUTSIDE[0] + b"/CONTRACT.md\n")
+    (tmp_path / "docs" / ".cache").mkdir()
+    (tmp_path / "docs" / ".cache" / "b.md").write_bytes(OUTSIDE[2])  # caches are not the repository
+    assert references_outside(tmp_path / "docs") == [
+        f"docs/a.md:2: see {OUTSIDE[0].decode()}/CONTRACT.md"]
