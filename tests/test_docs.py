@@ -212,3 +212,43 @@ def test_every_registered_rule_is_in_the_contract_and_only_those():
     documented = set(RULE_NAME.findall((DOCS / "contract.md").read_text(encoding="utf-8")))
     assert registered - documented == set(), "rules missing from docs/contract.md §3-§4"
     assert documented - registered == set(), "docs/contract.md names rules that do not exist"
+
+
+def contract_section(number: int) -> str:
+    text = (DOCS / "contract.md").read_text(encoding="utf-8")
+    start = re.search(rf"^## {number}\. ", text, re.M)
+    assert start, f"docs/contract.md has no section {number}"
+    end = re.search(r"^## ", text[start.end():], re.M)
+    return text[start.start(): start.end() + end.start() if end else len(text)]
+
+
+def test_every_diff_warning_the_code_emits_is_in_section_6_and_only_those():
+    emitted = set()
+    for path in (ROOT / "gyre_contract").rglob("*.py"):
+        emitted |= set(re.findall(r"DiffWarning\(\s*\"([a-z_]+)\"", path.read_text(encoding="utf-8")))
+    assert len(emitted) >= 10, emitted  # the pattern still finds the warnings
+    table = contract_section(6).split("**Warnings**", 1)[1].split("**Output.**", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
+    assert emitted - documented == set(), "warnings missing from docs/contract.md §6"
+    assert documented - emitted == set(), "docs/contract.md §6 names warnings the code never emits"
+
+
+def test_every_cli_command_and_flag_is_in_section_9():
+    """Each command has its row in the table of §9, and the row or the command's paragraph
+    names each of its flags (by any of its spellings: `-o` or `--out`)."""
+    from gyre_contract.cli import COMMANDS, build_parser
+
+    section = contract_section(9)
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(subparsers.choices) == set(COMMANDS)
+    for name, parser in subparsers.choices.items():
+        rows = [line for line in section.splitlines() if line.startswith(f"| `{name} ")
+                or line.startswith(f"| `{name}`")]
+        assert rows, f"command {name} has no row in docs/contract.md §9"
+        paragraph = re.search(rf"^- \*\*`{name}`\*\*.*?(?=^- \*\*|^\S|\Z)", section, re.M | re.S)
+        text = "\n".join(rows) + (paragraph.group(0) if paragraph else "")
+        for action in parser._actions:
+            flags = [f for f in action.option_strings if f not in ("-h", "--help")]
+            if flags:
+                assert any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text) for f in flags), \
+                    f"gyre-contract {name} {flags[-1]} is not in its row or paragraph of §9"
