@@ -447,9 +447,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("wall time", "test_fuzz.py"): "fixed on branch schema",
     ("wall time", "test_reliability.py"): "fixed on branch schema",
     ("outside", "tests"): "fixed on branch schema (the JSON-Schema-Test-Suite vendored)",
-    ("outside", "README.md"): "fixed on branch docs",
-    ("docs", "README.md"): "fixed on branch docs (README under 15 KB)",
-    ("docs", "docs/contract.md"): "fixed on branch docs",
 }
 
 
