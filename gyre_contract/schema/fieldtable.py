@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -646,6 +646,24 @@ def field_table_from_model(model_cls: type, *, batch_dims: tuple[str, ...] | Non
                            ) -> FieldTable:
     """The field table of a Pydantic model class (through its JSON Schema)."""
     return field_table(model_schema(model_cls), batch_dims=batch_dims, name=model_cls.__name__)
+
+
+SchemaInput = str | Path | Mapping[str, Any] | FieldTable | type
+"""What `diff` and `compat` accept as a schema: a path, a dict, a Pydantic model class, a table."""
+
+
+def as_table(source: SchemaInput, batch_dims: tuple[str, ...] | None = None) -> FieldTable:
+    """A field table from a schema dict, a path, a Pydantic model class or a table."""
+    if isinstance(source, FieldTable):
+        if batch_dims is None:
+            return source
+        return replace(source, batch_dims=tuple(batch_dims))
+    if isinstance(source, type):
+        return field_table_from_model(source, batch_dims=batch_dims)
+    if isinstance(source, (str, Path, Mapping)):
+        return field_table(source, batch_dims=batch_dims)
+    raise SchemaError(f"a schema is a dict, a path, a Pydantic model class or a FieldTable, "
+                      f"got {describe(source)}")
 
 
 # ---------------------------------------------------------------------------------------------

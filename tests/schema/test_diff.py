@@ -17,7 +17,8 @@ from gyre_contract.core.models import Modalities, RolloutStep, TrainBatch
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.io.rollout import Episode
 from gyre_contract.pinned import CartPoleBatch, LLMStep
-from gyre_contract.schema.diffing import compare_dtype, diff
+from gyre_contract.schema.diffing import diff
+from gyre_contract.schema.dtyperules import compare_dtype
 from gyre_contract.schema.export import json_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 
@@ -589,7 +590,7 @@ GOLDEN_CASES = {
 def test_golden_outputs(name: str) -> None:
     sampler, trainer, batch_dims = GOLDEN_CASES[name]
     r = diff(sampler, trainer, batch_dims=batch_dims)
-    outputs = {f"{name}.txt": r.to_text(), f"{name}.md": r.to_markdown(),
+    outputs = {f"{name}.txt": r.to_text(), f"{name}.md": r.render("markdown"),
                f"{name}.json": json.dumps(r.to_dict(), indent=2) + "\n"}
     for file, text in outputs.items():
         path = GOLDEN / file

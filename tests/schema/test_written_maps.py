@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gyre_contract.io.rollout import Episode, read_episodes, write_steps
-from gyre_contract.schema.diffing import DiffReport, diff
+from gyre_contract.schema.diffing import diff
+from gyre_contract.schema.diffreport import DiffReport
 from gyre_contract.trainer.advantages import gae
 from gyre_contract.trainer.collation import collate
 from gyre_contract.trainer.fieldmap import FieldMap
