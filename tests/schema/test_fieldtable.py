@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from gyre_contract.core.errors import InputError, SchemaError
-from gyre_contract.schema import fieldtable
-from gyre_contract.schema.fieldtable import (
-    VARIADIC_DIM,
-    field_table,
-    field_table_from_model,
-    infer_schema,
-    load_schema,
-)
+from gyre_contract.schema import fieldtable, loading
+from gyre_contract.schema.fieldtable import VARIADIC_DIM, field_table, field_table_from_model
+from gyre_contract.schema.infer import infer_schema
+from gyre_contract.schema.loading import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "schemas" / "rollout_step.v1.json"
@@ -151,7 +147,7 @@ def test_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(fieldtable, "MAX_FIELDS", 3)
     with pytest.raises(SchemaError, match=r"more than 3 fields \(MAX_FIELDS\)"):
         field_table(obj(a={}, b={}, c={}, d={}))
-    monkeypatch.setattr(fieldtable, "MAX_SCHEMA_BYTES", 10)
+    monkeypatch.setattr(loading, "MAX_SCHEMA_BYTES", 10)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(obj(a={})))
     with pytest.raises(SchemaError, match=r"more than the limit of 10 \(MAX_SCHEMA_BYTES\)"):

@@ -231,7 +231,7 @@ def test_llm_steps_map_to_a_valid_train_batch(tmp_path: Path) -> None:
 
 def test_a_schema_inferred_from_llm_steps_gets_the_same_obs_and_logprob(tmp_path: Path) -> None:
     from gyre_contract.core.models import TrainBatch
-    from gyre_contract.schema.fieldtable import infer_schema
+    from gyre_contract.schema.infer import infer_schema
 
     path = tmp_path / "llm.jsonl"
     write_steps(path, llm_records())
