@@ -55,10 +55,12 @@ class Change:
     breaks: tuple[str, ...]  # subset of ("backward", "forward")
 
     def breaking(self, mode: str) -> bool:
+        """Whether this change breaks `mode` (`full` breaks when either direction does)."""
         wanted = ("backward", "forward") if mode == "full" else (mode,)
         return any(d in self.breaks for d in wanted)
 
     def to_dict(self, mode: str) -> dict[str, Any]:
+        """The change as JSON data, with whether it breaks `mode`."""
         return {"rule": self.rule, "field": self.field, "message": self.message,
                 "breaks": list(self.breaks), "breaking": self.breaking(mode)}
 
@@ -99,12 +101,14 @@ class CompatReport(Report):
         return self.ok
 
     def summary_line(self) -> str:
+        """One line: how many changes, and whether the versions are compatible under the mode."""
         n = len(self.breaking)
         verdict = f"compatible ({self.mode})" if not n else \
             f"NOT compatible ({self.mode}): {n} breaking change{'s' if n != 1 else ''}"
         return f"{len(self.changes)} change{'s' if len(self.changes) != 1 else ''}, {verdict}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON data: what `gyre-contract compat --format json` prints."""
         return {"old": self.old.name, "new": self.new.name, "mode": self.mode,
                 "compatible": self.ok,
                 "changes": [c.to_dict(self.mode) for c in self.changes],
@@ -112,6 +116,7 @@ class CompatReport(Report):
                             "exit_code": self.exit_code(), "text": self.summary_line()}}
 
     def to_text(self) -> str:
+        """One line per change (BREAKING or ok, its rule, the field, why), then the summary."""
         lines = [f"gyre-contract compat ({self.mode}): {self.old.name} -> {self.new.name}"]
         if self.changes:
             width = max(len(c.rule) for c in self.changes)

@@ -163,6 +163,7 @@ class _Engine:
                                   f"{s_name!r}; sampler fields: {', '.join(self.s_tab.names())}")
 
     def run(self) -> DiffReport:
+        """Match every trainer field, list the unused sampler fields, add the warnings."""
         entries = [self.match(t) for t in self.t_tab]
         for s in self.s_tab:
             if s.name not in self.used:
@@ -179,6 +180,8 @@ class _Engine:
         return strip_batch_dims(s.shape, self.s_batch)[0]
 
     def match(self, t: Field) -> Entry:
+        """The entry of trainer field `t`, from the first that applies: a rename override, a
+        same-named field, an object of modalities, the best field of its role, a converter."""
         t_step, stripped = strip_batch_dims(t.shape, tuple(self.t_tab.batch_dims or ()))
         if t.role_candidates and len(t.role_candidates) > 1 and not t.declared_role:
             self.notes.ambiguous_role(t)

@@ -130,6 +130,7 @@ class DiffReport(Report):
         return self._warnings
 
     def tier(self, name: str) -> list[Entry]:
+        """The entries of one tier, in report order."""
         return [e for e in self.entries if e.tier == name]
 
     def entry(self, trainer_field: str) -> Entry:
@@ -140,6 +141,7 @@ class DiffReport(Report):
         raise KeyError(trainer_field)
 
     def counts(self) -> dict[str, int]:
+        """How many entries each tier holds (every tier present, zero included)."""
         counts = dict.fromkeys(TIERS, 0)
         for e in self.entries:
             counts[e.tier] += 1
@@ -154,6 +156,7 @@ class DiffReport(Report):
         return 0
 
     def summary_line(self) -> str:
+        """One line: the count of each tier and of the warnings, then the verdict."""
         c = self.counts()
         parts = [f"{c['same']} same", f"{c['renamed']} renamed",
                  f"{c['needs_conversion']} need conversion", f"{c['missing']} missing",
@@ -314,6 +317,7 @@ def _side_line(label: str, table: FieldTable, layout: Layout | None) -> str:
 
 
 def render_text(report: DiffReport, color: bool = False) -> str:
+    """The report as an aligned table grouped by tier (ANSI colours with `color`)."""
     rows = [(e, _cells(e)) for e in report.entries]
     widths = [max([len(h)] + [len(c[i]) for _, c in rows]) for i, h in enumerate(_HEADER[:4])]
     lines = ["gyre-contract diff",
@@ -349,6 +353,7 @@ def _md(text: str) -> str:
 
 
 def render_markdown(report: DiffReport) -> str:
+    """The report as a Markdown table, for a pull-request comment."""
     lines = [f"### gyre-contract diff: `{report.sampler.name}` → `{report.trainer.name}`", "",
              f"**{report.summary_line()}**", ""]
     if report.layout.batch_dims:

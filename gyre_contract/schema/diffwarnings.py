@@ -27,6 +27,7 @@ class DiffWarnings:
         """(trainer field, sampler source) pairs where a required field reads an optional one."""
 
     def ambiguous_role(self, t: Field) -> None:
+        """A trainer field whose name means different roles in different libraries."""
         roles = " or ".join(r for r, _ in t.role_candidates)
         self.items.append(DiffWarning(
             "ambiguous_match", (t.name,),
@@ -56,6 +57,7 @@ class DiffWarnings:
             f"overflow (the map refuses values that do not fit)"))
 
     def optional_source(self, t: Field, s: Field) -> None:
+        """Note a required trainer field read from an optional sampler field (one warning at the end)."""
         if t.required and not s.required:
             self.optional.append((t.name, s.name))
 
@@ -74,6 +76,7 @@ class DiffWarnings:
                 f"for a flat batch)"))
 
     def finish(self, entries: list[Entry]) -> None:
+        """The warnings about the whole report, added after every field is matched."""
         if self.optional:
             pairs = ", ".join(t if t == s else f"{t} <- {s}" for t, s in self.optional)
             self.items.append(DiffWarning(

@@ -78,12 +78,14 @@ class Field:
 
 
 def dtype_text(dtype: Dtype) -> str:
+    """A dtype for people: `any` when unknown, `a|b` when several are allowed."""
     if dtype is None:
         return "any"
     return dtype if isinstance(dtype, str) else "|".join(dtype)
 
 
 def shape_text(shape: tuple[Dim, ...] | None) -> str:
+    """A shape for people: `[B, T, 4]`, `any` when unknown."""
     if shape is None:
         return "any"
     return "[" + ", ".join(str(d) for d in shape) + "]"
@@ -116,6 +118,7 @@ class FieldTable:
         return name in self.fields
 
     def names(self) -> list[str]:
+        """The field names in document order."""
         return list(self.fields)
 
 
