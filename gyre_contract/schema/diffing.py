@@ -14,6 +14,10 @@ never one modality cast to float; and per-element values of a summable role (per
 
 Matching is O(n·k): sampler fields are indexed by name and by role, so each trainer field looks
 only at the few sampler fields that share its role.
+
+This module is the engine; the report and its renderings are in `diffreport`, the dtype and
+shape rules in `dtyperules` and `shaperules`, the converters in `converters` and the warnings in
+`diffwarnings`. (It is not named `diff`, which would shadow the function on the package.)
 """
 
 from __future__ import annotations
