@@ -46,14 +46,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
     from gyre_contract.schema.compatibility import CompatReport, compat
     from gyre_contract.schema.diffing import DiffReport, diff
     from gyre_contract.schema.export import export_schemas, json_schema
-    from gyre_contract.schema.fieldtable import (
-        Field,
-        FieldTable,
-        field_table,
-        field_table_from_model,
-        infer_schema,
-        load_schema,
-    )
+    from gyre_contract.schema.fieldtable import Field, FieldTable, field_table, field_table_from_model
+    from gyre_contract.schema.infer import infer_schema
+    from gyre_contract.schema.loading import load_schema
     from gyre_contract.trainer.advantages import discounted_returns, gae
     from gyre_contract.trainer.collation import collate
     from gyre_contract.trainer.fieldmap import FieldMap, known_ops, register_op, unregister_op
@@ -67,8 +62,9 @@ _ON_FIRST_USE: dict[str, tuple[str, ...]] = {
     "schema.compatibility": ("CompatReport", "compat"),
     "schema.diffing": ("DiffReport", "diff"),
     "trainer.fieldmap": ("FieldMap", "known_ops", "register_op", "unregister_op"),
-    "schema.fieldtable": ("Field", "FieldTable", "field_table", "field_table_from_model",
-                   "infer_schema", "load_schema"),
+    "schema.fieldtable": ("Field", "FieldTable", "field_table", "field_table_from_model"),
+    "schema.infer": ("infer_schema",),
+    "schema.loading": ("load_schema",),
     "trainer.inspection": ("batch_schema", "inspect_batch"),
     "io.parquet": ("to_arrow_schema", "validate_parquet"),
     "io.shards": ("ShardsReport", "iter_train_batches", "validate_dataset", "validate_shards"),

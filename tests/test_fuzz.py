@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
@@ -63,9 +62,7 @@ hostile = st.one_of(st.binary(max_size=600), soup)
 
 def cli(*argv: str | Path) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    start = time.perf_counter()
     code = run([str(a) for a in argv], out, err)
-    assert time.perf_counter() - start < 10
     text = err.getvalue()
     assert "Traceback" not in text
     if code == 2:

@@ -30,8 +30,8 @@ STEP_SCHEMA = ROOT / "schemas" / "rollout_step.v1.json"
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"
 CARTPOLE_MAP = ROOT / "examples" / "cartpole_map.json"
 
-SMALL_SECONDS, SMALL_MB = 10.0, 64
-BIG_SECONDS, BIG_MB = 30.0, 1500
+SMALL_MB = 64
+BIG_MB = 1500
 """Budgets per command: generous for a shared 2-core CI runner, far below a hang or a blow-up."""
 
 DEEP = 100_000
@@ -49,7 +49,7 @@ class Result:
 
 
 def cli(*argv: str | Path, big: bool = False, trace: bool = True) -> Result:
-    """Run the CLI in-process; check no traceback, a one-line stderr, and the time/memory budget
+    """Run the CLI in-process; check no traceback, a one-line stderr, and the memory budget
     (memory by tracemalloc, which `trace=False` skips for loops over hundreds of small files)."""
     out, err = io.StringIO(), io.StringIO()
     if trace:
@@ -68,8 +68,7 @@ def cli(*argv: str | Path, big: bool = False, trace: bool = True) -> Result:
         assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
     elif code == 1 and argv[0] == "validate":
         assert result.err == "" and "\nproblems: " in result.out
-    seconds_max, mb_max = (BIG_SECONDS, BIG_MB) if big else (SMALL_SECONDS, SMALL_MB)
-    assert seconds < seconds_max, f"{argv}: {seconds:.1f} s"
+    mb_max = BIG_MB if big else SMALL_MB  # memory only: wall time is for benchmarks/, not tests
     assert peak < mb_max, f"{argv}: {peak:.0f} MB"
     return result
 
@@ -428,7 +427,7 @@ def test_lone_surrogates_in_a_real_process(kind: str, content: bytes, tmp_path: 
 
 # -- foreign schemas: the JSON-Schema-Test-Suite, read where it lies ------------------------------
 
-SUITE = ROOT.parent / "shared" / "json-schema-test-suite" / "tests" / "draft2020-12"
+SUITE = ROOT / "tests" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"  # vendored
 
 
 def suite_schemas() -> list[tuple[str, object]]:
@@ -476,7 +475,6 @@ def no_reach(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
     return {"secret": secret, "calls": calls}
 
 
-@pytest.mark.skipif(not SUITE.is_dir(), reason="JSON-Schema-Test-Suite not in ../shared")
 def test_every_suite_schema_on_either_side_of_diff_and_in_validate(
         tmp_path: Path, no_reach: dict) -> None:
     """test_fieldtable covers field_table() on the suite; this runs the CLI on every schema,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from gyre_contract.cli.common import emit
+from gyre_contract.core.report import FORMATS
 from gyre_contract.schema.compatibility import MODES, compat
 
 
@@ -17,11 +17,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("old", help="the old schema version")
     p.add_argument("new", help="the new schema version")
     p.add_argument("--mode", choices=MODES, default="backward")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     report = compat(args.old, args.new, mode=args.mode)
-    emit(out, args.format, report.to_dict(), report.to_text().splitlines())
+    text = report.render(args.format)
+    out.write(text if text.endswith("\n") else text + "\n")
     return report.exit_code()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any, TextIO
 
 from gyre_contract.core.errors import InputError, SchemaError
 from gyre_contract.schema.diffing import diff, parse_batch_dims
+from gyre_contract.schema.diffreport import FORMATS
 
 
 def add_parser(sub: Any) -> None:
@@ -32,7 +34,7 @@ def add_parser(sub: Any) -> None:
                    help="write the field map (map.json) that realises the report")
     p.add_argument("--gamma", type=float, default=0.99, help="discount in the written map")
     p.add_argument("--lam", type=float, default=0.95, help="GAE lambda in the written map")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
 
@@ -47,15 +49,14 @@ def parse_renames(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    for option, value in (("--gamma", args.gamma), ("--lam", args.lam)):
+        if not math.isfinite(value):
+            raise InputError(f"{option} must be a finite number, got {value}")
     batch_dims = parse_batch_dims(args.batch_dims) if args.batch_dims else None
     report = diff(args.sampler, args.trainer, batch_dims=batch_dims,
                   renames=parse_renames(args.rename), gamma=args.gamma, lam=args.lam)
-    if args.format == "json":
-        out.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
-    elif args.format == "markdown":
-        out.write(report.to_markdown())
-    else:
-        out.write(report.to_text(color=_is_tty(out)))
+    text = report.render(args.format, color=_is_tty(out))
+    out.write(text if text.endswith("\n") else text + "\n")
     if args.write_map:
         path = Path(args.write_map)
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gyre_contract.core.errors import InputError
-from gyre_contract.schema.fieldtable import infer_schema
+from gyre_contract.schema.infer import infer_schema
 
 
 def add_parser(sub: Any) -> None:

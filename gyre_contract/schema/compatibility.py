@@ -18,14 +18,23 @@ became fixed: backward; or a fixed dim became symbolic: forward), `role-changed`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from gyre_contract.core.errors import SchemaError
-from gyre_contract.schema.diffing import _dtypes, _fits, _lossless, _narrowing, as_table, shapes_match
-from gyre_contract.schema.fieldtable import Dim, Field, FieldTable, dtype_text, shape_text
+from gyre_contract.core.report import Report
+from gyre_contract.schema.dtyperules import dtypes_of, narrowing, readable
+from gyre_contract.schema.fieldtable import (
+    Dim,
+    Field,
+    FieldTable,
+    SchemaInput,
+    as_table,
+    dtype_text,
+    shape_text,
+)
+from gyre_contract.schema.shaperules import is_variadic, shapes_match
 
 MODES: tuple[str, ...] = ("backward", "forward", "full")
 RULES: tuple[str, ...] = (
@@ -46,49 +55,68 @@ class Change:
     breaks: tuple[str, ...]  # subset of ("backward", "forward")
 
     def breaking(self, mode: str) -> bool:
+        """Whether this change breaks `mode` (`full` breaks when either direction does)."""
         wanted = ("backward", "forward") if mode == "full" else (mode,)
         return any(d in self.breaks for d in wanted)
 
     def to_dict(self, mode: str) -> dict[str, Any]:
+        """The change as JSON data, with whether it breaks `mode`."""
         return {"rule": self.rule, "field": self.field, "message": self.message,
                 "breaks": list(self.breaks), "breaking": self.breaking(mode)}
 
 
-@dataclass
-class CompatReport:
-    """Every change between two versions, and whether it breaks the chosen mode."""
+class CompatReport(Report):
+    """Every change between two versions, and whether it breaks the chosen mode.
 
-    old: FieldTable
-    new: FieldTable
-    mode: str
-    changes: list[Change] = field(default_factory=list)
+    Follows `gyre_contract.core.report.Report`: `ok` when no change breaks `mode`; a compat
+    report has no warnings (a change either breaks the mode or it does not), so
+    `exit_code(strict=True)` equals `exit_code()`.
+    """
+
+    def __init__(self, old: FieldTable, new: FieldTable, mode: str,
+                 changes: list[Change] | None = None) -> None:
+        self.old = old
+        self.new = new
+        self.mode = mode
+        self.changes = changes if changes is not None else []
+
+    def __repr__(self) -> str:
+        return f"CompatReport({self.old.name!r} -> {self.new.name!r}: {self.summary_line()})"
 
     @property
     def breaking(self) -> list[Change]:
+        """The changes that break `mode`."""
         return [c for c in self.changes if c.breaking(self.mode)]
 
     @property
-    def compatible(self) -> bool:
+    def ok(self) -> bool:
+        """True when no change breaks `mode`."""
         return not self.breaking
 
-    def exit_code(self) -> int:
-        """0 compatible under the mode, 1 at least one breaking change."""
-        return 0 if self.compatible else 1
+    @property
+    def compatible(self) -> bool:
+        """Deprecated: use `ok`."""
+        warnings.warn("CompatReport.compatible is deprecated; use ok", DeprecationWarning,
+                      stacklevel=2)
+        return self.ok
 
     def summary_line(self) -> str:
+        """One line: how many changes, and whether the versions are compatible under the mode."""
         n = len(self.breaking)
         verdict = f"compatible ({self.mode})" if not n else \
             f"NOT compatible ({self.mode}): {n} breaking change{'s' if n != 1 else ''}"
         return f"{len(self.changes)} change{'s' if len(self.changes) != 1 else ''}, {verdict}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON data: what `gyre-contract compat --format json` prints."""
         return {"old": self.old.name, "new": self.new.name, "mode": self.mode,
-                "compatible": self.compatible,
+                "compatible": self.ok,
                 "changes": [c.to_dict(self.mode) for c in self.changes],
                 "summary": {"changes": len(self.changes), "breaking": len(self.breaking),
                             "exit_code": self.exit_code(), "text": self.summary_line()}}
 
     def to_text(self) -> str:
+        """One line per change (BREAKING or ok, its rule, the field, why), then the summary."""
         lines = [f"gyre-contract compat ({self.mode}): {self.old.name} -> {self.new.name}"]
         if self.changes:
             width = max(len(c.rule) for c in self.changes)
@@ -101,9 +129,7 @@ class CompatReport:
         return "\n".join(lines) + "\n"
 
 
-def compat(old: str | Path | Mapping[str, Any] | FieldTable | type,
-           new: str | Path | Mapping[str, Any] | FieldTable | type,
-           mode: str = "backward") -> CompatReport:
+def compat(old: SchemaInput, new: SchemaInput, mode: str = "backward") -> CompatReport:
     """Compare two versions of one side's schema; see the module docstring for the rules."""
     if mode not in MODES:
         raise SchemaError(f"compat mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -175,20 +201,12 @@ def _changed(a: Field, b: Field) -> list[Change]:
 def _dtype_change(a: Field, b: Field) -> Change | None:
     if a.dtype == b.dtype:
         return None
-    old_to_new = _readable(a.dtype, b.dtype)
-    new_to_old = _readable(b.dtype, a.dtype)
+    old_to_new = readable(a.dtype, b.dtype)
+    new_to_old = readable(b.dtype, a.dtype)
     breaks = tuple(d for d, ok in (("backward", old_to_new), ("forward", new_to_old)) if not ok)
-    narrowed = any(_narrowing(s, t) for s in _dtypes(a.dtype) for t in _dtypes(b.dtype))
+    narrowed = any(narrowing(s, t) for s in dtypes_of(a.dtype) for t in dtypes_of(b.dtype))
     rule = "dtype-narrowed" if narrowed else "dtype-changed"
     return Change(rule, a.name, f"dtype {dtype_text(a.dtype)} -> {dtype_text(b.dtype)}", breaks)
-
-
-def _readable(written: Any, reader: Any) -> bool:
-    """Every value of dtype `written` is a value of `reader` without loss."""
-    ws, rs = _dtypes(written), _dtypes(reader)
-    if not ws or not rs:
-        return True
-    return all(any(_fits(w, r) or _lossless(w, r) is True for r in rs) for w in ws)
 
 
 def _dim_change(name: str, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> Change | None:
@@ -209,6 +227,6 @@ def _dim_change(name: str, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None)
 
 def _narrower(x: tuple[Dim, ...], y: tuple[Dim, ...]) -> bool:
     """Whether `x` fixes a dim that `y` leaves symbolic (same rank, no variadics)."""
-    if len(x) != len(y) or any(isinstance(d, str) and d.startswith("*") for d in (*x, *y)):
+    if len(x) != len(y) or any(map(is_variadic, (*x, *y))):
         return len([d for d in x if isinstance(d, int)]) > len([d for d in y if isinstance(d, int)])
     return any(isinstance(p, int) and not isinstance(q, int) for p, q in zip(x, y))

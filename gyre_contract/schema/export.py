@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import (
     AnyObservation,
     GyreModel,
@@ -36,6 +37,7 @@ def schema_id(model: type[GyreModel]) -> str:
 
 
 def file_name(model: type[GyreModel]) -> str:
+    """`<kind>.v<major>.json`, the file `export_schemas` writes for `model`."""
     return f"{model.gyre_kind}.v{model.gyre_version.split('.')[0]}.json"
 
 
@@ -61,13 +63,11 @@ def json_schema(model: type[GyreModel]) -> dict[str, Any]:
 
 
 def _object_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any]:
+    names = model_info(model)
     properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name, info in model.model_fields.items():
-        wire = info.alias or name
-        properties[wire] = _field_schema(wire, info, defs)
-        if info.is_required():
-            required.append(wire)
+    for wire in names.wires:
+        properties[wire] = _field_schema(wire, model.model_fields[names.attr(wire)], defs)
+    required = [wire for wire in names.wires if wire in names.required]
     out: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
     if model.model_config.get("extra") == "forbid":
         out["additionalProperties"] = False

@@ -3,34 +3,30 @@
 The diff compares field tables, never raw schemas. A table is read from our own schemas (the
 `x-gyre-*` keys say dtype, shape and role), from a foreign schema with no `x-gyre-*` keys (dtype
 from the JSON type, where `number` is a float of unknown width and `integer` an int of unknown
-width; shape from nested arrays and `minItems`/`maxItems`; role from the synonym table), from a
-Pydantic model, or inferred from real data (`infer_schema`).
+width; shape from nested arrays and `minItems`/`maxItems`; role from the synonym table), or from a
+Pydantic model. `gyre_contract.schema.infer` infers a schema from real data.
 
-Safety: only local `$ref`s (`#/...`, `#anchor`) are resolved; a remote or `file:` `$ref` is a
-`SchemaError` and is never fetched or opened. `$ref` cycles are a `SchemaError`. Documents larger
-than `MAX_SCHEMA_BYTES`, with more than `MAX_FIELDS` fields, nested deeper than `MAX_DEPTH` or with
-more than `MAX_RANK` dims are refused with a `SchemaError`. A schema file must be strict JSON:
-UTF-8, no NaN/Infinity, no duplicate keys, no lone surrogates (`\\ud800`).
+Safety: documents are read by `gyre_contract.schema.loading.load_schema` (local `$ref`s only,
+size limits). `$ref` cycles are a `SchemaError`. Documents with more than `MAX_FIELDS` fields,
+nested deeper than `MAX_DEPTH` or with more than `MAX_RANK` dims are refused with a `SchemaError`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from gyre_contract.core.errors import InputError, SchemaError, describe
-from gyre_contract.io.jsonfile import JSONFileError, read_json_file
+from gyre_contract.core.errors import SchemaError, describe
+from gyre_contract.schema.export import json_schema
+from gyre_contract.schema.loading import MAX_DEPTH, load_schema, local_fragment
 from gyre_contract.schema.roles import ROLES, resolve_role
 
-MAX_SCHEMA_BYTES = 8 * 1024 * 1024
 MAX_FIELDS = 5000
-MAX_DEPTH = 64
 MAX_RANK = 32
-MAX_NODES = 200_000
 
 UNKNOWN_DIM = "?"
 VARIADIC_DIM = "*?"  # zero or more dims of unknown size (a recursive, any-depth array)
@@ -43,11 +39,6 @@ LOOSE_DTYPES: tuple[str, ...] = ("number", "integer", "object")
 _JSON_TYPES = {"number": "number", "integer": "integer", "boolean": "bool", "string": "string",
                "object": "object", "array": "array", "null": "null"}
 
-# Keywords whose value is one subschema / a list of them / a map of them (scanned for $ref).
-_SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
-            "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems")
-_SUB_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SUB_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 Dim = int | str
 Dtype = str | tuple[str, ...] | None
@@ -87,12 +78,14 @@ class Field:
 
 
 def dtype_text(dtype: Dtype) -> str:
+    """A dtype for people: `any` when unknown, `a|b` when several are allowed."""
     if dtype is None:
         return "any"
     return dtype if isinstance(dtype, str) else "|".join(dtype)
 
 
 def shape_text(shape: tuple[Dim, ...] | None) -> str:
+    """A shape for people: `[B, T, 4]`, `any` when unknown."""
     if shape is None:
         return "any"
     return "[" + ", ".join(str(d) for d in shape) + "]"
@@ -125,83 +118,8 @@ class FieldTable:
         return name in self.fields
 
     def names(self) -> list[str]:
+        """The field names in document order."""
         return list(self.fields)
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-
-def load_schema(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """Read a JSON Schema document and check it is safe to walk (local `$ref`s only, size limits).
-
-    A path that cannot be read is an `InputError`; bad JSON, a document that is not an object, a
-    remote `$ref` or a limit exceeded is a `SchemaError`. A mapping is checked the same way.
-    """
-    if isinstance(source, Mapping):
-        doc: Any = dict(source)
-        where = "schema"
-    elif not isinstance(source, (str, Path)):
-        raise SchemaError(f"a schema document must be a JSON object, got {describe(source)}")
-    else:
-        doc = _read_json(Path(source))
-        where = str(source)
-    if not isinstance(doc, dict):
-        raise SchemaError(f"{where}: a schema document must be a JSON object, got {describe(doc)}")
-    _check_refs(doc, where)
-    return doc
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return read_json_file(path, what="schema", max_bytes=MAX_SCHEMA_BYTES,
-                              limit_name="MAX_SCHEMA_BYTES")
-    except JSONFileError as exc:
-        raise SchemaError(f"{path}: {exc}") from None
-
-
-def _check_refs(doc: dict[str, Any], where: str) -> None:
-    """Walk every subschema position; refuse any `$ref` that leaves the document."""
-    root_id = doc.get("$id") if isinstance(doc.get("$id"), str) else None
-    stack: list[tuple[Any, str, int]] = [(doc, "#", 0)]
-    seen = 0
-    while stack:
-        node, pointer, depth = stack.pop()
-        seen += 1
-        if seen > MAX_NODES:
-            raise SchemaError(f"{where}: more than {MAX_NODES} subschemas (MAX_NODES)")
-        if depth > MAX_DEPTH:
-            raise SchemaError(f"{where}: {pointer}: nested deeper than {MAX_DEPTH} (MAX_DEPTH)")
-        if not isinstance(node, dict):
-            continue
-        ref = node.get("$ref")
-        if ref is not None:
-            _local_fragment(ref, root_id, f"{where}: {pointer}")
-        for key in _SUB_ONE:
-            if key in node:
-                stack.append((node[key], f"{pointer}/{key}", depth + 1))
-        for key in _SUB_LIST:
-            if isinstance(node.get(key), list):
-                for i, sub in enumerate(node[key]):
-                    stack.append((sub, f"{pointer}/{key}/{i}", depth + 1))
-        for key in _SUB_MAP:
-            if isinstance(node.get(key), dict):
-                for name, sub in node[key].items():
-                    stack.append((sub, f"{pointer}/{key}/{name}", depth + 1))
-
-
-def _local_fragment(ref: Any, root_id: str | None, where: str) -> str:
-    """The fragment of a local `$ref` ('' for the root); a `SchemaError` for anything else."""
-    if not isinstance(ref, str):
-        raise SchemaError(f"{where}: $ref must be a string, got {describe(ref)}")
-    base, hash_, fragment = ref.partition("#")
-    if base and base != root_id:
-        raise SchemaError(
-            f"{where}: $ref {ref!r} points outside this document; only local refs such as "
-            f"'#/$defs/Name' are resolved, and remote or file refs are never fetched")
-    if not hash_ and not base:
-        raise SchemaError(f"{where}: empty $ref")
-    return fragment
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +209,7 @@ class _Walker:
                 raise SchemaError(f"{self.where}: {pointer}: $ref chain longer than {MAX_DEPTH}")
             if "$ref" in node:
                 ref = node["$ref"]
-                fragment = _local_fragment(ref, self.root_id, f"{self.where}: {pointer}")
+                fragment = local_fragment(ref, self.root_id, f"{self.where}: {pointer}")
                 if ref in refs:
                     chain = " -> ".join((*refs, ref))
                     raise _RefCycle(f"{self.where}: {pointer}: $ref cycle: {chain}")
@@ -627,8 +545,6 @@ def model_schema(model_cls: type) -> dict[str, Any]:
     if not isinstance(model_cls, type) or not hasattr(model_cls, "model_json_schema"):
         raise SchemaError(f"not a Pydantic model class: {describe(model_cls)}")
     if getattr(model_cls, "gyre_kind", ""):
-        from gyre_contract.schema.export import json_schema
-
         return json_schema(model_cls)  # type: ignore[arg-type]
     doc = model_cls.model_json_schema(by_alias=True)
     for attr, key in (("gyre_kind", "x-gyre-kind"), ("gyre_version", "x-gyre-version")):
@@ -648,231 +564,21 @@ def field_table_from_model(model_cls: type, *, batch_dims: tuple[str, ...] | Non
     return field_table(model_schema(model_cls), batch_dims=batch_dims, name=model_cls.__name__)
 
 
-# ---------------------------------------------------------------------------------------------
-# From real data
+SchemaInput = str | Path | Mapping[str, Any] | FieldTable | type
+"""What `diff` and `compat` accept as a schema: a path, a dict, a Pydantic model class, a table."""
 
 
-def infer_schema(path: str | Path) -> dict[str, Any]:
-    """A JSON Schema inferred from a JSON Lines rollout file or an `.npz` batch.
-
-    JSON numbers have no width, so a float column is `number` and an int column `integer` (both
-    match any width in a diff); arrays of an `.npz` keep their exact dtypes. A dim whose size
-    changes between records becomes a name and is listed in `x-gyre-varying-dims`.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    if path.suffix == ".npz":
-        return _infer_npz(path)
-    return _infer_jsonl(path)
-
-
-def _schema_head(path: Path, kind: str | None) -> dict[str, Any]:
-    head: dict[str, Any] = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": f"inferred from {path.name}",
-        "description": f"Inferred by gyre-contract infer from {path.name}; review before use.",
-        "type": "object",
-    }
-    if kind is not None:
-        head["x-gyre-kind"] = kind
-    return head
+def as_table(source: SchemaInput, batch_dims: tuple[str, ...] | None = None) -> FieldTable:
+    """A field table from a schema dict, a path, a Pydantic model class or a table."""
+    if isinstance(source, FieldTable):
+        if batch_dims is None:
+            return source
+        return replace(source, batch_dims=tuple(batch_dims))
+    if isinstance(source, type):
+        return field_table_from_model(source, batch_dims=batch_dims)
+    if isinstance(source, (str, Path, Mapping)):
+        return field_table(source, batch_dims=batch_dims)
+    raise SchemaError(f"a schema is a dict, a path, a Pydantic model class or a FieldTable, "
+                      f"got {describe(source)}")
 
 
-class _Column:
-    """What the records of one key looked like: JSON kinds seen, dims per axis, count."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.kinds: set[str] = set()
-        self.ranks: set[int] = set()
-        self.sizes: list[set[int]] = []
-        self.children: dict[str, _Column] | None = None
-        self.objects = 0
-
-    def add(self, value: Any) -> None:
-        self.count += 1
-        if isinstance(value, dict):
-            self.objects += 1
-            if self.children is None:
-                self.children = {}
-            for key, sub in value.items():
-                self.children.setdefault(key, _Column()).add(sub)
-            return
-        dims: list[int] = []
-        while isinstance(value, list):
-            dims.append(len(value))
-            if not value:
-                break
-            for item in value[1:]:
-                self._kind(_leaf_of(item))
-            value = value[0]
-        if isinstance(value, list):
-            self.kinds.add("empty")
-        else:
-            self._kind(value)
-        self.ranks.add(len(dims))
-        while len(self.sizes) < len(dims):
-            self.sizes.append(set())
-        for axis, size in enumerate(dims):
-            self.sizes[axis].add(size)
-
-    def _kind(self, value: Any) -> None:
-        if isinstance(value, bool):
-            self.kinds.add("bool")
-        elif isinstance(value, int):
-            self.kinds.add("integer")
-        elif isinstance(value, float):
-            self.kinds.add("number")
-        elif isinstance(value, str):
-            self.kinds.add("string")
-        elif value is None:
-            self.kinds.add("null")
-        elif isinstance(value, dict):
-            self.kinds.add("object")
-
-    def schema(self, name: str, varying: set[str]) -> dict[str, Any]:
-        if self.children is not None and self.objects == self.count:
-            if name in ("info", "infos"):
-                return {"type": "object", "description": "free-form"}
-            props = {k: c.schema(f"{name}_{k}", varying) for k, c in self.children.items()}
-            required = [k for k, c in self.children.items() if c.count == self.objects]
-            return {"type": "object", "properties": props, "required": required}
-        kinds = self.kinds - {"empty"}
-        dtype = _kinds_dtype(kinds)
-        if len(self.ranks) != 1:
-            return {"description": f"mixed ranks {sorted(self.ranks)}: not a tensor"}
-        shape: list[Dim] = []
-        for axis, sizes in enumerate(self.sizes):
-            if len(sizes) == 1:
-                shape.append(next(iter(sizes)))
-            else:
-                dim = f"{name}_{axis}"
-                shape.append(dim)
-                varying.add(dim)
-        body: dict[str, Any] = {}
-        if dtype is None:
-            body["description"] = f"mixed JSON types {sorted(kinds)}"
-        else:
-            body["type"] = {"bool": "boolean"}.get(dtype, dtype)
-        for dim in reversed(shape):
-            body = {"type": "array", "items": body}
-            if isinstance(dim, int):
-                body["minItems"] = body["maxItems"] = dim
-        body["x-gyre-shape"] = shape
-        if dtype in ("bool", "string"):
-            body["x-gyre-dtype"] = dtype
-        return body
-
-
-def _leaf_of(value: Any) -> Any:
-    while isinstance(value, list) and value:
-        value = value[0]
-    return value
-
-
-def _kinds_dtype(kinds: set[str]) -> str | None:
-    if kinds <= {"integer"} and kinds:
-        return "integer"
-    if kinds and kinds <= {"integer", "number"}:
-        return "number"
-    if len(kinds) == 1:
-        (only,) = kinds
-        return only if only in ("bool", "string") else None
-    return None
-
-
-def _infer_jsonl(path: Path) -> dict[str, Any]:
-    from gyre_contract.io.rollout import _Lines  # the rollout reader's line checks, not a copy
-
-    columns: dict[str, _Column] = {}
-    records = 0
-    for item in _Lines(path, allow_partial_tail=False):
-        if item.__class__ is not tuple:  # a line that is not a clean JSON object
-            problem = item.problems[0]  # type: ignore[union-attr]
-            if problem.message == "blank line":
-                continue
-            if problem.message == "not a JSON object":
-                raise InputError(f"{path}: line {problem.line}: a record must be a JSON object, "
-                                 f"got {problem.got}")
-            raise InputError(f"{path}: {problem}")
-        number, record = item  # type: ignore[misc]
-        records += 1
-        try:
-            for key, value in record.items():
-                columns.setdefault(key, _Column()).add(value)
-        except RecursionError:
-            raise InputError(f"{path}: line {number}: objects nested too deeply to infer a "
-                             f"schema") from None
-        if len(columns) > MAX_FIELDS:
-            raise InputError(f"{path}: line {number}: more than {MAX_FIELDS} distinct keys "
-                             f"(MAX_FIELDS): a schema that large is refused by diff")
-    if not records:
-        raise InputError(f"{path}: no records")
-    varying: set[str] = set()
-    doc = _schema_head(path, "rollout_step" if "episode_id" in columns else None)
-    try:
-        doc["properties"] = {k: _with_role(k, c.schema(k, varying)) for k, c in columns.items()}
-    except RecursionError:
-        raise InputError(f"{path}: objects nested too deeply to infer a schema") from None
-    doc["required"] = [k for k, c in columns.items() if c.count == records]
-    doc["additionalProperties"] = False
-    if varying:
-        doc["x-gyre-varying-dims"] = sorted(varying)
-    return doc
-
-
-def _with_role(name: str, body: dict[str, Any]) -> dict[str, Any]:
-    match = resolve_role(name)
-    if match.how in ("synonym", "normalised") and not match.ambiguous:
-        body["x-gyre-role"] = match.role
-    return body
-
-
-def _infer_npz(path: Path) -> dict[str, Any]:
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: (data[k].dtype, data[k].shape) for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read as .npz: {exc}") from exc
-    if not arrays:
-        raise InputError(f"{path}: no arrays")
-    lead = _common_lead([shape for _, shape in arrays.values()])
-    batch = ["B", "T"][:lead]
-    doc = _schema_head(path, "train_batch")
-    props: dict[str, Any] = {}
-    for key, (dtype, shape) in arrays.items():
-        name = "string" if dtype.kind == "U" else str(dtype)
-        if name not in GYRE_DTYPES:
-            raise InputError(f"{path}: array {key!r} has dtype {dtype}, not a contract dtype")
-        dims: list[Dim] = [*batch[: min(lead, len(shape))], *shape[lead:]]
-        body: dict[str, Any] = {"type": _json_type_of(name)}
-        for dim in reversed(dims):
-            body = {"type": "array", "items": body}
-            if isinstance(dim, int):
-                body["minItems"] = body["maxItems"] = dim
-        body.update({"x-gyre-dtype": name, "x-gyre-shape": dims})
-        props[key] = _with_role(key, body)
-    doc["properties"] = props
-    doc["required"] = list(arrays)
-    doc["x-gyre-batch-dims"] = batch
-    return doc
-
-
-def _common_lead(shapes: list[tuple[int, ...]]) -> int:
-    """How many leading dims all arrays share (0, 1 or 2): they are the batch dims."""
-    firsts = {s[0] for s in shapes if len(s) >= 1}
-    if len(firsts) != 1 or any(len(s) == 0 for s in shapes):
-        return 0
-    seconds = {s[1] for s in shapes if len(s) >= 2}
-    return 2 if len(seconds) == 1 and sum(len(s) >= 2 for s in shapes) >= len(shapes) / 2 else 1
-
-
-def _json_type_of(dtype: str) -> str:
-    if dtype == "bool":
-        return "boolean"
-    if dtype == "string":
-        return "string"
-    return "integer" if dtype.startswith(("int", "uint")) else "number"

@@ -139,3 +139,58 @@ def test_infer_diff_write_map_then_batch(tmp_path: Path) -> None:
     code, out, err = cli("batch", str(rollouts), "--map", str(map_path))
     assert code == 0, err
     assert "the batch is a valid TrainBatch" in out
+
+
+# -- the report protocol: what the CLI prints is the report's own rendering ----------------------
+
+@pytest.mark.parametrize("trainer", [BATCH, str(PEERS / "verl_actor_batch.json")])
+def test_diff_report_protocol_matches_the_cli(trainer: str) -> None:
+    from gyre_contract.core.report import Report
+    from gyre_contract.schema.diffing import diff
+
+    report = diff(STEP, trainer, batch_dims="B" if "verl" in trainer else None)
+    assert isinstance(report, Report)
+    assert report.ok == (report.counts()["missing"] == 0)
+    assert [w.to_dict() for w in report.warnings] == report.to_dict()["warnings"]
+    extra = ("--batch-dims", "B") if "verl" in trainer else ()
+    code, out, _ = cli("diff", STEP, trainer, *extra, "--format", "json")
+    assert json.loads(out) == report.to_dict() and out == report.render("json") + "\n"
+    assert code == report.exit_code() == (0 if report.ok else 1)
+    assert cli("diff", STEP, trainer, *extra, "--format", "markdown")[1] == \
+        report.render("markdown")
+    assert cli("diff", STEP, trainer, *extra)[1] == report.render("text") == report.to_text()
+    strict = cli("diff", STEP, trainer, *extra, "--strict")[0]
+    assert strict == report.exit_code(strict=True) == 1  # a conversion fails --strict
+    with pytest.raises(ValueError, match="unknown report format"):
+        report.render("html")
+
+
+def test_diff_report_old_names_warn() -> None:
+    from gyre_contract.schema.diffing import diff
+
+    report = diff(STEP, BATCH)
+    with pytest.warns(DeprecationWarning, match="render\\('markdown'\\)"):
+        assert report.to_markdown() == report.render("markdown")
+
+
+def test_compat_report_protocol_matches_the_cli() -> None:
+    from gyre_contract.core.report import Report
+    from gyre_contract.schema.compatibility import compat
+
+    for old, new, mode in ((STEP, STEP, "full"), (STEP, BATCH, "backward")):
+        report = compat(old, new, mode)
+        assert isinstance(report, Report) and report.warnings == []
+        code, out, _ = cli("compat", old, new, "--mode", mode, "--format", "json")
+        assert json.loads(out) == report.to_dict() and out == report.render("json") + "\n"
+        assert cli("compat", old, new, "--mode", mode)[1] == report.render("text")
+        assert code == report.exit_code() == report.exit_code(strict=True) == \
+            (0 if report.ok else 1)
+        assert report.to_dict()["compatible"] is report.ok
+        with pytest.warns(DeprecationWarning, match="use ok"):
+            assert report.compatible is report.ok
+
+
+@pytest.mark.parametrize("option", ["--gamma", "--lam"])
+def test_diff_refuses_a_non_finite_discount(option: str) -> None:
+    code, out, err = cli("diff", STEP, BATCH, option, "nan")
+    assert (code, out) == (2, "") and err == f"error: {option} must be a finite number, got nan\n"

@@ -48,8 +48,8 @@ def test_required_field_added_breaks_backward_only() -> None:
     old = schema(False, ("a",), a=("float32", [], None))
     new = schema(False, ("a", "c"), a=("float32", [], None), c=("int64", [], None))
     assert rules(compat(old, new)) == [("required-field-added", "c", ("backward",))]
-    assert compat(old, new, "forward").compatible
-    assert not compat(old, new, "full").compatible
+    assert compat(old, new, "forward").ok
+    assert not compat(old, new, "full").ok
 
 
 def test_dtype_narrowed_breaks_backward_widened_breaks_forward() -> None:
@@ -81,7 +81,7 @@ def test_made_optional_breaks_forward() -> None:
     old = schema(False, ("a",), a=("float32", [], None))
     new = schema(False, (), a=("float32", [], None))
     assert rules(compat(old, new, "forward")) == [("field-made-optional", "a", ("forward",))]
-    assert compat(old, new, "backward").compatible
+    assert compat(old, new, "backward").ok
 
 
 def test_bad_mode() -> None:

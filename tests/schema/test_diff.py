@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import jsonschema
@@ -18,7 +17,8 @@ from gyre_contract.core.models import Modalities, RolloutStep, TrainBatch
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.io.rollout import Episode
 from gyre_contract.pinned import CartPoleBatch, LLMStep
-from gyre_contract.schema.diffing import compare_dtype, diff
+from gyre_contract.schema.diffing import diff
+from gyre_contract.schema.dtyperules import compare_dtype
 from gyre_contract.schema.export import json_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 
@@ -29,7 +29,8 @@ PEERS = "tests/data/peers"
 GOLDEN = ROOT / "tests" / "golden"
 GAE_FROM = ["reward", "value", "terminated", "truncated", "next_value"]
 REPORT_SCHEMA = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
-SUITE = Path("/work/shared/json-schema-test-suite/tests/draft2020-12")
+SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
+"""Vendored (see its VENDORED.md); a missing copy fails the tests that read it, never skips them."""
 
 
 @pytest.fixture(autouse=True)
@@ -157,8 +158,8 @@ def test_hostile_schemas_never_crash_the_engine(a: object, b: object) -> None:
         jsonschema.validate(r.to_dict(), REPORT_SCHEMA)
 
 
-@pytest.mark.skipif(not SUITE.is_dir(), reason="JSON-Schema-Test-Suite not present")
 def test_json_schema_test_suite_schemas_on_either_side() -> None:
+    assert SUITE.is_dir(), f"the vendored JSON-Schema-Test-Suite is missing: {SUITE}"
     ran = 0
     for path in sorted(SUITE.glob("*.json")):
         for case in json.loads(path.read_text()):
@@ -173,17 +174,19 @@ def test_json_schema_test_suite_schemas_on_either_side() -> None:
     assert ran > 100
 
 
-def test_five_hundred_fields_diff_well_under_100_ms() -> None:
+def test_five_hundred_fields_sort_into_the_right_tiers() -> None:
+    """Half the fields keep their names, half get a name with no role and no same-named source:
+    250 same, 250 missing, 250 unused. The speed is measured in benchmarks/bench_diff.py (a
+    ratio to a baseline of the same run), never asserted in a test."""
     props = {f"f{i}": {"type": "array", "items": {"type": "number"}, "minItems": 3,
                        "maxItems": 3} for i in range(500)}
     other = {(f"obs_{i}" if i % 2 else f"f{i}"): v for i, v in enumerate(props.values())}
     a = {"type": "object", "properties": props}
     b = {"type": "object", "properties": other}
-    diff(a, b)
-    start = time.perf_counter()
     r = diff(a, b)
-    assert time.perf_counter() - start < 0.1
-    assert r.counts()["same"] == 250
+    assert r.counts() == {"same": 250, "renamed": 0, "needs_conversion": 0, "missing": 250,
+                          "unused": 250}
+    assert {e.trainer_field for e in r.tier("missing")} == {f"obs_{i}" for i in range(1, 500, 2)}
 
 
 # -- dtype and shape rules -------------------------------------------------------------------
@@ -587,7 +590,7 @@ GOLDEN_CASES = {
 def test_golden_outputs(name: str) -> None:
     sampler, trainer, batch_dims = GOLDEN_CASES[name]
     r = diff(sampler, trainer, batch_dims=batch_dims)
-    outputs = {f"{name}.txt": r.to_text(), f"{name}.md": r.to_markdown(),
+    outputs = {f"{name}.txt": r.to_text(), f"{name}.md": r.render("markdown"),
                f"{name}.json": json.dumps(r.to_dict(), indent=2) + "\n"}
     for file, text in outputs.items():
         path = GOLDEN / file

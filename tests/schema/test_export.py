@@ -164,7 +164,8 @@ def test_schema_export_then_load_gives_the_models_field_table(tmp_path_factory, 
 
     from gyre_contract.core.models import RolloutStep, field_specs
     from gyre_contract.core.tensor import Tensor
-    from gyre_contract.schema.fieldtable import field_table, load_schema
+    from gyre_contract.schema.fieldtable import field_table
+    from gyre_contract.schema.loading import load_schema
 
     model = create_model(
         "RandomStep", __base__=RolloutStep,

@@ -12,19 +12,16 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from gyre_contract.core.errors import InputError, SchemaError
-from gyre_contract.schema import fieldtable
-from gyre_contract.schema.fieldtable import (
-    VARIADIC_DIM,
-    field_table,
-    field_table_from_model,
-    infer_schema,
-    load_schema,
-)
+from gyre_contract.schema import fieldtable, loading
+from gyre_contract.schema.fieldtable import VARIADIC_DIM, field_table, field_table_from_model
+from gyre_contract.schema.infer import infer_schema
+from gyre_contract.schema.loading import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "schemas" / "rollout_step.v1.json"
 BATCH = ROOT / "schemas" / "train_batch.v1.json"
-SUITE = Path("/work/shared/json-schema-test-suite/tests/draft2020-12")
+SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
+"""Vendored (see its VENDORED.md); a missing copy fails the tests that read it, never skips them."""
 
 
 def obj(**props: dict) -> dict:
@@ -150,7 +147,7 @@ def test_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(fieldtable, "MAX_FIELDS", 3)
     with pytest.raises(SchemaError, match=r"more than 3 fields \(MAX_FIELDS\)"):
         field_table(obj(a={}, b={}, c={}, d={}))
-    monkeypatch.setattr(fieldtable, "MAX_SCHEMA_BYTES", 10)
+    monkeypatch.setattr(loading, "MAX_SCHEMA_BYTES", 10)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(obj(a={})))
     with pytest.raises(SchemaError, match=r"more than the limit of 10 \(MAX_SCHEMA_BYTES\)"):
@@ -256,15 +253,13 @@ def test_hostile_schemas_raise_only_schema_error(doc: object) -> None:
 
 
 def suite_schemas() -> list[object]:
-    if not SUITE.is_dir():
-        return []
+    assert SUITE.is_dir(), f"the vendored JSON-Schema-Test-Suite is missing: {SUITE}"
     schemas = []
     for path in sorted(SUITE.glob("*.json")):
         schemas += [case["schema"] for case in json.loads(path.read_text())]
     return schemas
 
 
-@pytest.mark.skipif(not SUITE.is_dir(), reason="JSON-Schema-Test-Suite not present")
 def test_every_json_schema_test_suite_schema_is_read_or_refused() -> None:
     read = 0
     for schema in suite_schemas():

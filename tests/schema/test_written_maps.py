@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gyre_contract.io.rollout import Episode, read_episodes, write_steps
-from gyre_contract.schema.diffing import DiffReport, diff
+from gyre_contract.schema.diffing import diff
+from gyre_contract.schema.diffreport import DiffReport
 from gyre_contract.trainer.advantages import gae
 from gyre_contract.trainer.collation import collate
 from gyre_contract.trainer.fieldmap import FieldMap
@@ -230,7 +231,7 @@ def test_llm_steps_map_to_a_valid_train_batch(tmp_path: Path) -> None:
 
 def test_a_schema_inferred_from_llm_steps_gets_the_same_obs_and_logprob(tmp_path: Path) -> None:
     from gyre_contract.core.models import TrainBatch
-    from gyre_contract.schema.fieldtable import infer_schema
+    from gyre_contract.schema.infer import infer_schema
 
     path = tmp_path / "llm.jsonl"
     write_steps(path, llm_records())

@@ -1,0 +1,136 @@
+"""The diff's warnings: semantic losses no tier shows (docs/contract.md §6), each with a stable
+`code` (`narrowing_cast`, `int_to_float`, `optional_source`, `truncation_collapsed`,
+`recomputed_logprob`, `no_bootstrap_value`, `map_incomplete`, `flat_layout`, `no_batch_dims`,
+`ambiguous_match`, `summed_elements`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gyre_contract.schema.diffreport import DiffWarning, Entry, Layout
+from gyre_contract.schema.dtyperules import MANTISSA, DtypeFit, dtype_kind, dtypes_of, lossless
+from gyre_contract.schema.fieldtable import Field, FieldTable, shape_text
+from gyre_contract.schema.roles import is_recomputed_logprob
+
+
+class DiffWarnings:
+    """Collects the warnings of one diff in the order found; `finish` adds the report-wide ones."""
+
+    def __init__(self, layout: Layout, t_tab: FieldTable,
+                 have: Callable[[str], Field | None]) -> None:
+        self.layout = layout
+        self.t_tab = t_tab
+        self.have = have
+        self.items: list[DiffWarning] = []
+        self.optional: list[tuple[str, str]] = []
+        """(trainer field, sampler source) pairs where a required field reads an optional one."""
+
+    def ambiguous_role(self, t: Field) -> None:
+        """A trainer field whose name means different roles in different libraries."""
+        roles = " or ".join(r for r, _ in t.role_candidates)
+        self.items.append(DiffWarning(
+            "ambiguous_match", (t.name,),
+            f"{t.name}: the name means {roles} in different libraries; read as {t.role}. "
+            f"Declare \"x-gyre-role\" in the trainer schema or use --rename to decide"))
+
+    def cast(self, t: Field, s: Field, fit: DtypeFit) -> None:
+        """A narrowing cast, or integers cast to a float that cannot hold them all."""
+        if fit.narrowing:
+            self._narrowing(t, s, *fit.narrowing)
+        to = fit.cast_to
+        if to is None or dtype_kind(to) != "float" or to not in MANTISSA:
+            return
+        ints = [d for d in dtypes_of(s.dtype) if dtype_kind(d) == "int" and lossless(d, to) is False]
+        if ints:
+            self.items.append(DiffWarning(
+                "int_to_float", (t.name, s.name),
+                f"{t.name} <- {s.name}: lossy cast {ints[0]} -> {to}: integers beyond "
+                f"2**{MANTISSA[to]} do not fit (the map refuses them), and integer codes such "
+                f"as token ids or categories are labels, not quantities: embed them in the "
+                f"trainer rather than reading them as floats"))
+
+    def _narrowing(self, t: Field, s: Field, frm: str, to: str) -> None:
+        self.items.append(DiffWarning(
+            "narrowing_cast", (t.name, s.name),
+            f"{t.name} <- {s.name}: narrowing cast {frm} -> {to} may lose precision or "
+            f"overflow (the map refuses values that do not fit)"))
+
+    def optional_source(self, t: Field, s: Field) -> None:
+        """Note a required trainer field read from an optional sampler field (one warning at the end)."""
+        if t.required and not s.required:
+            self.optional.append((t.name, s.name))
+
+    def _unknown_batch_dims(self, entries: list[Entry]) -> None:
+        """A foreign trainer schema that names no batch dims: say why shapes may not line up."""
+        if self.layout.kind != "step" or self.t_tab.kind == "rollout_step":
+            return
+        mismatched = [e.trainer_field for e in entries
+                      if e.tier == "missing" and e.sampler_fields and e.trainer_field]
+        if mismatched:
+            self.items.append(DiffWarning(
+                "no_batch_dims", tuple(mismatched),
+                f"the trainer's schema names no batch dims (x-gyre-batch-dims), so its shapes "
+                f"were compared per step and {', '.join(mismatched)} did not fit; if its arrays "
+                f"lead with batch dims, say which: --batch-dims B,T (or T,B for time-major, M "
+                f"for a flat batch)"))
+
+    def finish(self, entries: list[Entry]) -> None:
+        """The warnings about the whole report, added after every field is matched."""
+        if self.optional:
+            pairs = ", ".join(t if t == s else f"{t} <- {s}" for t, s in self.optional)
+            self.items.append(DiffWarning(
+                "optional_source", tuple(t for t, _ in self.optional),
+                f"the trainer requires {pairs}, but the sampler's schema marks "
+                f"{'that source' if len(self.optional) == 1 else 'those sources'} optional: "
+                f"rollouts without {'it' if len(self.optional) == 1 else 'them'} fail to map "
+                f"(nothing is filled in)"))
+        self._unknown_batch_dims(entries)
+        if self.layout.kind == "flat":
+            self.items.append(DiffWarning(
+                "flat_layout", (),
+                f"the trainer reads a flat batch {shape_text(self.layout.batch_dims)}: the map "
+                f"writes [B, T, ...] columns, so select the real steps with "
+                f"batch[key][batch['mask']] (never reshape: padding would become data)"
+                + (" in time-major order (transpose first)" if "time-major" in
+                   self.layout.text else "")))
+        t_roles = {f.role for f in self.t_tab}
+        s_trunc = self.have("truncated")
+        dones = [f.name for f in self.t_tab if f.role in ("done", "episode_start")]
+        if dones and not t_roles & {"terminated", "truncated"} and s_trunc is not None:
+            self.items.append(DiffWarning(
+                "truncation_collapsed", (*dones, s_trunc.name),
+                f"the trainer reads only {', '.join(dones)}, not terminated/truncated, while "
+                f"the sampler records {s_trunc.name}: time-limit cuts will be trained as "
+                f"terminal (no bootstrap from next_value)"))
+        s_logprob = self.have("logprob")
+        for f in self.t_tab:
+            if f.role == "logprob" and is_recomputed_logprob(f.name, f.description):
+                behaviour = f"the sampler's {s_logprob.name}" if s_logprob else \
+                    "the behaviour log-prob"
+                self.items.append(DiffWarning(
+                    "recomputed_logprob", (f.name,),
+                    f"{f.name} is usually recomputed by the trainer with its current weights "
+                    f"(verl, OpenRLHF, TRL, Tianshou), not {behaviour} under policy_version: "
+                    f"the sampler/trainer mismatch goes uncorrected unless the trainer also "
+                    f"reads the behaviour log-prob"))
+        for e in entries:
+            if e.tier != "needs_conversion" or e.conversion is None:
+                continue
+            if "gae" in e.conversion.ops or "discounted_return" in e.conversion.ops:
+                if self.have("next_value") is None and s_trunc is not None:
+                    self.items.append(DiffWarning(
+                        "no_bootstrap_value", (e.trainer_field or "",),
+                        f"{e.trainer_field}: the sampler records no next_value, so a truncated "
+                        f"episode cannot be bootstrapped; the map fails on one unless its "
+                        f"entry says \"truncation\": \"terminal\" (time-limit cuts then count "
+                        f"as terminal)"))
+        manual = [e for e in entries if e.conversion is not None and e.conversion.entry is None]
+        if manual:
+            names = ", ".join(e.trainer_field or "" for e in manual)
+            self.items.append(DiffWarning(
+                "map_incomplete", tuple(e.trainer_field or "" for e in manual),
+                f"the written map leaves out {names}, which no map entry can express; write "
+                f"by hand: "
+                + "; ".join(f"{e.trainer_field}: {e.conversion.manual}" for e in manual
+                            if e.conversion)))
