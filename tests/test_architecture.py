@@ -437,16 +437,9 @@ KNOWN: dict[tuple[str, str], str] = {
     # engineer's branch; the lead removes the mark at merge (strict: a pass then fails loudly).
     ("cycles", "io"): "fixed on branch iolayer (rollout <-> parquet <-> fastfile)",
     ("private", "io"): "fixed on branch iolayer (parquet, shards use rollout's _Groups, _Lines, ...)",
-    ("private", "schema"): "fixed on branches schema (compatibility uses diffing's _fits, ...) "
-                           "and iolayer/schema (fieldtable uses rollout._Lines)",
+    ("private", "schema"): "fixed on branch iolayer (schema.infer uses rollout._Lines)",
     ("lines", "gyre_contract.io.parquet"): "fixed on branch iolayer",
     ("lines", "gyre_contract.io.rollout"): "fixed on branch iolayer",
-    ("lines", "gyre_contract.schema.diffing"): "fixed on branch schema",
-    ("lines", "gyre_contract.schema.fieldtable"): "fixed on branch schema",
-    ("wall time", "schema/test_diff.py"): "fixed on branch schema",
-    ("wall time", "test_fuzz.py"): "fixed on branch schema",
-    ("wall time", "test_reliability.py"): "fixed on branch schema",
-    ("outside", "tests"): "fixed on branch schema (the JSON-Schema-Test-Suite vendored)",
 }
 
 

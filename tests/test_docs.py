@@ -37,9 +37,6 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 # Files written on another branch of the same restructuring; the lead removes these marks at merge.
 ELSEWHERE = {
     "docs/api.md": "written on the surface branch",
-    "tests/schema/test_diff.py": "fixed on the schema branch (vendored JSON-Schema-Test-Suite)",
-    "tests/schema/test_fieldtable.py": "fixed on the schema branch (vendored JSON-Schema-Test-Suite)",
-    "tests/test_reliability.py": "fixed on the schema branch (vendored JSON-Schema-Test-Suite)",
 }
 
 
