@@ -9,7 +9,6 @@ instead of keeping a dunder attribute or a module dict of its own.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -18,7 +17,6 @@ from pydantic import BaseModel
 
 T = TypeVar("T")
 
-_INFOS: weakref.WeakKeyDictionary[type, ModelInfo] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -56,28 +54,48 @@ class ModelInfo:
             return value
 
 
-def model_info(model: type[BaseModel]) -> ModelInfo:
-    """The info object of `model`, built on first use and kept as long as the class lives."""
-    info = _INFOS.get(model)
-    if info is not None:
+class _Infos(dict):
+    """Model class -> its info; a miss builds it. A plain dict: `validate_step` asks it on every
+    call, and a hit must cost one dict lookup (a weak dict costs several times more). Model
+    classes live as long as the program in practice; `forget` drops one explicitly."""
+
+    def __missing__(self, model: type[BaseModel]) -> ModelInfo:
+        with _LOCK:
+            info = self.get(model)
+            if info is None:
+                info = self[model] = _build(model)
         return info
-    with _LOCK:
-        info = _INFOS.get(model)
-        if info is None:
-            fields = model.model_fields
-            attr_of = {(f.alias or name): name for name, f in fields.items()}
-            info = ModelInfo(
-                model=model,
-                wires=tuple(attr_of),
-                required=frozenset(w for w, name in attr_of.items() if fields[name].is_required()),
-                _attr_of=attr_of,
-                _wire_of={name: wire for wire, name in attr_of.items()},
-            )
-            _INFOS[model] = info
-    return info
+
+
+_INFOS = _Infos()
+
+
+def model_info(model: type[BaseModel]) -> ModelInfo:
+    """The info object of `model`, built on first use."""
+    return _INFOS[model]
+
+
+def _build(model: type[BaseModel]) -> ModelInfo:
+    fields = model.model_fields
+    attr_of = {(f.alias or name): name for name, f in fields.items()}
+    return ModelInfo(
+        model=model,
+        wires=tuple(attr_of),
+        required=frozenset(w for w, name in attr_of.items() if fields[name].is_required()),
+        _attr_of=attr_of,
+        _wire_of={name: wire for wire, name in attr_of.items()},
+    )
 
 
 def forget(model: type[BaseModel]) -> None:
     """Drop what was derived for `model` (after its fields changed, e.g. a subclass finished building)."""
     with _LOCK:
         _INFOS.pop(model, None)
+
+
+def forget_derived() -> None:
+    """Drop every model's derived plans (the rule registry changed: plans that declare which
+    rules they implement must be checked again); wire names and required fields stay."""
+    with _LOCK:
+        for info in list(_INFOS.values()):
+            info._derived.clear()
