@@ -285,13 +285,27 @@ def small_blocks(monkeypatch):
 
 
 def both_ways(monkeypatch, run: Any) -> tuple[Any, Any]:
-    import gyre_contract.io.rollout as rollout
-
-    bulk = run()
+    """`run()` with the fast paths on, then off (`GYRE_FAST_PATHS=0`: every line one by one)."""
     with monkeypatch.context() as m:
-        m.setattr(rollout, "_bulk_plan", lambda model: None)
+        m.setenv("GYRE_FAST_PATHS", "1")
+        bulk = run()
+    with monkeypatch.context() as m:
+        m.setenv("GYRE_FAST_PATHS", "0")
         normal = run()
     return bulk, normal
+
+
+def test_fast_paths_off_means_no_bulk_plan_and_no_bulk_episodes(cartpole_model, monkeypatch):
+    tracker = EpisodeTracker(cartpole_model)
+    monkeypatch.setenv("GYRE_FAST_PATHS", "0")
+    assert bulk_plan(cartpole_model) is None
+    assert not tracker.add_columns(["a"], np.array([0]), np.array([0]), np.array([True]),
+                                   np.array([False]), 1)
+    assert tracker.steps == 0
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+    assert bulk_plan(cartpole_model) is not None
+    assert tracker.add_columns(["a"], np.array([0]), np.array([0]), np.array([True]),
+                               np.array([False]), 1)
 
 
 def phantom(base: dict) -> bytes:
