@@ -33,7 +33,7 @@ from pydantic_core import SchemaValidator
 from pydantic_core import core_schema as cs
 
 from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_MAX, INT_DTYPES, Shape, bind_dims, numpy_dtype
-from gyre_contract.core.modelinfo import model_info
+from gyre_contract.core.modelinfo import derived_table, model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
 from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
@@ -108,6 +108,11 @@ def compile_plan(model: type[BaseModel]) -> SchemaValidator | None:
         return SchemaValidator(compiler.node(schema), config)
     except Unsupported:
         return None
+
+
+PLANS = derived_table(PLAN_KEY, compile_plan)
+"""Model -> its compiled fast validator or None: `model_info(model).derived(PLAN_KEY, ...)` as
+one dict lookup, for `validate_step`. Emptied when the registry changes (`modelinfo`)."""
 
 
 def _root_model(schema: dict[str, Any]) -> dict[str, Any]:

@@ -157,11 +157,12 @@ def field_specs(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _field_specs(model: type[BaseModel]) -> dict[str, Any]:
+    names = model_info(model)
     specs: dict[str, Any] = {}
     for name, info in model.model_fields.items():
         spec = tensor_spec_of(info.metadata) or _observation_spec(info)
         if spec is not None:
-            specs[info.alias or name] = spec
+            specs[names.wire(name)] = spec
     return specs
 
 

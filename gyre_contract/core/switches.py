@@ -9,6 +9,8 @@ path and so that CI runs the validation tests both ways.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 
 _NAME = "GYRE_FAST_PATHS"
 # `os.environ` re-encodes the name on every lookup (about 2 us here); `validate_step` asks on
@@ -20,6 +22,11 @@ try:
     _OFF = os.environ.encodevalue("0")  # type: ignore[attr-defined]
 except AttributeError:  # another Python: the plain, slower lookup
     _RAW = None
+
+switch_set: Callable[[], bool] = (partial(_RAW.__contains__, _KEY) if _RAW is not None
+                                  else lambda: True)
+"""Whether `GYRE_FAST_PATHS` is set at all: a C-level call, for `validate_step`'s hot path
+(`not switch_set() or fast_paths_enabled()` costs one dict lookup when it is unset)."""
 
 
 def fast_paths_enabled() -> bool:
