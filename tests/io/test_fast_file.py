@@ -8,6 +8,8 @@ has changed.
 from __future__ import annotations
 
 import copy
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from gyre_contract.core.errors import ContractError
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.fastfile import bulk_plan
+from gyre_contract.io.rollout import validate_file
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -383,3 +386,16 @@ def test_read_episodes_is_identical(cartpole_record, cartpole_model, tmp_path, m
     for a, b in zip(bulk, normal):
         for key in a.columns:
             assert same_columns(a.columns[key], b.columns[key]), (a.episode_id, key)
+
+
+CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.jsonl")))
+def test_corpus_reports_are_identical_with_fast_paths_off(name, cartpole_model, monkeypatch):
+    """Every defect file: the same verdicts, problems and line numbers with GYRE_FAST_PATHS=0."""
+    for model in (cartpole_model, RolloutStep):
+        for complete in (False, True):
+            run = partial(validate_file, CORPUS / name, model, require_complete=complete)
+            bulk, normal = both_ways(monkeypatch, run)
+            assert bulk.to_dict() == normal.to_dict(), (model.__name__, complete)
