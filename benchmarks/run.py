@@ -465,13 +465,7 @@ def machine() -> list[str]:
 
 def normal_path_only() -> None:
     """Every record and file goes through the models' normal pydantic validation, line by line."""
-    from gyre_contract.core import fastpath
-    from gyre_contract.io import rollout
-
-    for model in (CartPoleStep, LLMStep):
-        fastpath.PLANS[model] = None
-    if hasattr(rollout, "_bulk_plan"):
-        rollout._bulk_plan = lambda model: None
+    os.environ["GYRE_FAST_PATHS"] = "0"  # core.switches; child processes inherit it
 
 
 def markdown(figures: list[Figure]) -> str:

@@ -201,7 +201,6 @@ def test_contract_has_sections_1_to_9():
 RULE_NAME = re.compile(r"`((?:field|step|episode|batch)\.[a-z_]+)`")
 
 
-@pytest.mark.xfail(strict=True, reason="the rule registry is written on the rules branch")
 def test_every_registered_rule_is_in_the_contract_and_only_those():
     from gyre_contract.core.registry import all_rules
 

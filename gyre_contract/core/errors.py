@@ -17,13 +17,19 @@ _MAX_SHOWN_CHARS = 40
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One violation: where (dotted `path`, optional file `line`), what was expected, what was got."""
+    """One violation: where (dotted `path`, optional file `line`), what was expected, what was got.
+
+    `rule` names the registered rule that found it (`core.rules`, e.g. `"step.logprob_nonpositive"`),
+    so every path can be checked to report the same rule; None for problems of the file layer
+    (a line that is not JSON, ...), which no record rule covers.
+    """
 
     path: str
     expected: str
     got: str
     message: str
     line: int | None = None
+    rule: str | None = None
 
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line is not None else ""
@@ -42,14 +48,21 @@ class Problem:
     def at_line(self, line: int) -> Problem:
         return replace(self, line=line)
 
+    def by_rule(self, rule: str) -> Problem:
+        """The same problem, attributed to the registered rule `rule`."""
+        return replace(self, rule=rule)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "line": self.line,
             "path": self.path,
             "message": self.message,
             "expected": self.expected,
             "got": self.got,
         }
+        if self.rule is not None:
+            out["rule"] = self.rule
+        return out
 
 
 class GyreError(Exception):

@@ -10,7 +10,12 @@ and applies the cross-field rules only where the model can break them.
 The fast path only ever *accepts*. Whatever it is not sure of (any error, an unusual input form:
 an int inside a float tensor, a numpy array of another dtype, ...) makes it give up, and the
 normal path decides and explains. Verdicts and messages are therefore those of the normal path;
-`tests/test_fast_paths.py` pins that the accepted values are the same too.
+`tests/core/test_fast_paths.py` pins that the accepted values are the same too.
+
+It implements the registry's `field` and `step` rules listed in `FAST_PATH` (`core.registry`):
+when a rule of those kinds is registered that it does not list, no model gets a fast plan (the
+normal path, which runs every registered rule, takes every record). `GYRE_FAST_PATHS=0` turns
+it off at run time (`validate_step` asks `switches.fast_paths_enabled` on each call).
 
 Numpy input (the documented fast path for samplers): a tensor field given as a numpy array of
 exactly the declared dtype and shape is taken as is (no copy) after a finiteness check; a float
@@ -28,7 +33,11 @@ from pydantic_core import SchemaValidator
 from pydantic_core import core_schema as cs
 
 from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_MAX, INT_DTYPES, Shape, bind_dims, numpy_dtype
+from gyre_contract.core.modelinfo import derived_table, model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
+from gyre_contract.core.registry import declare_fast_path
+from gyre_contract.core.rules import FIELD_RULES
+from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import ERROR_TYPE, TensorSpec
 
 _SMALL = 64
@@ -50,21 +59,29 @@ class _GiveUp(Exception):
     """Raised inside a fast validation: let the normal path decide and explain."""
 
 
-PLANS: dict[type, SchemaValidator | None] = {}
-"""Model -> its compiled fast validator (None: it has none). Filled by `fast_plan`."""
+FAST_PATH = declare_fast_path(
+    "compiled_step", kinds=("field", "step"),
+    implements=[*(r.name for r in FIELD_RULES),  # pydantic-core strict types, else the normal function
+                "step.dims_agree",  # _dims_agree
+                "step.logprob_shape", "step.logprob_nonpositive",  # _logprob_ok, _leaf(nonpositive)
+                "step.next_observation_structure", "step.next_observation_modalities",
+                "step.next_observation_shape"])  # _same_structure
+"""The rules the compiled path implements: each one it is given broken, it refuses."""
+
+PLAN_KEY = "fastpath.compiled_step"
+"""The `ModelInfo.derived` key of a model's compiled fast validator."""
 FAST_FAILURES = (ValidationError, _GiveUp)
 
 
 def fast_plan(model: type[BaseModel]) -> SchemaValidator | None:
-    """The compiled fast validator of `model` (cached in PLANS), or None when it has none.
+    """The compiled fast validator of `model`, or None when it has none (or fast paths are off).
 
     Its `validate_python(record)` returns the instance or raises `FAST_FAILURES`: the record is
     invalid or unusual, and the normal path must decide and explain.
     """
-    plan = PLANS.get(model, False)
-    if plan is False:
-        plan = PLANS[model] = _compile(model)
-    return plan  # type: ignore[return-value]
+    if not fast_paths_enabled():
+        return None
+    return model_info(model).derived(PLAN_KEY, compile_plan)
 
 
 def fast_validate(record: Any, model: type[BaseModel]) -> BaseModel | None:
@@ -78,8 +95,12 @@ def fast_validate(record: Any, model: type[BaseModel]) -> BaseModel | None:
         return None  # not swallowed: the caller re-validates on the normal path and reports
 
 
-def _compile(model: type[BaseModel]) -> SchemaValidator | None:
-    """The fast validator of `model`, or None when it has none (see `Unsupported`)."""
+def compile_plan(model: type[BaseModel]) -> SchemaValidator | None:
+    """The fast validator of `model`, or None when it has none: a rule of the registry it does
+    not implement, or a model it cannot compile (see `Unsupported`). Asked once per model via
+    `ModelInfo.derived` (again after the registry changes)."""
+    if not FAST_PATH.usable():
+        return None
     schema = model.__pydantic_core_schema__
     try:
         config = _root_model(schema).get("config")
@@ -87,6 +108,11 @@ def _compile(model: type[BaseModel]) -> SchemaValidator | None:
         return SchemaValidator(compiler.node(schema), config)
     except Unsupported:
         return None
+
+
+PLANS = derived_table(PLAN_KEY, compile_plan)
+"""Model -> its compiled fast validator or None: `model_info(model).derived(PLAN_KEY, ...)` as
+one dict lookup, for `validate_step`. Emptied when the registry changes (`modelinfo`)."""
 
 
 def _root_model(schema: dict[str, Any]) -> dict[str, Any]:
@@ -326,8 +352,8 @@ Converter = Callable[[Any], Any]
 
 def _converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
     """(attribute, converter) for each tensor field that is not a plain scalar."""
-    attrs = {info.alias or name: name for name, info in model.model_fields.items()}
-    return [(attrs[wire], _converter(spec)) for wire, spec in field_specs(model).items()
+    info = model_info(model)
+    return [(info.attr(wire), _converter(spec)) for wire, spec in field_specs(model).items()
             if isinstance(spec, TensorSpec) and not spec.is_scalar]
 
 
@@ -400,7 +426,7 @@ def _modalities_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     return finish
 
 
-# -- the cross-field rules of a step (models.step_cross_problems, as a yes/no) --------------------
+# -- the step rules of the registry (FAST_PATH.implements), as a yes/no -------------------------
 
 def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     specs = field_specs(model)
@@ -473,9 +499,9 @@ def _shared_locations(model: type[BaseModel]) -> list[_Location]:
 
 def _collect(model: type[BaseModel], prefix: tuple[str, ...],
              out: list[tuple[tuple[str, ...], Shape]]) -> None:
-    attrs = {info.alias or name: name for name, info in model.model_fields.items()}
+    info = model_info(model)
     for wire, spec in field_specs(model).items():
-        path = (*prefix, attrs[wire])
+        path = (*prefix, info.attr(wire))
         if isinstance(spec, AnyObservation):
             if spec.lead:
                 raise Unsupported("an observation with lead dims in a step")

@@ -6,7 +6,8 @@ Pin a project's shapes by subclassing, Pydantic-style::
         observation: Tensor("float32", [4], role="observation")
         action: Tensor("int64", [], role="action")
 
-`next_observation` follows a pinned `observation` unless the subclass pins it too.
+`next_observation` follows a pinned `observation` unless the subclass pins it too. The rules
+the validators apply are those of the registry (`core.rules`), each once.
 """
 
 from __future__ import annotations
@@ -14,216 +15,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any, ClassVar
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import core_schema
+from pydantic import ConfigDict, Field, model_validator
 
-from gyre_contract.core.dims import (
-    CastError,
-    bind_dims,
-    format_shape,
-    format_size,
-    parse_shape,
-    to_array,
+from gyre_contract.core import modelinfo
+from gyre_contract.core.errors import Problem
+from gyre_contract.core.fields import (  # noqa: F401  (re-exported: the models' building blocks)
+    F32,
+    AnyObservation,
+    GyreModel,
+    JsonScalars,
+    Modalities,
+    field_specs,
+    record_bindings,
 )
-from gyre_contract.core.errors import Problem, describe
-from gyre_contract.core.tensor import Tensor, TensorSpec, gyre_error, tensor_spec_of
-
-F32 = "float32"
-
-
-class GyreModel(BaseModel):
-    """Shared configuration: unknown keys are errors, values are never coerced loosely."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        arbitrary_types_allowed=True,
-        validate_by_alias=True,
-        validate_by_name=False,
-        serialize_by_alias=True,
-        frozen=False,
-        revalidate_instances="never",
-        defer_build=True,  # core schemas are built on first use: `import gyre_contract` stays light
-    )
-
-    gyre_kind: ClassVar[str] = ""
-    gyre_version: ClassVar[str] = ""
-    varying_dims: ClassVar[tuple[str, ...]] = ()
-    batch_dims: ClassVar[tuple[str, ...]] = ()
-
-    def to_record(self) -> dict[str, Any]:
-        """The record as a plain dict keyed by wire names, absent optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True)
-
-
-class Modalities(GyreModel):
-    """Base for a pinned observation made of named modalities (`image`, `token_ids`, `text`)."""
-
-
-class AnyObservation:
-    """An observation of the base models: a float32 tensor, or an object of named modalities.
-
-    Modalities are free-form (dtype inferred losslessly: ints → int64, floats → float32); in a
-    batch each modality starts with the batch dims.
-    """
-
-    def __init__(self, role: str, lead: tuple[str, ...] = ()) -> None:
-        self.lead = lead
-        self.spec = TensorSpec(F32, parse_shape([*lead, "*obs"]), role)
-
-    def validate(self, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {key: self._modality(key, item) for key, item in value.items()}
-        return self.spec.validate(value)
-
-    def _modality(self, key: str, value: Any) -> Any:
-        if isinstance(value, str) and not self.lead:
-            return value
-        try:
-            arr = to_array(value, "auto")
-        except CastError as err:
-            raise _modality_error(key, err.reason, "a tensor or a string", err.got) from None
-        if arr.ndim < len(self.lead):
-            lead = format_shape(parse_shape(self.lead))
-            raise _modality_error(key, "wrong rank", f"a tensor {lead[:-1]}, ...]", describe(arr))
-        return arr
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            self.validate,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                _jsonable_observation, when_used="json"),
-        )
-
-    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
-        return self.json_schema()
-
-    def json_schema(self, defs: dict[str, Any] | None = None) -> dict[str, Any]:
-        tensor = _strip_x(self.spec.json_schema(defs))
-        modality = {"anyOf": [{"type": "string"}, tensor]} if not self.lead else tensor
-        objects = {"type": "object", "additionalProperties": modality}
-        return {"anyOf": [tensor, objects],
-                "description": "a float32 tensor, or an object of named modalities",
-                "x-gyre-dtype": F32, "x-gyre-shape": [*self.lead, "*obs"],
-                "x-gyre-role": self.spec.role}
-
-
-def _strip_x(schema: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in schema.items() if not k.startswith("x-gyre")}
-
-
-def _modality_error(key: str, reason: str, expected: str, got: str) -> Exception:
-    """A gyre error whose message names the modality (pydantic's location stops at the field)."""
-    return gyre_error(f"modality {key!r}: {reason}", expected, got)
-
-
-def _jsonable_observation(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable_observation(v) for k, v in value.items()}
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value
-
-
-class JsonScalars:
-    """`info`: an object of JSON scalars (string, integer, finite number, bool); never null."""
-
-    def validate(self, value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise gyre_error("not an object", "an object of JSON scalars", describe(value))
-        for key, item in value.items():
-            if not isinstance(key, str) or not _json_scalar(item):
-                raise gyre_error(f"key {key!r}: not a JSON scalar", "string, integer, finite "
-                                 "number or bool", describe(item))
-        return value
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(self.validate)
-
-    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
-        return self.json_schema()
-
-    def json_schema(self, defs: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"type": "object",
-                "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
-                "description": "free-form JSON scalars", "x-gyre-role": "other"}
-
-
-def _json_scalar(item: Any) -> bool:
-    if isinstance(item, float):
-        return item == item and item not in (float("inf"), float("-inf"))
-    return isinstance(item, (str, int, bool))
-
-
-def field_specs(model: type[BaseModel]) -> dict[str, Any]:
-    """Wire name → TensorSpec / AnyObservation / Modalities subclass, for every tensor field."""
-    cached = model.__dict__.get("__gyre_specs__")
-    if cached is not None:
-        return cached
-    specs: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        wire = info.alias or name
-        spec = tensor_spec_of(info.metadata) or _observation_spec(info)
-        if spec is not None:
-            specs[wire] = spec
-    model.__gyre_specs__ = specs  # type: ignore[attr-defined]
-    return specs
-
-
-def _observation_spec(info: Any) -> Any:
-    for item in info.metadata:
-        if isinstance(item, AnyObservation):
-            return item
-    ann = info.annotation
-    if isinstance(ann, type) and issubclass(ann, Modalities):
-        return ann
-    return None
-
-
-def record_bindings(model: type[GyreModel], values: dict[str, Any]) -> tuple[dict, list[Problem]]:
-    """Bind every named dim across the tensor fields of one record; conflicts become problems."""
-    bindings: dict[str, Any] = {}
-    problems: list[Problem] = []
-    for wire, spec in field_specs(model).items():
-        value = values.get(wire)
-        if value is not None:
-            _bind_value(wire, spec, value, bindings, problems)
-    return bindings, problems
-
-
-def _bind_value(path: str, spec: Any, value: Any, bindings: dict, problems: list) -> None:
-    if isinstance(spec, AnyObservation):
-        if isinstance(value, dict):
-            lead = spec.spec.shape[: len(spec.lead)]
-            for key, item in value.items():
-                if isinstance(item, np.ndarray):
-                    for name, bound, got in bind_dims(lead, item.shape[: len(lead)], bindings):
-                        problems.append(_dim_problem(f"{path}.{key}", name, bound, got, item))
-            return
-        spec = spec.spec
-    if isinstance(spec, TensorSpec):
-        if isinstance(value, np.ndarray):
-            for name, bound, got in bind_dims(spec.shape, value.shape, bindings):
-                problems.append(_dim_problem(path, name, bound, got, value))
-        return
-    if isinstance(spec, type) and issubclass(spec, Modalities) and isinstance(value, BaseModel):
-        for wire, sub in field_specs(spec).items():
-            sub_value = getattr(value, _attr(spec, wire), None)
-            if sub_value is not None:
-                _bind_value(f"{path}.{wire}", sub, sub_value, bindings, problems)
-
-
-def _attr(model: type[BaseModel], wire: str) -> str:
-    for name, info in model.model_fields.items():
-        if (info.alias or name) == wire:
-            return name
-    return wire
-
-
-def _dim_problem(path: str, name: str, bound: Any, got: Any, value: Any) -> Problem:
-    return Problem(path=path, message=f"dim {name} disagrees with an earlier field",
-                   expected=f"{name}={format_size(bound)}",
-                   got=f"{name}={format_size(got)} ({describe(value)})")
+from gyre_contract.core.modelinfo import model_info
+from gyre_contract.core.registry import run
+from gyre_contract.core.rules import BatchView
+from gyre_contract.core.tensor import Tensor, TensorSpec
 
 
 class RolloutStepV1(GyreModel):
@@ -276,7 +84,7 @@ class RolloutStepV1(GyreModel):
         info = cls.model_fields["next_observation"]
         info.metadata = [replace(m, role="next_observation") if isinstance(m, TensorSpec) else m
                          for m in info.metadata]
-        cls.__dict__.get("__gyre_specs__") and delattr(cls, "__gyre_specs__")
+        modelinfo.forget(cls)  # field specs derived before the role was set are stale
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RolloutStepV1:
@@ -295,54 +103,8 @@ def PydanticProblems(problems: list[Problem]) -> Exception:
 
 
 def step_cross_problems(step: RolloutStepV1) -> list[Problem]:
-    """Rules that need several fields: dims agree, logprob ≤ 0 for a discrete action."""
-    cls = type(step)
-    values = {"observation": step.observation, "next_observation": step.next_observation,
-              "action": step.action, "logprob": step.logprob}
-    values.update({w: getattr(step, _attr(cls, w), None) for w in field_specs(cls)
-                   if w not in values})
-    _, problems = record_bindings(cls, values)
-    problems += _logprob_problems(step)
-    problems += _next_observation_problems(step)
-    return problems
-
-
-def _logprob_problems(step: RolloutStepV1) -> list[Problem]:
-    logprob, action = step.logprob, step.action
-    if logprob is None:
-        return []
-    problems = []
-    lp = np.asarray(logprob)
-    act_shape = np.shape(action)
-    free = any(d.variadic for d in field_specs(type(step))["logprob"].shape)
-    if free and lp.shape not in ((), act_shape):
-        problems.append(Problem("logprob", f"float32[] or float32{list(act_shape)}",
-                                describe(logprob), "shape is neither [] nor the action's"))
-    discrete = np.asarray(action).dtype.kind in "iu"
-    if discrete and lp.size and float(lp.max()) > 0:
-        problems.append(Problem("logprob", "<= 0 (a discrete action's log-probability)",
-                                _max_text(lp), "positive log-probability"))
-    return problems
-
-
-def _max_text(arr: np.ndarray) -> str:
-    return f"{float(arr.max())!r}" if arr.ndim == 0 else f"max {float(arr.max())!r} in {describe(arr)}"
-
-
-def _next_observation_problems(step: RolloutStepV1) -> list[Problem]:
-    obs, nxt = step.observation, step.next_observation
-    if nxt is None:
-        return []
-    if isinstance(obs, dict) != isinstance(nxt, dict):
-        return [Problem("next_observation", "the same structure as observation",
-                        describe(nxt), "structure differs from observation")]
-    if isinstance(obs, dict) and set(obs) != set(nxt):
-        return [Problem("next_observation", f"modalities [{', '.join(sorted(obs))}]",
-                        f"[{', '.join(sorted(nxt))}]", "modalities differ from observation")]
-    if isinstance(obs, np.ndarray) and isinstance(nxt, np.ndarray) and obs.shape != nxt.shape:
-        return [Problem("next_observation", f"the observation's shape {describe(obs)}",
-                        describe(nxt), "shape differs from observation")]
-    return []
+    """The registry's `step` rules (several fields of one record), each problem naming its rule."""
+    return run("step", None, step)
 
 
 RolloutStep = RolloutStepV1
@@ -397,82 +159,23 @@ class TrainBatchV1(GyreModel):
 
     def arrays(self) -> dict[str, Any]:
         """Every field present, by wire name (`return`, not `return_`), extras included."""
-        out = {w: getattr(self, _attr(type(self), w)) for w in field_specs(type(self))}
+        info = model_info(type(self))
+        out = {w: getattr(self, info.attr(w)) for w in field_specs(type(self))}
         out.update(self.model_extra or {})
         return {k: v for k, v in out.items() if v is not None}
 
 
 def batch_rule_problems(batch: TrainBatchV1) -> list[Problem]:
-    """§4 rules: one B and T, finite floats under mask, flags off-mask False, padding at the end."""
+    """The registry's `batch` rules (docs/contract.md §4): one B and T, finite floats under mask,
+    flags off-mask False, padding at the end. Values are checked once the shapes hold."""
     arrays = batch.arrays()
-    bindings, problems = record_bindings(type(batch), arrays)
-    problems += _extra_problems(batch, bindings)
-    mask = arrays["mask"]
-    if problems or mask.ndim != 2:
+    bindings, dim_problems = record_bindings(type(batch), arrays)
+    view = BatchView(type(batch), arrays, dict(batch.model_extra or {}), bindings, dim_problems,
+                     mask=arrays["mask"])
+    problems = run("batch", "shape", view)
+    if problems or view.mask.ndim != 2:
         return problems
-    problems += _mask_problems(mask)
-    problems += _finite_problems(type(batch), arrays, mask)
-    problems += _flag_problems(arrays, mask)
-    return problems
-
-
-def _extra_problems(batch: TrainBatchV1, bindings: dict[str, Any]) -> list[Problem]:
-    problems = []
-    size = bindings.get("B")
-    for key, value in (batch.model_extra or {}).items():
-        if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != size:
-            problems.append(Problem(key, f"an array with leading B={size}", describe(value),
-                                    "extra batch field is not a [B, ...] array"))
-    return problems
-
-
-def _rows(bad_rows: np.ndarray) -> str:
-    rows = np.flatnonzero(bad_rows)
-    shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
-    return f"rows [{shown}]"
-
-
-def _mask_problems(mask: np.ndarray) -> list[Problem]:
-    gaps = (mask[:, 1:] & ~mask[:, :-1]).any(axis=1)
-    if not gaps.any():
-        return []
-    return [Problem("mask", "True then only False along each row (padding at the end)",
-                    _rows(gaps), "padding before a real step")]
-
-
-def _finite_problems(model: type[GyreModel], arrays: dict, mask: np.ndarray) -> list[Problem]:
-    problems = []
-    for wire, spec in field_specs(model).items():
-        value = arrays.get(wire)
-        if not isinstance(spec, TensorSpec) or spec.finite or not isinstance(value, np.ndarray):
-            continue
-        if value.dtype.kind != "f" or value.ndim < 2:
-            continue
-        finite = np.isfinite(value).reshape(value.shape[0], value.shape[1], -1).all(axis=2)
-        bad = mask & ~finite
-        if bad.any():
-            problems.append(Problem(wire, "finite values where mask is True",
-                                    f"non-finite values in {_rows(bad.any(axis=1))}",
-                                    "not finite"))
-    return problems
-
-
-def _flag_problems(arrays: dict, mask: np.ndarray) -> list[Problem]:
-    problems = []
-    for flag in ("done", "terminated", "truncated"):
-        value = arrays.get(flag)
-        if value is not None and (value & ~mask).any():
-            problems.append(Problem(flag, "False where mask is False",
-                                    f"True on padding in {_rows((value & ~mask).any(axis=1))}",
-                                    "flag set on padding"))
-    term, trunc, done = arrays.get("terminated"), arrays.get("truncated"), arrays.get("done")
-    if term is not None and trunc is not None:
-        wrong = mask & (done != (term | trunc))
-        if wrong.any():
-            problems.append(Problem("done", "terminated OR truncated on every real step",
-                                    f"a different value in {_rows(wrong.any(axis=1))}",
-                                    "done disagrees with terminated/truncated"))
-    return problems
+    return problems + run("batch", "values", view)
 
 
 TrainBatch = TrainBatchV1

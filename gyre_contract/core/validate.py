@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from gyre_contract.core.dims import format_size, scalar_reason
+from gyre_contract.core.dims import scalar_reason
 from gyre_contract.core.errors import ContractError, Problem, describe
-from gyre_contract.core.fastpath import FAST_FAILURES, PLANS, fast_plan
+from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
+from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import (
     AnyObservation,
     GyreModel,
@@ -29,6 +30,9 @@ from gyre_contract.core.models import (
     field_specs,
     record_bindings,
 )
+from gyre_contract.core.registry import declare_fast_path, run
+from gyre_contract.core.rules import EPISODE_RULES, BatchView, OpenEpisode, StepInEpisode, field_rule
+from gyre_contract.core.switches import fast_paths_enabled, switch_set
 from gyre_contract.core.tensor import TensorSpec
 
 M = TypeVar("M", bound=GyreModel)
@@ -46,7 +50,7 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
             return record  # type: ignore[return-value]
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
-    plan = PLANS.get(model) or fast_plan(model)
+    plan = PLANS[model] if not switch_set() or fast_paths_enabled() else None
     if plan is not None:
         try:
             return plan.validate_python(record)
@@ -73,26 +77,34 @@ MAX_HINTS = 20  # "did you mean" is worth computing for a typo, not for a record
 
 def _problems_of(item: Mapping[str, Any], model: type[BaseModel], hint: bool = True
                  ) -> list[Problem]:
+    """Problems of one pydantic error; per-field ones name their field rule (`rules.field_rule`),
+    cross-field ones (`gyre_problems`) carry the rules that found them."""
     kind, loc, value = item["type"], item["loc"], item.get("input")
-    path = _dotted(loc)
     ctx = item.get("ctx") or {}
     if kind == "gyre_problems":
         return list(ctx["problems"])
+    problem = _field_problem(kind, loc, value, ctx, item, model, hint)
+    return [problem.by_rule(field_rule(kind, problem.message))]
+
+
+def _field_problem(kind: str, loc: tuple[Any, ...], value: Any, ctx: Mapping[str, Any],
+                   item: Mapping[str, Any], model: type[BaseModel], hint: bool) -> Problem:
+    path = _dotted(loc)
     if kind == "gyre":
-        return [Problem(path, ctx["expected"], ctx["got"], ctx["reason"])]
+        return Problem(path, ctx["expected"], ctx["got"], ctx["reason"])
     spec = _spec_at(model, loc)
     expected = _expected(spec)
     if kind == "gyre_scalar":
         why = scalar_reason(value, spec.dtype) if isinstance(spec, TensorSpec) else ""
-        return [Problem(path, expected, describe(value), why or "invalid value")]
+        return Problem(path, expected, describe(value), why or "invalid value")
     if kind == "missing":
-        return [Problem(path, expected, "nothing", "missing required field")]
+        return Problem(path, expected, "nothing", "missing required field")
     if kind == "extra_forbidden":
         expected = _unknown_hint(model, loc) if hint else "only the model's fields"
-        return [Problem(path, expected, describe(value), "unknown field")]
+        return Problem(path, expected, describe(value), "unknown field")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return [Problem(path, "an object", describe(value), "not an object")]
-    return [Problem(path, expected, describe(value), item["msg"])]
+        return Problem(path, "an object", describe(value), "not an object")
+    return Problem(path, expected, describe(value), item["msg"])
 
 
 def _dotted(loc: Iterable[Any]) -> str:
@@ -115,10 +127,8 @@ def _spec_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
 
 
 def _plain_field(model: type[BaseModel], wire: str) -> Any:
-    for name, info in model.model_fields.items():
-        if (info.alias or name) == wire:
-            return info.annotation
-    return None
+    info = model_info(model)
+    return model.model_fields[info.attr(wire)].annotation if wire in info.wires else None
 
 
 def _expected(spec: Any) -> str:
@@ -135,7 +145,7 @@ def _expected(spec: Any) -> str:
 
 def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     parent = _spec_at(model, loc[:-1])
-    known = _wire_names(parent) if isinstance(parent, type) else []
+    known = list(model_info(parent).wires) if isinstance(parent, type) else []
     name = str(loc[-1])
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 64 else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -143,25 +153,17 @@ def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return f"only the fields of {owner}{hint}"
 
 
-def _wire_names(model: type[BaseModel]) -> list[str]:
-    return [info.alias or name for name, info in model.model_fields.items()]
-
-
 # -- episodes ----------------------------------------------------------------------------
 
-@dataclass
-class _Open:
-    """What the tracker remembers of an episode still being read."""
-
-    step: int
-    policy_version: int
-    line: int | None
-    dims: dict[str, Any]
+EPISODE_FAST_PATH = declare_fast_path(
+    "bulk_episode", kinds=("episode",),
+    implements=[r.name for r in EPISODE_RULES])  # add_columns: every episode rule, vectorised
+"""The rules `EpisodeTracker.add_columns` implements (it refuses a run that breaks one)."""
 
 
 @dataclass
 class EpisodeTracker:
-    """Applies the episode rules to steps arriving one at a time, in file order.
+    """Applies the registry's episode rules to steps arriving one at a time, in file order.
 
     Episodes may interleave (vector envs write several at once). Memory holds one small entry per
     open episode and the ids of finished ones.
@@ -172,7 +174,7 @@ class EpisodeTracker:
     terminated: int = 0
     truncated: int = 0
     policy_versions: set[int] = field(default_factory=set)
-    _open: dict[str, _Open] = field(default_factory=dict)
+    _open: dict[str, OpenEpisode] = field(default_factory=dict)
     _ended: dict[str, int | None] = field(default_factory=dict)
 
     @property
@@ -188,50 +190,35 @@ class EpisodeTracker:
         self.steps += 1
         self.policy_versions.add(step.policy_version)
         problems = self._check(step, line)
-        if line is not None:
+        if line is not None and problems:
             problems = [p.at_line(line) for p in problems]
         return problems
 
     def _check(self, step: RolloutStepV1, line: int | None) -> list[Problem]:
         eid = step.episode_id
         if eid in self._ended:
-            return [_after_end(step, self._ended[eid])]
+            return run("episode", "step", StepInEpisode(step, None, True, self._ended[eid], {}))
         dims = self._dims(step)
         state = self._open.get(eid)
-        problems = self._continues(step, state, dims) if state else _starts(step)
+        problems = run("episode", "step", StepInEpisode(step, state, False, None, dims))
         if step.terminated or step.truncated:
             self._open.pop(eid, None)
             self._ended[eid] = line
             self.terminated += bool(step.terminated)
             self.truncated += bool(step.truncated and not step.terminated)
         else:
-            self._open[eid] = _Open(step.step, step.policy_version, line,
-                                    state.dims if state else dims)
+            self._open[eid] = OpenEpisode(step.step, step.policy_version, line,
+                                          state.dims if state else dims)
         return problems
 
     def _dims(self, step: RolloutStepV1) -> dict[str, Any]:
-        if not _has_named_dims(self.model):
+        if not has_named_dims(self.model):
             return {}
-        values = {w: getattr(step, _attr_name(self.model, w)) for w in field_specs(self.model)}
+        info = model_info(self.model)
+        values = {w: getattr(step, info.attr(w)) for w in field_specs(self.model)}
         bindings, _ = record_bindings(self.model, values)
         varying = set(self.model.varying_dims)
         return {k: v for k, v in bindings.items() if k not in varying}
-
-    def _continues(self, step: RolloutStepV1, state: _Open, dims: dict[str, Any]) -> list[Problem]:
-        problems = []
-        if step.step != state.step + 1:
-            problems.append(Problem("step", f"{state.step + 1} (previous step + 1)",
-                                    str(step.step), "step does not follow the previous step"))
-        if step.policy_version < state.policy_version:
-            problems.append(Problem("policy_version", f">= {state.policy_version} (never decreases)",
-                                    str(step.policy_version), "policy_version decreased"))
-        for name, size in dims.items():
-            if name in state.dims and state.dims[name] != size:
-                problems.append(Problem(
-                    name, f"{name}={format_size(state.dims[name])} as earlier in the episode",
-                    f"{name}={format_size(size)}", "dimension changed within the episode "
-                    "(declare it in varying_dims if it may)"))
-        return problems
 
     def add_columns(self, episode_id: Sequence[str], step: np.ndarray, policy_version: np.ndarray,
                     terminated: np.ndarray, truncated: np.ndarray, first_line: int) -> bool:
@@ -239,10 +226,12 @@ class EpisodeTracker:
 
         The bulk form of `add` for models without named dims, vectorised over the run. True: no
         step breaks an episode rule and the tracker is exactly as after `add` on each step.
-        False: some step does; the tracker is unchanged and the caller adds the steps one by
-        one to get the problems.
+        False: some step does, or the bulk form steps aside (fast paths off, or an episode rule
+        it does not implement is registered); the tracker is unchanged and the caller adds the
+        steps one by one to get the problems.
         """
-        if _has_named_dims(self.model):
+        if has_named_dims(self.model) or not fast_paths_enabled() \
+                or not EPISODE_FAST_PATH.usable():
             return False
         n = len(episode_id)
         changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
@@ -289,7 +278,8 @@ class EpisodeTracker:
                 ended.append((line, eid, bool(terminated[row])))
                 continue
             state = self._open.get(eid)
-            self._open[eid] = _Open(last_step, last_version, line, state.dims if state else {})
+            self._open[eid] = OpenEpisode(last_step, last_version, line,
+                                          state.dims if state else {})
         for line, eid, term in sorted(ended):
             self._open.pop(eid, None)
             self._ended[eid] = line
@@ -305,7 +295,7 @@ class EpisodeTracker:
             return
         state = self._open.get(episode_id)
         if state is None:
-            self._open[episode_id] = _Open(step, -(2**63), line, {})
+            self._open[episode_id] = OpenEpisode(step, -(2**63), line, {})
         else:
             state.step, state.line = step, line
 
@@ -313,34 +303,16 @@ class EpisodeTracker:
         """Problems known only at the end: open episodes, when completeness is required."""
         if not require_complete:
             return []
-        return [
-            Problem("episode_id", "a terminated or truncated last step",
-                    f"episode {eid!r} open after step {state.step}", "open episode",
-                    line=state.line)
-            for eid, state in self._open.items()
-        ]
+        return run("episode", "end", self._open)
 
 
-def _starts(step: RolloutStepV1) -> list[Problem]:
-    if step.step == 0:
-        return []
-    return [Problem("step", "0 on an episode's first step", str(step.step),
-                    "episode does not start at step 0")]
+def has_named_dims(model: type[GyreModel]) -> bool:
+    """Whether some tensor field of `model` has a named dim (the episode rule on dims applies)."""
+    return model_info(model).derived("has_named_dims", _named_dims)
 
 
-def _after_end(step: RolloutStepV1, ended_at: int | None) -> Problem:
-    where = f" at line {ended_at}" if ended_at is not None else ""
-    return Problem("episode_id", "no step after the episode's terminated or truncated step",
-                   f"step {step.step} of episode {step.episode_id!r}, which ended{where}",
-                   "step after the episode ended (a phantom reset transition?)")
-
-
-def _has_named_dims(model: type[GyreModel]) -> bool:
-    cached = model.__dict__.get("__gyre_named__")
-    if cached is None:
-        cached = any(_named(spec) for spec in field_specs(model).values())
-        model.__gyre_named__ = cached  # type: ignore[attr-defined]
-    return cached
+def _named_dims(model: type[GyreModel]) -> bool:
+    return any(_named(spec) for spec in field_specs(model).values())
 
 
 def _named(spec: Any) -> bool:
@@ -348,11 +320,7 @@ def _named(spec: Any) -> bool:
         return True
     if isinstance(spec, TensorSpec):
         return any(d.name for d in spec.shape)
-    return isinstance(spec, type) and _has_named_dims(spec)
-
-
-def _attr_name(model: type[BaseModel], wire: str) -> str:
-    return "return_" if wire == "return" and "return_" in model.model_fields else wire
+    return isinstance(spec, type) and has_named_dims(spec)
 
 
 def validate_episode(
@@ -434,14 +402,6 @@ def staleness_problems(
     if versions.size == 0:
         return []
     current = int(versions.max()) if current_version is None else current_version
-    ids = batch.episode_id
-    problems = []
-    for row in np.flatnonzero((versions < current - max_staleness) | (versions > current)):
-        version = int(versions[row])
-        episode = f" (episode {str(ids[row])!r})" if ids is not None else ""
-        message = "policy version from the future" if version > current else "stale policy version"
-        problems.append(Problem(
-            f"policy_version[{row}]",
-            f"{current - max_staleness}..{current} (current {current}, max_staleness "
-            f"{max_staleness})", f"{version}{episode}", message))
-    return problems
+    view = BatchView(type(batch), {}, {}, {}, [], versions=versions, episode_ids=batch.episode_id,
+                     current_version=current, max_staleness=max_staleness)
+    return run("batch", "staleness", view)

@@ -11,7 +11,11 @@ are ruled out on the whole block at once, and the episode rules run vectorised
 Like the fast path of `validate_step`, this only ever accepts: a block holding anything unusual
 (any error, a duplicate key, an escape sequence, a float tensor element beyond the range where
 an integer is exact, ...) gets None and is checked line by line by the normal path, which decides
-and explains. `tests/test_fast_file.py` pins that reports are identical either way.
+and explains. `tests/io/test_fast_file.py` pins that reports are identical either way.
+
+It implements the registry's `field` and `step` rules listed in `FAST_PATH` (the episode rules
+are `EpisodeTracker.add_columns`'s); while a rule of those kinds is registered that it does not
+list, `bulk_plan` gives None for every model, as it does under `GYRE_FAST_PATHS=0`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ from msgspec.structs import astuple
 from pydantic import BaseModel
 
 from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_EXACT_INT, FLOAT_MAX, INT_RANGES, numpy_dtype
+from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import JsonScalars, RolloutStepV1, field_specs
+from gyre_contract.core.registry import declare_fast_path
+from gyre_contract.core.rules import FIELD_RULES
+from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
 
 _COLON = ord(":")
@@ -389,15 +397,30 @@ def _nonpositive(logprobs: list[Any]) -> bool:
     return max(present) <= 0
 
 
+FAST_PATH = declare_fast_path(
+    "bulk_jsonl", kinds=("field", "step"),
+    implements=[*(r.name for r in FIELD_RULES),  # msgspec's typed decoding (`_msgspec_type`)
+                # the plan exists only where these cannot be broken or are checked (`_build`):
+                "step.dims_agree",  # no named dims
+                "step.logprob_shape",  # a scalar logprob
+                "step.logprob_nonpositive",  # `_nonpositive`
+                "step.next_observation_structure", "step.next_observation_modalities",
+                "step.next_observation_shape"])  # one fixed tensor shape for both
+"""The rules the bulk reader implements: each one a block breaks makes it refuse the block."""
+
+PLAN_KEY = "fastfile.bulk_plan"
+"""The `ModelInfo.derived` key of a model's bulk plan."""
+
+
 def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
-    """The bulk plan of `model`, or None when it is not simple enough (cached per model)."""
-    if model in _PLANS:
-        return _PLANS[model]
-    plan = _PLANS[model] = _build(model)
-    return plan
+    """The bulk plan of `model`, or None when it is not simple enough, when fast paths are off
+    (`GYRE_FAST_PATHS=0`) or when a registered rule is not in `FAST_PATH`. Asked once a file."""
+    if not fast_paths_enabled() or not (isinstance(model, type)
+                                        and issubclass(model, RolloutStepV1)):
+        return None
+    return model_info(model).derived(PLAN_KEY, _build)
 
 
-_PLANS: dict[type, BulkPlan | None] = {}
 _INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
 _CROSS = "_cross_field_rules"
@@ -408,16 +431,17 @@ def _cross_rules() -> Any:
 
 
 def _build(model: type[BaseModel]) -> BulkPlan | None:
-    if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):
-        return None
+    if not FAST_PATH.usable():
+        return None  # a registered rule this reader does not implement: the normal path
     decorators = model.__pydantic_decorators__
     if decorators.field_validators or decorators.model_validators.keys() != {_CROSS} \
             or decorators.model_validators[_CROSS].func is not _cross_rules():
         return None  # rules of the project's own: only the normal path knows them
     specs = field_specs(model)
+    names = model_info(model)
     fields = []
     for name, info in model.model_fields.items():
-        wire = info.alias or name
+        wire = names.wire(name)
         spec = specs.get(wire)
         if spec is None and any(isinstance(m, JsonScalars) for m in info.metadata):
             kind: Any = dict[str, str | _INFO_INT | _INFO_FLOAT | bool]

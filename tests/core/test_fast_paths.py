@@ -21,6 +21,15 @@ from gyre_contract.core.models import Modalities, RolloutStep
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.core.validate import problems_from, validate_step
 
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_paths_on():
+    """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("GYRE_FAST_PATHS", "1")
+        yield
+
+
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -8,6 +8,8 @@ has changed.
 from __future__ import annotations
 
 import copy
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,16 @@ from gyre_contract.core.errors import ContractError
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.fastfile import bulk_plan
+from gyre_contract.io.rollout import validate_file
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_paths_on():
+    """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("GYRE_FAST_PATHS", "1")
+        yield
+
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -285,13 +297,27 @@ def small_blocks(monkeypatch):
 
 
 def both_ways(monkeypatch, run: Any) -> tuple[Any, Any]:
-    import gyre_contract.io.rollout as rollout
-
-    bulk = run()
+    """`run()` with the fast paths on, then off (`GYRE_FAST_PATHS=0`: every line one by one)."""
     with monkeypatch.context() as m:
-        m.setattr(rollout, "_bulk_plan", lambda model: None)
+        m.setenv("GYRE_FAST_PATHS", "1")
+        bulk = run()
+    with monkeypatch.context() as m:
+        m.setenv("GYRE_FAST_PATHS", "0")
         normal = run()
     return bulk, normal
+
+
+def test_fast_paths_off_means_no_bulk_plan_and_no_bulk_episodes(cartpole_model, monkeypatch):
+    tracker = EpisodeTracker(cartpole_model)
+    monkeypatch.setenv("GYRE_FAST_PATHS", "0")
+    assert bulk_plan(cartpole_model) is None
+    assert not tracker.add_columns(["a"], np.array([0]), np.array([0]), np.array([True]),
+                                   np.array([False]), 1)
+    assert tracker.steps == 0
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+    assert bulk_plan(cartpole_model) is not None
+    assert tracker.add_columns(["a"], np.array([0]), np.array([0]), np.array([True]),
+                               np.array([False]), 1)
 
 
 def phantom(base: dict) -> bytes:
@@ -360,3 +386,16 @@ def test_read_episodes_is_identical(cartpole_record, cartpole_model, tmp_path, m
     for a, b in zip(bulk, normal):
         for key in a.columns:
             assert same_columns(a.columns[key], b.columns[key]), (a.episode_id, key)
+
+
+CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.jsonl")))
+def test_corpus_reports_are_identical_with_fast_paths_off(name, cartpole_model, monkeypatch):
+    """Every defect file: the same verdicts, problems and line numbers with GYRE_FAST_PATHS=0."""
+    for model in (cartpole_model, RolloutStep):
+        for complete in (False, True):
+            run = partial(validate_file, CORPUS / name, model, require_complete=complete)
+            bulk, normal = both_ways(monkeypatch, run)
+            assert bulk.to_dict() == normal.to_dict(), (model.__name__, complete)
