@@ -234,7 +234,7 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
                 "the batch validates as CartPoleBatch and the loss is one finite number")
     before = policy.weights.copy()
     try:
-        report = half_way(rollouts, map_path, policy.loss, step_model=step_model,
+        report = half_way(rollouts, map_path, policy.loss, model=step_model,
                           batch_model=batch_model)
     except ContractError as err:
         _failed(say, result, "stage 2", err, "the batch or the loss broke the contract")

@@ -81,7 +81,7 @@ def test_half_way_reads_a_rollout_file_and_takes_a_map_dict(tmp_path, episodes):
     path = tmp_path / "r.jsonl"
     write_steps(path, recorder().record_episodes(3))
     fmap = json.loads(EXAMPLE_MAP.read_text())
-    report = half_way(path, fmap, step_model=CartPoleStep)
+    report = half_way(path, fmap, model=CartPoleStep)
     assert report.loss is None and report.episodes == 3
     assert report.to_text().splitlines()[-1] == "loss: not computed (no loss function given)"
     assert half_way(episodes, FieldMap.from_dict(fmap), lambda b: np.float32(1.5)).loss == 1.5
