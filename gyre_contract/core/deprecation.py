@@ -16,6 +16,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 import warnings
@@ -86,13 +87,13 @@ def lazy_exports(
 ) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
     """`__all__`, `__getattr__` and `__dir__` for a package whose names load on first use.
 
-    `homes` maps a module (relative to `package`, or absolute when it starts with
-    `gyre_contract`) to the public names it defines. `moved` maps a name that left the package
+    `homes` maps a module (absolute, or relative to `package` when it starts with a dot, as
+    in `.rollout`) to the public names it defines. `moved` maps a name that left the package
     to its new home (a module or package that has it); it is still served, with a warning, but
     not listed in `__all__`. A name is imported when first asked for, then kept in the package.
     """
-    home_of = {name: _absolute(package, module) for module, names in homes.items()
-               for name in names}
+    home_of = {name: importlib.util.resolve_name(module, package)
+               for module, names in homes.items() for name in names}
     moved = dict(moved or {})
     public = list(home_of)
     namespace = sys.modules[package].__dict__
@@ -113,10 +114,6 @@ def lazy_exports(
         return sorted(set(namespace) | set(public))
 
     return public, __getattr__, __dir__
-
-
-def _absolute(package: str, module: str) -> str:
-    return module if module.split(".")[0] == "gyre_contract" else f"{package}.{module}"
 
 
 # -- old module paths ---------------------------------------------------------------------------
