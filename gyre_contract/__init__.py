@@ -95,3 +95,5 @@ ModuleAliases({
     **{f"gyre_contract.{old}": "gyre_contract.harness"
        for old in ("recorder", "stages", "runlog", "demo")},
 }).install()
+
+del ModuleAliases, lazy_exports, TYPE_CHECKING  # helpers of this file, not public names
