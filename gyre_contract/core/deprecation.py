@@ -5,6 +5,7 @@ says, with a `DeprecationWarning`, what to use instead. Four helpers cover the c
 
 - `renamed_arguments(step_model="model")`: a function's keyword argument was renamed;
 - `deprecated_alias("ok")`: a method or attribute of a class was renamed;
+- `renamed_function(new, "old")`: a module-level function was renamed;
 - `lazy_exports(...)`: a package's public names, imported on first use (PEP 562), plus the names
   that moved away from it (still served, with a warning naming their new home);
 - `ModuleAliases`: old dotted module names (`gyre_contract.rollout`) that now live elsewhere.
@@ -74,10 +75,26 @@ class deprecated_alias:  # lower case: used like a function in a class body
         self.old = name
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        where = owner.__name__ if owner is not None else type(instance).__name__
+        if instance is None:  # the class itself (help(), inspect): the alias, no warning
+            return self
+        where = type(instance).__name__
         note = f"; {self.note}" if self.note else ""
         warn_deprecated(f"{where}.{self.old} is deprecated, use {where}.{self.new}{note}")
-        return getattr(owner if instance is None else instance, self.new)
+        return getattr(instance, self.new)
+
+
+def renamed_function(new: F, old_name: str) -> F:
+    """The function `new` under its old name `old_name`, warning at each call.
+
+    `old = renamed_function(new, "old")` at module level keeps `old(...)` working.
+    """
+    @functools.wraps(new)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        warn_deprecated(f"{old_name}() is deprecated, use {new.__qualname__}()")
+        return new(*args, **kwargs)
+
+    wrapper.__name__ = wrapper.__qualname__ = old_name
+    return wrapper  # type: ignore[return-value]
 
 
 def lazy_exports(

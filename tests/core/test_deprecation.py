@@ -7,7 +7,12 @@ import types
 
 import pytest
 
-from gyre_contract.core.deprecation import deprecated_alias, lazy_exports, renamed_arguments
+from gyre_contract.core.deprecation import (
+    deprecated_alias,
+    lazy_exports,
+    renamed_arguments,
+    renamed_function,
+)
 
 
 @renamed_arguments(step_model="model", old="new")
@@ -52,6 +57,15 @@ def test_a_deprecated_attribute_alias_forwards_and_warns() -> None:
     with pytest.warns(DeprecationWarning, match=r"Thing\.code is deprecated, use Thing\.exit_code; "
                       r"pass strict= explicitly"):
         assert thing.code(strict=True) == 1
+    assert isinstance(Thing.holds, deprecated_alias)  # on the class: no warning (help, inspect)
+
+
+def test_a_renamed_function_still_works_under_its_old_name_and_warns() -> None:
+    old_pick = renamed_function(pick, "old_pick")
+    assert old_pick.__name__ == "old_pick"
+    with pytest.warns(DeprecationWarning, match=r"^old_pick\(\) is deprecated, use pick\(\)") as caught:
+        assert old_pick("p", model="m") == ("p", "m", 0)
+    assert caught[0].filename == __file__
 
 
 def test_lazy_exports_load_on_first_use_and_serve_moved_names_with_a_warning() -> None:
