@@ -29,10 +29,18 @@ from gyre_contract.core.tensor import Tensor
 from gyre_contract.core.validate import validate_batch, validate_episode, validate_step
 
 if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on first use
-    from gyre_contract.harness import Recorder, RunLog, RunRecord, full_loop, half_way
-    from gyre_contract.io import Episode, read_episodes, read_steps, validate_file, write_steps
-    from gyre_contract.schema import compat, diff, export_schemas, infer_schema, json_schema, load_schema
-    from gyre_contract.trainer import FieldMap, collate, discounted_returns, gae, register_op
+    from gyre_contract.harness.recorder import Recorder
+    from gyre_contract.harness.runlog import RunLog, RunRecord
+    from gyre_contract.harness.stages import full_loop, half_way
+    from gyre_contract.io.rollout import Episode, read_episodes, read_steps, validate_file, write_steps
+    from gyre_contract.schema.compatibility import compat
+    from gyre_contract.schema.diffing import diff
+    from gyre_contract.schema.export import export_schemas, json_schema
+    from gyre_contract.schema.fieldtable import infer_schema, load_schema
+    from gyre_contract.trainer.advantages import discounted_returns, gae
+    from gyre_contract.trainer.collation import collate
+    from gyre_contract.trainer.fieldmap import FieldMap
+    from gyre_contract.trainer.ops import register_op
 
 __version__ = "0.1.0"
 

@@ -6,7 +6,8 @@ Names load on first use (PEP 562). `collate` here is the function.
 from gyre_contract.core.deprecation import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".fieldmap": ("FieldMap", "register_op", "unregister_op", "known_ops"),
+    ".fieldmap": ("FieldMap",),
+    ".ops": ("register_op", "unregister_op", "known_ops"),
     ".collation": ("collate",),
     ".advantages": ("gae", "discounted_returns"),
     ".inspection": ("inspect_batch", "batch_schema"),

@@ -1,0 +1,401 @@
+"""The ops a field map may use (docs/contract.md §7): the registry, each built-in op, and the
+lossless cast.
+
+An op is a function `fn(inputs, columns, **args) -> array` run on collated `[B, T, ...]` arrays,
+with a declared number of sources and checked arguments. The registry is fixed except for what
+Python code adds with `register_op`; a map file can only name ops, never define them.
+`gyre_contract.trainer.fieldmap` parses maps and runs them through `get_op` and `run_op`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gyre_contract.core.dims import DTYPES, FLOAT_EXACT_INT, INT_DTYPES
+from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+from gyre_contract.trainer.advantages import TRUNCATION_MODES, discounted_returns, gae
+
+OpFunction = Callable[..., Any]
+"""`fn(inputs: list[np.ndarray], columns: Mapping[str, Any], **args) -> np.ndarray`."""
+
+ArgCheck = Callable[[Any], str | None]
+"""Returns why an argument value is wrong, or None when it is fine."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One registered op: its function, how many sources it takes, its arguments.
+
+    `sources` is "one", "many" (a list of at least one), "none", or a tuple naming each source
+    position (a fixed-length list). `args` maps each argument to its check; `required` lists the
+    ones a map must give. `args=None` accepts any arguments (ops registered without a signature).
+    """
+
+    name: str
+    fn: OpFunction
+    sources: str | tuple[str, ...] = "one"
+    args: Mapping[str, ArgCheck] | None = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    builtin: bool = False
+
+
+# -- argument checks -----------------------------------------------------------------------
+
+def _rate(value: Any) -> str | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    return None if ok else f"a number in [0, 1], got {json.dumps(value)}"
+
+
+def _choice(*options: str) -> ArgCheck:
+    def check(value: Any) -> str | None:
+        if value in options:
+            return None
+        return f"one of {', '.join(map(json.dumps, options))}, got {json.dumps(value)}"
+    return check
+
+
+def check_dtype(value: Any) -> str | None:
+    """Why `value` is not a dtype a map may cast to, or None when it is one."""
+    if value in DTYPES and value != "bfloat16":
+        return None
+    known = [d for d in DTYPES if d != "bfloat16"]
+    return f"one of {', '.join(known)}, got {json.dumps(value)}"
+
+
+def _int(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    return None if ok else f"an integer, got {json.dumps(value)}"
+
+
+def _nonzero_int(value: Any) -> str | None:
+    return _int(value) or (None if value != 0 else "a non-zero integer, got 0")
+
+
+def _int_list(value: Any) -> str | None:
+    ok = isinstance(value, list) and all(_int(v) is None for v in value)
+    return None if ok else f"a list of integers, got {json.dumps(value)}"
+
+
+def _shape(value: Any) -> str | None:
+    ok = isinstance(value, list) and all(_int(v) is None or v in ("B", "T") for v in value)
+    return None if ok else f'a list of integers, -1, "B" or "T", got {json.dumps(value)}'
+
+
+def _scalar(value: Any) -> str | None:
+    ok = isinstance(value, (bool, int, float, str)) and not (
+        isinstance(value, float) and not math.isfinite(value))
+    return None if ok else f"a JSON number, bool or string, got {json.dumps(value)}"
+
+
+# -- built-in ops --------------------------------------------------------------------------
+
+def _rename(inputs: list[Any], columns: Mapping[str, Any]) -> Any:
+    return inputs[0]
+
+
+def _cast_op(inputs: list[Any], columns: Mapping[str, Any], *, dtype: str) -> Any:
+    return cast_array(inputs[0], dtype)
+
+
+def _any(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    return np.logical_or.reduce(_bools(inputs, "any"))
+
+
+def _all(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    return np.logical_and.reduce(_bools(inputs, "all"))
+
+
+def _not(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    return ~_bools(inputs, "not")[0]
+
+
+def _and_not(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    """`flag AND NOT exclude`: RLDS truncated = is_last AND NOT is_terminal."""
+    flag, exclude = _bools(inputs, "and_not")
+    return flag & ~exclude
+
+
+def _bools(inputs: list[Any], op: str) -> list[np.ndarray]:
+    shapes = {x.shape for x in inputs}
+    for x in inputs:
+        if x.dtype != np.bool_:
+            raise ContractError(Problem(op, "bool arrays", describe(x), f"op {op!r} needs bools"))
+    if len(shapes) > 1:
+        raise ContractError(Problem(op, "arrays of one shape", f"shapes {sorted(shapes)}",
+                                    f"op {op!r} needs equal shapes"))
+    return inputs
+
+
+def _transpose(inputs: list[Any], columns: Mapping[str, Any], *, axes: list[int]) -> np.ndarray:
+    x = inputs[0]
+    if sorted(axes) != list(range(x.ndim)):
+        raise ContractError(Problem("transpose", f"a permutation of 0..{x.ndim - 1} (axes of the "
+                                    f"whole [B, T, ...] array)", str(axes), "bad axes"))
+    return np.ascontiguousarray(np.transpose(x, axes))
+
+
+def _reshape(inputs: list[Any], columns: Mapping[str, Any], *, shape: list[Any]) -> np.ndarray:
+    x = inputs[0]
+    sizes = {"B": x.shape[0], "T": x.shape[1] if x.ndim > 1 else None}
+    target = [sizes.get(d, d) if isinstance(d, str) else d for d in shape]
+    try:
+        return x.reshape(target)
+    except (ValueError, TypeError) as err:
+        raise ContractError(Problem("reshape", f"a shape holding {x.size} elements",
+                                    str(shape), f"cannot reshape {describe(x)}: {err}")) from err
+
+
+def _squeeze(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
+    x = inputs[0]
+    if not -x.ndim <= axis < x.ndim or x.shape[axis] != 1:
+        raise ContractError(Problem("squeeze", f"axis {axis} of size 1", describe(x),
+                                    "cannot squeeze"))
+    return np.squeeze(x, axis)
+
+
+def _unsqueeze(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
+    x = inputs[0]
+    if not -x.ndim - 1 <= axis <= x.ndim:
+        raise ContractError(Problem("unsqueeze", f"an axis in [{-x.ndim - 1}, {x.ndim}]",
+                                    str(axis), "cannot unsqueeze"))
+    return np.expand_dims(x, axis)
+
+
+def _shift(inputs: list[Any], columns: Mapping[str, Any], *, by: int, fill: Any) -> np.ndarray:
+    """x[t - by] within each row; steps whose source lies outside the row get the map's `fill`."""
+    x, mask = inputs[0], _need(columns, "mask")
+    nt = x.shape[1]
+    fill_value = cast_array(np.asarray(fill), x.dtype.name if x.dtype.kind != "U" else "string")
+    out = np.zeros_like(x)
+    src_ok = np.zeros_like(mask)
+    if abs(by) < nt:
+        dst, src = (slice(by, None), slice(None, nt - by)) if by > 0 else \
+            (slice(None, nt + by), slice(-by, None))
+        out[:, dst] = x[:, src]
+        src_ok[:, dst] = mask[:, src]
+    tail = (slice(None), slice(None)) + (None,) * (x.ndim - 2)
+    out = np.where(src_ok[tail], out, fill_value)
+    return np.where(mask[tail], out, np.zeros((), x.dtype))
+
+
+def _sum(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
+    x = inputs[0]
+    _check_axis("sum", x, axis)
+    return x.sum(axis=axis, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+
+def _masked_sum(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
+    """Sum over real elements only, e.g. a sequence's log-prob from per-token log-probs."""
+    x, mask = inputs
+    _check_axis("masked_sum", x, axis)
+    if mask.dtype != np.bool_ or mask.shape != x.shape[:mask.ndim]:
+        raise ContractError(Problem("masked_sum", f"a bool mask of shape {list(x.shape)} or a "
+                                    f"leading part of it", describe(mask), "bad mask"))
+    where = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+    zero = np.zeros((), x.dtype)
+    return np.where(where, x, zero).sum(axis=axis, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+
+def _check_axis(op: str, x: np.ndarray, axis: int) -> None:
+    if not (2 <= axis < x.ndim or 2 - x.ndim <= axis < 0):
+        raise ContractError(Problem(op, f"a per-step axis of {describe(x)} (not B or T)",
+                                    str(axis), "bad axis"))
+
+
+def _per_step(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    """A per-row column `[B, ...]` (`episode_id`) repeated on each step: `[B, T, ...]` for a
+    trainer that reads one per step. Padding steps hold 0 / "" (the mask says they are not data)."""
+    x, mask = np.asarray(inputs[0]), _need(columns, "mask")
+    if x.ndim == 0 or x.shape[0] != mask.shape[0]:
+        raise ContractError(Problem("per_step", f"a per-row column [{mask.shape[0]}, ...]",
+                                    describe(x), "cannot repeat on each step"))
+    out = np.broadcast_to(x[:, None], (x.shape[0], mask.shape[1], *x.shape[1:]))
+    where = mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+    return np.where(where, out, np.zeros((), x.dtype))
+
+
+def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    """True on an episode's first step (step == 0): SB3 `episode_starts`, RLDS `is_first`."""
+    return (inputs[0] == 0) & _need(columns, "mask")
+
+
+def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: float,
+         truncation: str = "bootstrap", output: str = "advantage") -> np.ndarray:
+    reward, value, terminated, truncated, next_value = inputs
+    adv, ret = gae(reward, value, terminated, truncated, _need(columns, "mask"), next_value,
+                   gamma=gamma, lam=lam, truncation=truncation,  # type: ignore[arg-type]
+                   episode_id=columns.get("episode_id"))
+    return adv if output == "advantage" else ret
+
+
+def _discounted(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float,
+                truncation: str = "bootstrap") -> np.ndarray:
+    reward, terminated, truncated, next_value = inputs
+    return discounted_returns(reward, terminated, truncated, _need(columns, "mask"), next_value,
+                              gamma=gamma, truncation=truncation,  # type: ignore[arg-type]
+                              episode_id=columns.get("episode_id"))
+
+
+def _mask_op(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+    """The collated `mask`, or the mask named in `from` (e.g. a varying column's own mask)."""
+    return inputs[0] if inputs else _need(columns, "mask")
+
+
+def _need(columns: Mapping[str, Any], name: str) -> Any:
+    if name not in columns:
+        raise MissingFieldError(name, columns.keys())
+    return columns[name]
+
+
+_GAE_SOURCES = ("reward", "value", "terminated", "truncated", "next_value")
+_RETURN_SOURCES = ("reward", "terminated", "truncated", "next_value")
+_TRUNCATION = _choice(*TRUNCATION_MODES)
+
+_REGISTRY: dict[str, Op] = {
+    op.name: op for op in (
+        Op("rename", _rename, builtin=True),
+        Op("cast", _cast_op, args={"dtype": check_dtype}, required=("dtype",), builtin=True),
+        Op("any", _any, "many", builtin=True),
+        Op("all", _all, "many", builtin=True),
+        Op("not", _not, builtin=True),
+        Op("and_not", _and_not, ("flag", "exclude"), builtin=True),
+        Op("transpose", _transpose, args={"axes": _int_list}, required=("axes",), builtin=True),
+        Op("reshape", _reshape, args={"shape": _shape}, required=("shape",), builtin=True),
+        Op("squeeze", _squeeze, args={"axis": _int}, required=("axis",), builtin=True),
+        Op("unsqueeze", _unsqueeze, args={"axis": _int}, required=("axis",), builtin=True),
+        Op("shift", _shift, args={"by": _nonzero_int, "fill": _scalar}, required=("by", "fill"),
+           builtin=True),
+        Op("episode_start", _episode_start, builtin=True),
+        Op("per_step", _per_step, builtin=True),
+        Op("sum", _sum, args={"axis": _int}, required=("axis",), builtin=True),
+        Op("masked_sum", _masked_sum, ("values", "mask"), args={"axis": _int},
+           required=("axis",), builtin=True),
+        Op("gae", _gae, _GAE_SOURCES,
+           args={"gamma": _rate, "lam": _rate, "truncation": _TRUNCATION,
+                 "output": _choice("advantage", "return")},
+           required=("gamma", "lam"), builtin=True),
+        Op("discounted_return", _discounted, _RETURN_SOURCES,
+           args={"gamma": _rate, "truncation": _TRUNCATION}, required=("gamma",), builtin=True),
+        Op("mask", _mask_op, "none", builtin=True),
+    )
+}
+
+
+def known_ops() -> list[str]:
+    """Names of every op a map may use, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_op(name: str) -> Op | None:
+    """The registered op called `name`, or None when there is none."""
+    return _REGISTRY.get(name)
+
+
+def step_ops() -> list[str]:
+    """Names of the ops a `then` step may use (one input, not a plain rename), sorted."""
+    return sorted(name for name, op in _REGISTRY.items()
+                  if op.sources == "one" and name != "rename")
+
+
+def register_op(
+    name: str,
+    fn: OpFunction,
+    *,
+    sources: str | tuple[str, ...] = "one",
+    args: Mapping[str, ArgCheck] | Iterable[str] | None = None,
+    required: Iterable[str] = (),
+) -> None:
+    """Add an op for maps to use: `fn(inputs, columns, **args) -> array`.
+
+    `inputs` are the arrays named by the spec's `from`, `columns` all collated columns. `args`
+    names the accepted arguments (a list of names, or a mapping to check functions); None
+    accepts any. Built-in ops cannot be replaced; re-registering a custom op replaces it.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"op name must be an identifier, got {name!r}")
+    if name in _REGISTRY and _REGISTRY[name].builtin:
+        raise ValueError(f"op {name!r} is built in and cannot be replaced")
+    if sources not in ("one", "many", "none") and not (
+            isinstance(sources, tuple) and all(isinstance(s, str) for s in sources)):
+        raise ValueError(f'sources must be "one", "many", "none" or a tuple of names, '
+                         f"got {sources!r}")
+    checks: Mapping[str, ArgCheck] | None
+    if args is None or isinstance(args, Mapping):
+        checks = args
+    else:
+        checks = {a: (lambda value: None) for a in args}
+    _REGISTRY[name] = Op(name, fn, sources, checks, tuple(required))
+
+
+def unregister_op(name: str) -> None:
+    """Remove an op added by `register_op` (built-in ops stay)."""
+    op = _REGISTRY.get(name)
+    if op is None or op.builtin:
+        raise ValueError(f"no custom op named {name!r}")
+    del _REGISTRY[name]
+
+
+# -- casting -------------------------------------------------------------------------------
+
+def cast_array(x: Any, dtype: str) -> Any:
+    """Cast an array (or a dict of modality arrays) to `dtype`, refusing any loss of information.
+
+    Floats narrow to a smaller float width by rounding but must not overflow; a float becomes an
+    int only when every value is whole and in range; a number becomes a bool only when it is 0/1.
+    """
+    if isinstance(x, Mapping):
+        return {k: cast_array(v, dtype) for k, v in x.items()}
+    x = np.asarray(x)
+    if dtype == "string":
+        if x.dtype.kind != "U":
+            raise _cast_error(x, dtype, "only strings are strings")
+        return x
+    target = np.dtype(dtype)
+    if x.dtype == target:
+        return x
+    kind = x.dtype.kind
+    if kind not in "biuf":
+        raise _cast_error(x, dtype, "not a number or bool")
+    if kind == "f" and not np.isfinite(x).all():
+        raise _cast_error(x, dtype, "not finite")
+    if dtype == "bool":
+        if not np.isin(x, (0, 1)).all():
+            raise _cast_error(x, dtype, "values other than 0 and 1")
+    elif dtype in INT_DTYPES:
+        if kind == "f" and not (x == np.round(x)).all():
+            raise _cast_error(x, dtype, "values with a fractional part")
+        info = np.iinfo(target)
+        if x.size and (x.min() < info.min or x.max() > info.max):
+            raise _cast_error(x, dtype, f"values out of range for {dtype}")
+    elif kind in "iu" and x.size and np.abs(x.astype(np.float64)).max() > FLOAT_EXACT_INT[dtype]:
+        raise _cast_error(x, dtype, f"integers too large to be exact in {dtype}")
+    elif kind == "f" and x.size and np.abs(x).max() > np.finfo(target).max:
+        raise _cast_error(x, dtype, f"values out of range for {dtype}")
+    return x.astype(target)
+
+
+def _cast_error(x: np.ndarray, dtype: str, why: str) -> ContractError:
+    return ContractError(Problem("cast", f"values that {dtype} holds exactly", describe(x),
+                                 f"cast from {x.dtype} to {dtype} would lose information: {why}"))
+
+
+NEEDS_MASK = frozenset({"gae", "discounted_return", "mask", "shift", "episode_start",
+                         "per_step"})
+"""Ops that read the collated `mask` even when a map does not name it."""
+
+
+def run_op(op: Op, inputs: list[Any], columns: Mapping[str, Any], args: Mapping[str, Any]) -> Any:
+    """Run an op; a one-source op applied to a group of modalities runs once per modality."""
+    if op.sources == "one" and inputs and isinstance(inputs[0], Mapping):
+        return {k: op.fn([v], columns, **args) for k, v in inputs[0].items()}
+    groups = [i for i, x in enumerate(inputs) if isinstance(x, Mapping)]
+    if groups:
+        raise ContractError(Problem(op.name, "arrays", "a group of modalities",
+                                    f"op {op.name!r} cannot take a group of modalities"))
+    return op.fn(inputs, columns, **args)
