@@ -90,29 +90,29 @@ class HalfWayReport(Report):
 
 @dataclass
 class BatchReport(Report):
-    """What `gyre-contract batch` reports: stage 2's report and the `.npz` written, if any."""
+    """What `gyre-contract batch` reports: stage 2's report (`stage`) and the `.npz` written, if any."""
 
-    half_way: HalfWayReport
+    stage: HalfWayReport
     output: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.half_way.ok
+        return self.stage.ok
 
     @property
     def batch(self) -> dict[str, Any]:
         """The validated batch (a dict of numpy arrays keyed by the contract's names)."""
-        return self.half_way.batch
+        return self.stage.batch
 
     def to_dict(self) -> dict[str, Any]:
         """Stage 2's summary, plus `output` when the batch was written."""
-        data = self.half_way.to_dict()
+        data = self.stage.to_dict()
         if self.output is not None:
             data["output"] = self.output
         return data
 
     def to_text(self) -> str:
-        text = self.half_way.to_text()
+        text = self.stage.to_text()
         return text if self.output is None else f"{text}\nwrote {self.output}"
 
 
