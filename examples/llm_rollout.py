@@ -44,12 +44,12 @@ from gyre_contract import (
     Problem,
     half_way,
     register_op,
-    unregister_op,
     validate_file,
     validate_step,
     write_steps,
 )
 from gyre_contract.pinned import LLMStep
+from gyre_contract.trainer import unregister_op
 
 VOCAB, EOS = 64, 2  # token 0 pads, 1 begins a prompt, 2 ends a generation
 RETRY = [3, 4, 5]  # "wrong, try again": appended to the conversation for the retry turn
@@ -236,7 +236,7 @@ def stage2(out: Path, records: list[dict[str, Any]], group: int) -> bool:
     register_op("group_advantage", group_advantage,
                 sources=("reward", "prompt", "prompt_mask", "step"), args=["eps"])
     try:
-        report = half_way(out / "rollouts.jsonl", map_path, grpo_loss, step_model=LLMStep)
+        report = half_way(out / "rollouts.jsonl", map_path, grpo_loss, model=LLMStep)
     except ContractError as err:
         say(str(err))
         return verdict(False, "the batch or the loss broke the contract")

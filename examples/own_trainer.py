@@ -46,7 +46,6 @@ from gyre_contract import (
     Episode,
     Recorder,
     RunLog,
-    batch_schema,
     diff,
     full_loop,
     half_way,
@@ -54,8 +53,9 @@ from gyre_contract import (
     validate_file,
     write_steps,
 )
-from gyre_contract.harness.runlog import format_summary, summarize
+from gyre_contract.harness import format_summary, summarize
 from gyre_contract.pinned import CartPoleStep
+from gyre_contract.trainer import batch_schema
 
 GAMMA, LAM = 0.99, 1.0  # λ = 1: the advantage is G_t − V(s_t), REINFORCE with a baseline
 ENV_ID, N_ENVS = "CartPole-v1", 4
@@ -243,7 +243,7 @@ def stage2(out: Path, agent: LinearAgent) -> bool:
     before = (agent.weights.copy(), agent.baseline.copy(), agent.version)
     try:
         report = half_way(out / "rollouts.jsonl", out / "map.json",
-                          lambda batch: reinforce_loss(agent, batch), step_model=CartPoleStep)
+                          lambda batch: reinforce_loss(agent, batch), model=CartPoleStep)
     except ContractError as err:
         say(str(err))
         return verdict(False, "the batch or the loss broke the contract")

@@ -36,7 +36,6 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 # Files written on another branch of the same restructuring; the lead removes these marks at merge.
 ELSEWHERE = {
-    "docs/api.md": "written on the surface branch",
 }
 
 

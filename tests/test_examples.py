@@ -38,8 +38,8 @@ def cli(*argv: str) -> tuple[int, str]:
 def test_own_trainer_passes_all_three_stages_as_a_script(tmp_path):
     pytest.importorskip("gymnasium")
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "own_trainer.py"), "--out", str(tmp_path),
-         "--cycles", "6", "--episodes", "8", "--seed", "2"],
+        [sys.executable, "-W", "error::DeprecationWarning", str(EXAMPLES / "own_trainer.py"),
+         "--out", str(tmp_path), "--cycles", "6", "--episodes", "8", "--seed", "2"],
         capture_output=True, text=True, timeout=60, check=False)
     text = done.stdout
     assert done.returncode == 0, text + done.stderr

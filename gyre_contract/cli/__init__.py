@@ -14,7 +14,10 @@ import traceback
 from collections.abc import Sequence
 from typing import TextIO
 
+from gyre_contract.cli.common import UsageError
 from gyre_contract.core.errors import ContractError, GyreError
+
+__all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser", "main", "run"]
 
 EXIT_OK, EXIT_VIOLATED, EXIT_INPUT = 0, 1, 2
 
@@ -27,10 +30,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
-
-
-class UsageError(Exception):
-    """Bad command-line usage (exit 2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

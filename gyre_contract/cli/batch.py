@@ -16,9 +16,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.cli.common import emit, import_named
+from gyre_contract.cli.common import import_named
+from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
-from gyre_contract.harness.stages import half_way
+from gyre_contract.core.report import FORMATS
+from gyre_contract.harness.stages import BatchReport, half_way
 from gyre_contract.trainer.fieldmap import FieldMap
 
 
@@ -48,7 +50,7 @@ def add_parser(sub: Any) -> None:
                    help="the trainer's policy version (default: the newest in the batch)")
     p.add_argument("--max-staleness", type=int, metavar="K",
                    help="fail when a row's policy version is older than current - K")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
 
@@ -58,22 +60,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The loss module first: it may register the custom ops the map uses.
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
     fmap = FieldMap.load(args.map_path)
-    step_model = None
-    if args.model:
-        from gyre_contract.cli.validate import load_model
-
-        step_model = load_model(args.model)
-    report = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
-                      current_version=args.current_version, max_staleness=args.max_staleness,
-                      step_model=step_model)
-    data = report.to_dict()
-    lines = report.to_text().splitlines()
-    if args.out:
-        written = write_npz(args.out, report.batch)
-        data["output"] = written
-        lines.append(f"wrote {written}")
-    emit(out, args.format, data, lines)
-    return 0
+    model = load_model(args.model) if args.model else None
+    stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
+                     current_version=args.current_version, max_staleness=args.max_staleness,
+                     model=model)
+    report = BatchReport(stage, output=write_npz(args.out, stage.batch) if args.out else None)
+    out.write(report.render(args.format) + "\n")
+    return report.exit_code()
 
 
 def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Helpers shared by the commands: output in text or JSON, importing a user's `module:name`."""
+"""Helpers shared by the commands: usage errors, output in text or JSON, importing a user's `module:name`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gyre_contract.core.errors import InputError
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit 2)."""
 
 
 def emit(out: TextIO, fmt: str, data: Any, lines: Iterable[str]) -> None:

@@ -7,6 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
+from gyre_contract.harness.demo import run_demo
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -26,8 +28,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from gyre_contract.harness.demo import run_demo
-
     if args.cycles < 1 or args.episodes < 1:
         print("error: --cycles and --episodes must be >= 1", file=err)
         return 2

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from gyre_contract.cli.common import emit
+from gyre_contract.cli.common import UsageError
 from gyre_contract.core.errors import InputError
-from gyre_contract.harness.runlog import RunLog, format_summary, plot_runs, summarize
+from gyre_contract.core.report import FORMATS
+from gyre_contract.harness.runlog import RunLog, RunsReport, plot_runs
 
 
 def add_parser(sub: Any) -> None:
@@ -18,7 +19,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("runs", metavar="RUNS.jsonl", help="the run log")
     p.add_argument("--plot", metavar="P.png",
                    help="also draw rollout and train time per run (needs matplotlib)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
 
@@ -26,28 +27,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     records = RunLog(args.runs).read()
     if not records:
         raise InputError(f"no runs in {args.runs}")
-    summaries = summarize(records)
     plot = None
     if args.plot:
         _require_matplotlib()
         plot = str(plot_runs(records, args.plot))
-    report = {
-        "path": args.runs, "runs": len(records), "configs": [s.to_dict() for s in summaries],
-        "plot": plot,
-    }
-    noun = "configuration" if len(summaries) == 1 else "configurations"
-    runs = "run" if len(records) == 1 else "runs"
-    lines = [f"{args.runs}: {len(records)} {runs}, {len(summaries)} {noun}", "",
-             format_summary(summaries)]
-    if plot:
-        lines += ["", f"plot: {plot}"]
-    emit(out, args.format, report, lines)
-    return 0
+    report = RunsReport.of(args.runs, records, plot)
+    out.write(report.render(args.format) + "\n")
+    return report.exit_code()
 
 
 def _require_matplotlib() -> None:
-    from gyre_contract.cli import UsageError
-
     try:
         import matplotlib  # noqa: F401
     except ModuleNotFoundError:

@@ -1,1 +1,19 @@
-"""The contract itself: dims and dtypes, the Tensor field, record and batch models, rules, validators."""
+"""The contract itself: dims and dtypes, the Tensor field, record and batch models, rules, validators.
+
+Names load on first use (PEP 562); `import gyre_contract` already imports the models, the
+validators and the errors, so nothing here costs more.
+"""
+
+from gyre_contract.core.deprecation import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".models": ("RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities"),
+    ".tensor": ("Tensor",),
+    ".validate": ("validate_step", "validate_episode", "validate_batch", "EpisodeTracker",
+                  "iter_validated_steps", "staleness_problems"),
+    ".errors": ("Problem", "GyreError", "ContractError", "MissingFieldError", "SchemaError",
+                "FieldMapError", "InputError"),
+    ".report": ("Report",),
+    ".modelinfo": ("ModelInfo", "model_info"),
+    ".switches": ("fast_paths_enabled",),
+})

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.dims import scalar_reason
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
@@ -369,9 +370,10 @@ def iter_validated_steps(
 
 # -- batches ----------------------------------------------------------------------------
 
+@renamed_arguments(model="batch_model")
 def validate_batch(
     batch: Mapping[str, Any] | TrainBatchV1,
-    model: type[M] = TrainBatch,
+    batch_model: type[M] = TrainBatch,
     *,
     current_version: int | None = None,
     max_staleness: int | None = None,
@@ -380,6 +382,7 @@ def validate_batch(
 
     `current_version` defaults to the newest version in the batch.
     """
+    model = batch_model
     if not isinstance(batch, model):
         if isinstance(batch, BaseModel):
             batch = batch.model_dump(by_alias=True, exclude_none=True)

@@ -18,7 +18,13 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.core.errors import ContractError
+from gyre_contract.core.errors import ContractError, InputError
+from gyre_contract.harness.recorder import Recorder
+from gyre_contract.harness.runlog import RunLog, format_summary, plot_runs, summarize
+from gyre_contract.harness.stages import full_loop, half_way
+from gyre_contract.io import validate_file, write_steps
+from gyre_contract.pinned import CartPoleBatch, CartPoleStep
+from gyre_contract.schema import diff, json_schema
 
 GAMMA, LAM = 0.99, 0.95
 
@@ -132,7 +138,6 @@ def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 24, seed: int = 0,
              episodes_per_cycle: int = 32, plot: bool = True) -> DemoResult:
     """Run the three stages; return their verdicts. Files land in `out_dir`."""
     gym = _gymnasium()
-    from gyre_contract.pinned import CartPoleBatch, CartPoleStep
 
     out_dir.mkdir(parents=True, exist_ok=True)
     say = _Printer(out)
@@ -171,14 +176,12 @@ def _gymnasium() -> Any:
     try:
         import gymnasium
     except ImportError:
-        from gyre_contract.core.errors import InputError
 
         raise InputError("the demo needs gymnasium: pip install 'gyre-contract[demo]'") from None
     return gymnasium
 
 
 def _recorder(envs: Any, policy: SoftmaxPolicy, model: type, seed: int, run_id: str) -> Any:
-    from gyre_contract.harness.recorder import Recorder
 
     return Recorder(envs, policy, policy_version=lambda: policy.version,
                     value_fn=lambda o: float(policy.value(np.asarray(o)[None])[0]),
@@ -187,7 +190,6 @@ def _recorder(envs: Any, policy: SoftmaxPolicy, model: type, seed: int, run_id: 
 
 def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
             out_dir: Path, seed: int, n: int) -> Path:
-    from gyre_contract.io.rollout import validate_file, write_steps
 
     say.heading("Stage 1: the sampler alone",
                 "every recorded step and episode validates against CartPoleStep; "
@@ -208,14 +210,12 @@ def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
 
 def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model: type,
                 out_dir: Path) -> Path:
-    from gyre_contract.schema.diffing import diff
-    from gyre_contract.schema.export import json_schema, render
 
     say.heading("Diff: sampler schema vs trainer schema",
                 "no trainer field is missing; the written map turns rollouts into the batch")
     sampler, trainer = out_dir / "sampler.json", out_dir / "trainer.json"
-    sampler.write_text(render(json_schema(step_model)), encoding="utf-8")
-    trainer.write_text(render(json_schema(batch_model)), encoding="utf-8")
+    sampler.write_text(_json_text(json_schema(step_model)), encoding="utf-8")
+    trainer.write_text(_json_text(json_schema(batch_model)), encoding="utf-8")
     report = diff(sampler, trainer, gamma=GAMMA, lam=LAM)
     say(report.to_text())
     map_path = out_dir / "map.json"
@@ -228,13 +228,12 @@ def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model
 
 def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
             policy: SoftmaxPolicy, step_model: type, batch_model: type) -> None:
-    from gyre_contract.harness.stages import half_way
 
     say.heading("Stage 2: half way (map + collate + one loss, no update)",
                 "the batch validates as CartPoleBatch and the loss is one finite number")
     before = policy.weights.copy()
     try:
-        report = half_way(rollouts, map_path, policy.loss, step_model=step_model,
+        report = half_way(rollouts, map_path, policy.loss, model=step_model,
                           batch_model=batch_model)
     except ContractError as err:
         _failed(say, result, "stage 2", err, "the batch or the loss broke the contract")
@@ -248,8 +247,6 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
 def _stage3(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
             step_model: type, map_path: Path, out_dir: Path, cycles: int, seed: int,
             n: int, plot: bool) -> None:
-    from gyre_contract.harness.runlog import RunLog, format_summary, plot_runs, summarize
-    from gyre_contract.harness.stages import full_loop
 
     say.heading("Stage 3: the full loop",
                 "every cycle's counts, timestamps and policy versions check out, and the mean "
@@ -309,6 +306,11 @@ def _improved(lengths: list[float]) -> bool:
     """The last third of the cycles beats the first third, on average."""
     third = max(1, len(lengths) // 3)
     return float(np.mean(lengths[-third:])) > float(np.mean(lengths[:third]))
+
+
+def _json_text(doc: dict[str, Any]) -> str:
+    """A schema as written to disk: two-space indent, final newline."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def _plot(say: _Printer, plot_runs: Callable[..., Path], log: Any, out_dir: Path) -> None:

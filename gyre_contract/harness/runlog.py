@@ -20,6 +20,7 @@ import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from gyre_contract.core.errors import ContractError, InputError, Problem, describe
+from gyre_contract.core.report import Report
 
 TIMES = ("rollout_s", "train_s", "total_s")
 """The timed quantities of a run, in seconds."""
@@ -300,6 +301,43 @@ def format_summary(summaries: Sequence[ConfigSummary]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RunsReport(Report):
+    """What `gyre-contract runs` reports: a run log's runs, summarized per configuration.
+
+    Reading the log raises on a bad line, so a report always holds (`ok` is True).
+    """
+
+    path: str
+    runs: int
+    summaries: list[ConfigSummary]
+    plot: str | None = None
+
+    @classmethod
+    def of(cls, path: str | Path, records: Sequence[RunRecord], plot: str | None = None
+           ) -> RunsReport:
+        """Summarize `records`, read from the run log at `path`."""
+        return cls(path=str(path), runs=len(records), summaries=summarize(records), plot=plot)
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "runs": self.runs,
+                "configs": [s.to_dict() for s in self.summaries], "plot": self.plot}
+
+    def to_text(self) -> str:
+        """A heading line, then the per-configuration table (and the plot's path)."""
+        noun = "configuration" if len(self.summaries) == 1 else "configurations"
+        runs = "run" if self.runs == 1 else "runs"
+        lines = [f"{self.path}: {self.runs} {runs}, {len(self.summaries)} {noun}", "",
+                 format_summary(self.summaries)]
+        if self.plot:
+            lines += ["", f"plot: {self.plot}"]
+        return "\n".join(lines)
 
 
 def _number(value: float) -> str:

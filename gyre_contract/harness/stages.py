@@ -2,6 +2,11 @@
 
 Stage 2 proves the handoff without training: rollouts → field map → collated `[B, T, ...]`
 batch → validated `TrainBatch` → the user's loss, called once, with no parameter update.
+
+Every result is a `Report` (gyre_contract/core/report.py). A stage that fails raises
+`ContractError` instead of returning, so a report that exists always holds (`ok` is True).
+Model arguments follow one rule: `model=` is the rollout-step model, `batch_model=` the
+batch model.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
 from gyre_contract.core.models import RolloutStep, TrainBatch
+from gyre_contract.core.report import Report
 from gyre_contract.core.validate import staleness_problems, validate_batch
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
+from gyre_contract.io import read_episodes
 from gyre_contract.trainer.fieldmap import FieldMap
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
 
@@ -29,8 +37,11 @@ contract's names (`return`, not `return_`); returns a float, a 0-d array or a 1-
 
 
 @dataclass
-class HalfWayReport:
-    """What stage 2 saw: the batch's keys, shapes and dtypes, its size, and the loss."""
+class HalfWayReport(Report):
+    """What stage 2 saw: the batch's keys, shapes and dtypes, its size, and the loss.
+
+    `half_way` raises on a broken contract, so a report always holds (`ok` is True).
+    """
 
     fields: Inspection
     rows: int
@@ -42,11 +53,15 @@ class HalfWayReport:
     seconds: dict[str, float]
     batch: dict[str, Any] = field(repr=False)
 
+    @property
+    def ok(self) -> bool:
+        return True
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the arrays themselves are left out)."""
         return {
             "stage": "half_way",
-            "ok": True,
+            "ok": self.ok,
             "fields": {k: {"type": v.type_name, "shape": list(v.shape or ()), "dtype": v.dtype}
                        for k, v in self.fields.items()},
             "rows": self.rows,
@@ -59,6 +74,7 @@ class HalfWayReport:
         }
 
     def to_text(self) -> str:
+        """The batch's table of fields, its size and the loss."""
         versions = self.policy_versions
         span = f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
         loss = "not computed (no loss function given)" if self.loss is None else (
@@ -72,6 +88,35 @@ class HalfWayReport:
         ])
 
 
+@dataclass
+class BatchReport(Report):
+    """What `gyre-contract batch` reports: stage 2's report (`stage`) and the `.npz` written, if any."""
+
+    stage: HalfWayReport
+    output: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.stage.ok
+
+    @property
+    def batch(self) -> dict[str, Any]:
+        """The validated batch (a dict of numpy arrays keyed by the contract's names)."""
+        return self.stage.batch
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stage 2's summary, plus `output` when the batch was written."""
+        data = self.stage.to_dict()
+        if self.output is not None:
+            data["output"] = self.output
+        return data
+
+    def to_text(self) -> str:
+        text = self.stage.to_text()
+        return text if self.output is None else f"{text}\nwrote {self.output}"
+
+
+@renamed_arguments(step_model="model")
 def half_way(
     episodes_or_path: Iterable[Any] | str | os.PathLike[str],
     field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str],
@@ -80,24 +125,26 @@ def half_way(
     max_len: int | None = None,
     current_version: int | None = None,
     max_staleness: int | None = None,
-    step_model: Any = None,
+    model: Any = None,
     batch_model: Any = None,
 ) -> HalfWayReport:
     """Stage 2: map, collate, validate, then call `loss_fn(batch)` once with no update.
 
-    `episodes_or_path` is a rollout file (read with `read_episodes(path, step_model)`) or
-    episodes already read. Raises ContractError when the batch breaks docs/contract.md §4 (a missing
-    field, a wrong shape or dtype, stale policy versions), when `loss_fn` raises, or when the
+    `episodes_or_path` is a rollout file (read with `read_episodes(path, model)`, `model`
+    defaulting to `RolloutStep`) or episodes already read; the batch is validated as
+    `batch_model` (default `TrainBatch`); `step_model=` is the deprecated name of `model=`.
+    Raises ContractError when the batch breaks docs/contract.md §4 (a missing field, a wrong
+    shape or dtype, stale policy versions), when `loss_fn` raises, or when the
     loss is not one finite number.
     """
     clock = time.perf_counter()
     fmap = _field_map(field_map)
-    episodes = _episodes(episodes_or_path, step_model)
+    episodes = _episodes(episodes_or_path, model)
     arrays = fmap.build(episodes, max_len=max_len)
     built = time.perf_counter()
-    model = validate_batch(arrays, batch_model or TrainBatch, current_version=current_version,
-                           max_staleness=max_staleness)
-    batch = model.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+    validated_batch = validate_batch(arrays, batch_model or TrainBatch,
+                                     current_version=current_version, max_staleness=max_staleness)
+    batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     validated = time.perf_counter()
     loss = None if loss_fn is None else _call_loss(loss_fn, batch)
     done = time.perf_counter()
@@ -125,11 +172,9 @@ def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str])
     return FieldMap.load(field_map)
 
 
-def _episodes(source: Iterable[Any] | str | os.PathLike[str], step_model: Any) -> list[Any]:
+def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any) -> list[Any]:
     if isinstance(source, (str, os.PathLike)):
-        from gyre_contract.io.rollout import read_episodes
-
-        return list(read_episodes(source, step_model or RolloutStep))
+        return list(read_episodes(source, model or RolloutStep))
     return list(source)
 
 
@@ -184,8 +229,8 @@ TrainFn = Callable[[dict[str, Any]], "Mapping[str, Any] | None"]
 by the contract's names (as `loss_fn` gets it in `half_way`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class CycleReport:
+@dataclass(frozen=True)
+class CycleReport(Report):
     """One sample → map → train cycle: what went in, how long each phase took, what came out."""
 
     cycle: int
@@ -198,6 +243,17 @@ class CycleReport:
     train_s: float
     metrics: dict[str, Any]
 
+    @property
+    def ok(self) -> bool:
+        return True
+
+    def to_text(self) -> str:
+        """One line: the cycle, its version, what it sampled and how long each phase took."""
+        return (f"cycle {self.cycle}: policy version {self.policy_version}, {self.n_episodes} "
+                f"episodes ({self.n_ended} ended), {self.n_steps} steps, batch "
+                f"{'x'.join(map(str, self.batch_shape))}, rollout {self.rollout_s:.3f} s, "
+                f"train {self.train_s:.3f} s")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "cycle": self.cycle, "policy_version": self.policy_version, "n_steps": self.n_steps,
@@ -207,14 +263,21 @@ class CycleReport:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class LoopReport:
-    """Stage 3's result: every cycle, the final policy version, and the run's `RunRecord`."""
+@dataclass(frozen=True)
+class LoopReport(Report):
+    """Stage 3's result: every cycle, the final policy version, and the run's `RunRecord`.
+
+    `full_loop` raises on the first failed check, so a report always holds (`ok` is True).
+    """
 
     cycles: list[CycleReport]
     policy_version: int
     run: RunRecord
     checks: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return True
 
     @property
     def n_steps(self) -> int:
@@ -248,7 +311,7 @@ class LoopReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "stage": "full_loop", "ok": True,
+            "stage": "full_loop", "ok": self.ok,
             "cycles": [c.to_dict() for c in self.cycles], "policy_version": self.policy_version,
             "n_steps": self.n_steps, "n_episodes": self.n_episodes, "checks": list(self.checks),
             "run": self.run.model_dump(mode="json"),
@@ -280,14 +343,17 @@ def full_loop(
     run_log: RunLog | str | os.PathLike[str] | None = None,
     notes: str = "",
     clock: Callable[[], float] = time.perf_counter,
+    model: Any = None,
+    batch_model: Any = None,
 ) -> LoopReport:
     """Stage 3: `cycles` rounds of sample → map → collate → validate → train, timed and checked.
 
     Each cycle calls `sample_fn(version)` under the rollout timer. It returns episodes
     (`Episode` objects or mappings of columns) or step records (§3 dicts, validated and grouped
-    here). Then, under the train timer, the field map builds and validates the `TrainBatch`
-    and `train_fn(batch)` runs. One `train_fn` call is one update: the version goes up by 1
-    (when the returned metrics hold `policy_version`, it must be exactly that). The first
+    here as `model`, default `RolloutStep`). Then, under the train timer, the field map builds
+    the batch, validated as `batch_model` (default `TrainBatch`), and `train_fn(batch)` runs.
+    One `train_fn` call is one update: the version goes up by 1 (when the returned metrics
+    hold `policy_version`, it must be exactly that). The first
     failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
     failed. The run's `RunRecord` is appended to `run_log` when one is given.
     """
@@ -302,11 +368,12 @@ def full_loop(
     with RunTimer(clock=clock) as timer:
         for cycle in range(cycles):
             with timer.rollout():
-                episodes = _as_episodes(list(sample_fn(version)))
+                episodes = _as_episodes(list(sample_fn(version)), model or RolloutStep)
             counts = _episode_counts(episodes, cycle)
             timer.count(steps=counts.n_steps, episodes=counts.n_ended)
             with timer.train():
-                batch = fmap.to_train_batch(episodes, max_len=max_len)
+                batch = fmap.to_train_batch(episodes, max_len=max_len,
+                                            batch_model=batch_model or TrainBatch)
                 _check_batch(batch, counts, version, max_staleness, cycle)
                 arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
                 metrics = _metrics(train_fn(arrays))
@@ -365,10 +432,10 @@ def _episode_counts(episodes: list[Any], cycle: int) -> _Counts:
     return _Counts(steps, tuple(ids), ended)
 
 
-def _as_episodes(items: list[Any]) -> list[Any]:
+def _as_episodes(items: list[Any], model: Any) -> list[Any]:
     """Step records (a str `episode_id` per item) become episodes; episodes pass through."""
     if items and isinstance(items[0], Mapping) and isinstance(items[0].get("episode_id"), str):
-        return episodes_from_records(items)
+        return episodes_from_records(items, model)
     return items
 
 

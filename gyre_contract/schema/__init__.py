@@ -5,4 +5,19 @@ Modules, lowest first (each imports only those above it): `export` (models -> JS
 field), `infer` (a schema from a JSON Lines or `.npz` file), `dtyperules` and `shaperules` (what
 fits, what casts lose), `diffreport` (the diff's report and its renderings), `converters` and
 `diffwarnings` (parts of the diff), `diffing` (the `diff` engine), `compatibility` (`compat`).
+
+Names load on first use (PEP 562). `diff` and `compat` here are the functions.
 """
+
+from gyre_contract.core.deprecation import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".export": ("json_schema", "export_schemas"),
+    ".fieldtable": ("field_table", "field_table_from_model",
+                    "Field", "FieldTable"),
+    ".loading": ("load_schema",),
+    ".infer": ("infer_schema",),
+    ".diffing": ("diff",),
+    ".diffreport": ("DiffReport",),
+    ".compatibility": ("compat", "CompatReport"),
+})

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.errors import FieldMapError, MissingFieldError
 from gyre_contract.core.models import TrainBatch
 from gyre_contract.core.validate import validate_batch
@@ -223,6 +224,7 @@ class FieldMap:
                                 f"registered; known ops: {', '.join(known_ops())}")
         return op
 
+    @renamed_arguments(model="batch_model")
     def to_train_batch(
         self,
         episodes: Iterable[Any],
@@ -230,11 +232,11 @@ class FieldMap:
         max_len: int | None = None,
         current_version: int | None = None,
         max_staleness: int | None = None,
-        model: Any = None,
+        batch_model: Any = None,
     ) -> Any:
         """Collate episodes, apply the map, validate the result as a `TrainBatch` (docs/contract.md §4)."""
         batch = self.build(episodes, max_len=max_len)
-        return _validate(batch, model, current_version, max_staleness)
+        return _validate(batch, batch_model, current_version, max_staleness)
 
     def build(self, episodes: Iterable[Any], *, max_len: int | None = None) -> dict[str, Any]:
         """Collate only the columns the map reads, then apply the map; not validated."""

@@ -13,6 +13,9 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gyre_contract.core.errors import ContractError
+from gyre_contract.core.models import RolloutStep, TrainBatch
+from gyre_contract.core.report import Report
+from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.runlog import RunLog
 from gyre_contract.harness.stages import FULL_LOOP_CHECKS, full_loop
@@ -279,3 +282,37 @@ def test_train_fn_returns_metrics_or_none(field_map: FieldMap) -> None:
     with pytest.raises(TypeError, match="^train_fn must return a mapping of metrics or None, "
                        "got float$"):
         full_loop(Sampler(), lambda batch: 0.5, field_map, cycles=1)
+
+
+def test_loop_and_cycle_reports_follow_the_report_protocol(field_map: FieldMap) -> None:
+    report = full_loop(Sampler(), train_step, field_map, cycles=2)
+    assert isinstance(report, Report) and report.ok and report.warnings == []
+    assert (report.exit_code(), report.exit_code(strict=True)) == (0, 0)
+    assert json.loads(report.render("json")) == report.to_dict()
+    assert report.render("text") == report.to_text()
+    cycle = report.cycles[1]
+    assert isinstance(cycle, Report) and cycle.ok and cycle.exit_code() == 0
+    assert json.loads(cycle.render("json")) == cycle.to_dict()
+    assert cycle.to_text() == (
+        f"cycle 1: policy version 1, {cycle.n_episodes} episodes ({cycle.n_ended} ended), "
+        f"{cycle.n_steps} steps, batch {'x'.join(map(str, cycle.batch_shape))}, rollout "
+        f"{cycle.rollout_s:.3f} s, train {cycle.train_s:.3f} s")
+
+
+def test_full_loop_takes_the_step_model_and_the_batch_model(field_map: FieldMap) -> None:
+    sampler = Sampler()
+
+    def records(version: int) -> list[dict[str, Any]]:
+        sampler.version = version
+        return list(sampler.recorder.record_episodes(2))
+
+    class NarrowStep(RolloutStep):
+        observation: Tensor("float32", [3], role="observation")
+
+    class NarrowBatch(TrainBatch):
+        obs: Tensor("float32", ["B", "T", 3], role="observation")
+
+    with pytest.raises(ContractError, match=r"observation: wrong shape"):
+        full_loop(records, train_step, field_map, cycles=1, model=NarrowStep)
+    with pytest.raises(ContractError, match=r"obs: wrong shape: expected float32\[B, T, 3\]"):
+        full_loop(records, train_step, field_map, cycles=1, batch_model=NarrowBatch)

@@ -9,9 +9,11 @@ import orjson
 import pytest
 
 from gyre_contract.core.errors import ContractError, InputError
+from gyre_contract.core.report import Report
 from gyre_contract.harness.runlog import (
     RunLog,
     RunRecord,
+    RunsReport,
     RunTimer,
     Spread,
     config_key,
@@ -162,6 +164,21 @@ def test_summarize_groups_by_config_with_min_median_max() -> None:
     assert format_summary([second]).splitlines()[-1] == "              steps_per_s  10.000  10.000  10.000"
     assert second.spreads["steps_per_s"] == Spread(10.0, 10.0, 10.0)
     assert first.to_dict()["total_s"] == {"min": 4.0, "median": 5.0, "max": 10.0}
+
+
+def test_runs_report_follows_the_report_protocol() -> None:
+    records = [run("1", "a", 1.0, 2.0, 4.0), run("2", "b", 3.0, 0.25, 5.0)]
+    report = RunsReport.of("runs.jsonl", records)
+    assert isinstance(report, Report) and report.ok and report.warnings == []
+    assert (report.exit_code(), report.exit_code(strict=True)) == (0, 0)
+    data = report.to_dict()
+    assert (data["path"], data["runs"], data["plot"]) == ("runs.jsonl", 2, None)
+    assert data["configs"] == [s.to_dict() for s in summarize(records)]
+    assert orjson.loads(report.render("json")) == data
+    assert report.render("text") == report.to_text() == "\n".join([
+        "runs.jsonl: 2 runs, 2 configurations", "", format_summary(summarize(records))])
+    one = RunsReport.of("r.jsonl", records[:1], plot="p.png").to_text().splitlines()
+    assert (one[0], one[-1]) == ("r.jsonl: 1 run, 1 configuration", "plot: p.png")
 
 
 def test_format_summary_is_an_aligned_table() -> None:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from gyre_contract.core.errors import ContractError, MissingFieldError
-from gyre_contract.core.models import TrainBatch
+from gyre_contract.core.models import RolloutStep, TrainBatch
+from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.recorder import Recorder
-from gyre_contract.harness.stages import half_way
+from gyre_contract.harness.stages import BatchReport, HalfWayReport, half_way
 from gyre_contract.io.rollout import write_steps
 from gyre_contract.trainer.fieldmap import FieldMap
 
@@ -81,7 +82,7 @@ def test_half_way_reads_a_rollout_file_and_takes_a_map_dict(tmp_path, episodes):
     path = tmp_path / "r.jsonl"
     write_steps(path, recorder().record_episodes(3))
     fmap = json.loads(EXAMPLE_MAP.read_text())
-    report = half_way(path, fmap, step_model=CartPoleStep)
+    report = half_way(path, fmap, model=CartPoleStep)
     assert report.loss is None and report.episodes == 3
     assert report.to_text().splitlines()[-1] == "loss: not computed (no loss function given)"
     assert half_way(episodes, FieldMap.from_dict(fmap), lambda b: np.float32(1.5)).loss == 1.5
@@ -137,3 +138,40 @@ def test_missing_source_and_staleness(episodes):
         half_way(episodes, fmap)
     with pytest.raises(ContractError, match="stale policy version"):
         half_way(episodes, EXAMPLE_MAP, current_version=9, max_staleness=2)
+
+
+def test_half_way_and_batch_reports_follow_the_report_protocol(episodes):
+    report = half_way(episodes, EXAMPLE_MAP, lambda b: 0.25)
+    assert isinstance(report, HalfWayReport) and isinstance(report, Report)
+    assert report.ok and report.warnings == []
+    assert (report.exit_code(), report.exit_code(strict=True)) == (0, 0)
+    assert json.loads(report.render("json")) == report.to_dict()
+    assert report.render() == report.render("text") == report.to_text()
+    with pytest.raises(ValueError, match="unknown report format 'yaml'"):
+        report.render("yaml")
+
+    written = BatchReport(report, output="b.npz")
+    assert written.ok and written.exit_code() == 0 and written.batch is report.batch
+    assert written.to_dict() == {**report.to_dict(), "output": "b.npz"}
+    assert json.loads(written.render("json")) == written.to_dict()
+    assert written.to_text() == report.to_text() + "\nwrote b.npz"
+    assert BatchReport(report).to_dict() == report.to_dict()
+
+
+def test_the_step_model_argument_is_model_and_step_model_still_works(tmp_path):
+    from models import CartPoleStep
+
+    path = tmp_path / "r.jsonl"
+    write_steps(path, recorder().record_episodes(2))
+
+    class TooNarrow(RolloutStep):
+        observation: Tensor("float32", [3], role="observation")
+
+    with pytest.raises(ContractError, match=r"observation: wrong shape"):
+        half_way(path, EXAMPLE_MAP, model=TooNarrow)
+    with pytest.warns(DeprecationWarning, match=r"half_way\(\): the argument step_model= is now "
+                      r"model="):
+        report = half_way(path, EXAMPLE_MAP, step_model=CartPoleStep)
+    assert report.episodes == 2
+    with pytest.raises(TypeError, match="got both step_model= and model="):
+        half_way(path, EXAMPLE_MAP, step_model=CartPoleStep, model=CartPoleStep)
