@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 from models import CartPoleStep  # noqa: E402
 
 from gyre_contract.io.parquet import write_parquet  # noqa: E402
-from gyre_contract.io.rollout import write_steps  # noqa: E402
 from gyre_contract.io.shards import validate_shards  # noqa: E402
+from gyre_contract.io.writer import write_steps  # noqa: E402
 
 EPISODE_LEN = 200
 

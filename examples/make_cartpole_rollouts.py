@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 from models import CartPoleStep  # noqa: E402
 
 from gyre_contract.harness.recorder import Recorder  # noqa: E402
-from gyre_contract.io.rollout import write_steps  # noqa: E402
+from gyre_contract.io.writer import write_steps  # noqa: E402
 
 SEED = 7
 EPISODES = 8

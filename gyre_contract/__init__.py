@@ -28,21 +28,19 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
     from gyre_contract.harness.recorder import Recorder, episodes_from_records
     from gyre_contract.harness.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
     from gyre_contract.harness.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
-    from gyre_contract.io.parquet import to_arrow_schema, validate_parquet
-    from gyre_contract.io.rollout import (
-        Episode,
-        FileReport,
-        read_episodes,
-        read_steps,
-        validate_file,
-        write_steps,
-    )
+    from gyre_contract.io.arrowschema import to_arrow_schema
+    from gyre_contract.io.episodes import Episode
+    from gyre_contract.io.parquet import validate_parquet
+    from gyre_contract.io.reading import read_episodes, read_steps
+    from gyre_contract.io.report import FileReport
     from gyre_contract.io.shards import (
         ShardsReport,
         iter_train_batches,
         validate_dataset,
         validate_shards,
     )
+    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io.writer import write_steps
     from gyre_contract.schema.compatibility import CompatReport, compat
     from gyre_contract.schema.diffing import DiffReport, diff
     from gyre_contract.schema.export import export_schemas, json_schema
@@ -70,11 +68,15 @@ _ON_FIRST_USE: dict[str, tuple[str, ...]] = {
     "schema.fieldtable": ("Field", "FieldTable", "field_table", "field_table_from_model",
                    "infer_schema", "load_schema"),
     "trainer.inspection": ("batch_schema", "inspect_batch"),
-    "io.parquet": ("to_arrow_schema", "validate_parquet"),
+    "io.arrowschema": ("to_arrow_schema",),
+    "io.parquet": ("validate_parquet",),
     "io.shards": ("ShardsReport", "iter_train_batches", "validate_dataset", "validate_shards"),
     "harness.recorder": ("Recorder", "episodes_from_records"),
-    "io.rollout": ("Episode", "FileReport", "read_episodes", "read_steps", "validate_file",
-                "write_steps"),
+    "io.episodes": ("Episode",),
+    "io.report": ("FileReport",),
+    "io.reading": ("read_episodes", "read_steps"),
+    "io.validation": ("validate_file",),
+    "io.writer": ("write_steps",),
     "harness.runlog": ("RunLog", "RunRecord", "RunTimer", "plot_runs", "summarize"),
     "schema.export": ("export_schemas", "json_schema"),
     "harness.stages": ("CycleReport", "HalfWayReport", "LoopReport", "full_loop", "half_way"),

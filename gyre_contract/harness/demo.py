@@ -187,7 +187,8 @@ def _recorder(envs: Any, policy: SoftmaxPolicy, model: type, seed: int, run_id: 
 
 def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
             out_dir: Path, seed: int, n: int) -> Path:
-    from gyre_contract.io.rollout import validate_file, write_steps
+    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io.writer import write_steps
 
     say.heading("Stage 1: the sampler alone",
                 "every recorded step and episode validates against CartPoleStep; "
@@ -199,7 +200,7 @@ def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
     write_steps(path, recorder.record_episodes(n))
     report = validate_file(path, model, require_complete=True)
     say(report.to_text())
-    ok = report.holds and (report.episodes or 0) == n
+    ok = report.ok and (report.episodes or 0) == n
     say.verdict(ok, f"{report.steps} steps in {report.episodes} episodes, "
                 f"{report.problem_count} problems")
     result.stages["stage 1"] = ok

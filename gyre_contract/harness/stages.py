@@ -127,7 +127,7 @@ def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str])
 
 def _episodes(source: Iterable[Any] | str | os.PathLike[str], step_model: Any) -> list[Any]:
     if isinstance(source, (str, os.PathLike)):
-        from gyre_contract.io.rollout import read_episodes
+        from gyre_contract.io.reading import read_episodes
 
         return list(read_episodes(source, step_model or RolloutStep))
     return list(source)

@@ -29,8 +29,10 @@ from msgspec.structs import astuple
 from pydantic import BaseModel
 
 from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_EXACT_INT, FLOAT_MAX, INT_RANGES, numpy_dtype
+from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import JsonScalars, RolloutStepV1, field_specs
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.io.episodes import Episode
 
 _COLON = ord(":")
 _MAX_INFO_KEYS = 1000
@@ -237,14 +239,13 @@ class BulkPlan:
                 out.append((wire, self.dtypes[wire], shape, block.key_counts[wire]))
         return out
 
-    def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]) -> Any:
+    def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]
+                ) -> Episode:
         """The `Episode` of the rows `parts` [(block, rows: a slice or indices), ...] hold.
 
-        The columns are those `rollout.episode_from_steps` builds from the same steps: numbers
+        The columns are those `episodes.episode_from_steps` builds from the same steps: numbers
         come from one array per block and field, sliced per episode.
         """
-        from gyre_contract.io.rollout import Episode
-
         if len(parts) == 1:  # the usual case: the whole episode inside one block
             return Episode(episode_id, self._one_block_columns(*parts[0]), lines)
         columns: dict[str, Any] = {}
@@ -391,13 +392,7 @@ def _nonpositive(logprobs: list[Any]) -> bool:
 
 def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
     """The bulk plan of `model`, or None when it is not simple enough (cached per model)."""
-    if model in _PLANS:
-        return _PLANS[model]
-    plan = _PLANS[model] = _build(model)
-    return plan
-
-
-_PLANS: dict[type, BulkPlan | None] = {}
+    return model_info(model).derived("io.bulk_plan", _build)
 _INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
 _CROSS = "_cross_field_rules"

@@ -26,15 +26,31 @@ import glob
 import logging
 import os
 import pickle
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
 
 from gyre_contract.core.errors import ContractError, GyreError, InputError, Problem
+from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import EpisodeTracker, validate_step
+from gyre_contract.core.report import Report
+from gyre_contract.core.validate import validate_step
+from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.checking import StepChecker, check_items
+from gyre_contract.io.episodes import Episode
+from gyre_contract.io.lines import Item, Lines, numbered
+from gyre_contract.io.parquet import is_parquet, parquet_report, records_from_arrow
+from gyre_contract.io.report import (
+    FieldStats,
+    FieldSummary,
+    FileReport,
+    ProblemGroups,
+    field_table_lines,
+    plural,
+)
 
 SHARD_PATTERNS = ("*.jsonl", "*.parquet", "*.pq")
 """Files taken from a directory given as the shard source."""
@@ -84,30 +100,35 @@ def shard_paths(paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLi
 class ShardResult:
     """One shard's stage-1 report and the episode ids it holds (each with its first line/row)."""
 
-    report: Any  # rollout.FileReport
+    report: FileReport
     episode_ids: dict[str, int]
 
 
 @dataclass
-class ShardsReport:
+class ShardsReport(Report):
     """Per-shard `FileReport`s, merged counts and the problems no single shard shows.
 
     `problems()` gives every kept problem as (shard file, Problem); a Problem's `line` is the
-    line of a JSON Lines shard or the row of a Parquet shard (numbered from 1).
+    line of a JSON Lines shard or the row of a Parquet shard (numbered from 1). `ok` when every
+    shard holds and no episode spans two shards.
     """
 
     source: str
     checked_against: str
-    shards: list[Any] = field(default_factory=list)
+    shards: list[FileReport] = field(default_factory=list)
     cross_shard: list[Problem] = field(default_factory=list)
 
     @property
-    def holds(self) -> bool:
-        return not self.cross_shard and all(s.holds for s in self.shards)
+    def ok(self) -> bool:
+        """True when every shard holds and no episode id is found in two shards."""
+        return not self.cross_shard and all(s.ok for s in self.shards)
 
-    def exit_code(self) -> int:
-        """0 every shard holds and no episode spans two shards, else 1."""
-        return 0 if self.holds else 1
+    @property
+    def holds(self) -> bool:
+        """Deprecated alias of `ok`."""
+        warnings.warn("ShardsReport.holds is deprecated; use ShardsReport.ok",
+                      DeprecationWarning, stacklevel=2)
+        return self.ok
 
     @property
     def problem_count(self) -> int:
@@ -125,10 +146,8 @@ class ShardsReport:
                 "open_episodes": total("open_episodes"), "terminated": total("terminated"),
                 "truncated": total("truncated"), "policy_versions": versions}
 
-    def fields(self) -> list[Any]:
+    def fields(self) -> list[FieldSummary]:
         """The shards' field tables merged: counts summed, differing dtypes or shapes joined."""
-        from gyre_contract.io.rollout import FieldSummary
-
         merged: dict[str, list[Any]] = {}
         for shard in self.shards:
             for f in shard.fields:
@@ -144,7 +163,7 @@ class ShardsReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "checked_against": self.checked_against,
-                "holds": self.holds, "counts": self.counts(),
+                "holds": self.ok, "counts": self.counts(),
                 "fields": [f.to_dict() for f in self.fields()],
                 "problems": {"count": self.problem_count,
                              "cross_shard": [p.to_dict() for p in self.cross_shard]},
@@ -156,17 +175,17 @@ class ShardsReport:
                ""]
         width = max(len(s.path) for s in self.shards) if self.shards else 0
         for s in self.shards:
-            verdict = "holds" if s.holds else _plural(s.problem_count, "problem")
+            verdict = "holds" if s.ok else plural(s.problem_count, "problem")
             out.append(f"  {s.path.ljust(width)}  {s.lines:>8} {_unit(s.path):5}  "
                        f"{s.steps:>8} steps  {verdict}")
         units = "/".join(u for u in ("lines", "rows") if u in {_unit(s.path) for s in self.shards})
-        out += ["", *_table(self.fields()), "", "counts: " + _counts_text(counts, units), ""]
-        if self.holds:
+        out += ["", *_field_table(self.fields()), "", "counts: " + _counts_text(counts, units), ""]
+        if self.ok:
             out.append("holds: no problems")
             return "\n".join(out)
         out.append(f"problems: {self.problem_count}")
         for s in self.shards:
-            if s.holds:
+            if s.ok:
                 continue
             out.append(f"  {s.path}:")
             for group in s.groups:
@@ -189,31 +208,22 @@ def _union(values: Iterable[str]) -> str:
     return " | ".join(seen)
 
 
-def _table(fields: list[Any]) -> list[str]:
-    rows = [("field", "dtype", "shape", "declared", "records")]
-    rows += [(f.name, f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4].rjust(7)
-            for r in rows]
+def _field_table(fields: list[FieldSummary]) -> list[str]:
+    """The merged field table; its heading row alone when no shard has a field."""
+    return field_table_lines(fields or [FieldSummary("", "", "", "", 0)])[:len(fields) + 1]
 
 
 def _unit(path: str) -> str:
     """What a shard's `line` numbers count: rows of a Parquet file, else lines."""
-    from gyre_contract.io.parquet import is_parquet
-
     return "rows" if is_parquet(path) else "lines"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _counts_text(counts: dict[str, Any], units: str) -> str:
-    parts = [f"{counts['lines']} {units}", _plural(counts["steps"], "valid step")]
+    parts = [f"{counts['lines']} {units}", plural(counts["steps"], "valid step")]
     if counts["episodes"] is None:
         parts.append("episode rules not checked")
     else:
-        parts.append(f"{_plural(counts['episodes'], 'episode')} ({counts['open_episodes']} open, "
+        parts.append(f"{plural(counts['episodes'], 'episode')} ({counts['open_episodes']} open, "
                      f"{counts['terminated']} terminated, {counts['truncated']} truncated)")
     versions = counts["policy_versions"]
     if versions:
@@ -252,9 +262,6 @@ def check_shard(
     The report is what `validate_file` / `validate_parquet` give for the file
     (`allow_partial_tail` applies to JSON Lines: a shard still being written).
     """
-    from gyre_contract.io import rollout
-    from gyre_contract.io.parquet import ReportBuilder, is_parquet, parquet_report
-
     ids: dict[str, int] = {}
     options = {"require_complete": require_complete,
                "max_examples_per_group": max_examples_per_group}
@@ -262,21 +269,15 @@ def check_shard(
         report = parquet_report(path, model, wrap=lambda items: _collect_ids(items, ids),
                                 **options)
         return ShardResult(report, ids)
-    builder = ReportBuilder(model, max_examples_per_group)
-    source = rollout._Lines(path, allow_partial_tail=allow_partial_tail)
-    report = builder.run(_collect_ids(source, ids), require_complete)
-    report = builder.finish(report, path=path, lines=source.lines,
-                            require_complete=require_complete, tail_bytes=source.tail_bytes)
+    lines = Lines(path, allow_partial_tail=allow_partial_tail)
+    report = check_items(_collect_ids(lines, ids), model, path=path, lines=lines, **options)
     return ShardResult(report, ids)
 
 
-def _collect_ids(items: Iterable[Any], ids: dict[str, int]) -> Iterator[Any]:
+def _collect_ids(items: Iterable[Item], ids: dict[str, int]) -> Iterator[Item]:
     """Pass items through, noting each record's episode id with the first line it is on."""
     for item in items:
-        if item.__class__ is tuple:
-            line, record = item
-        else:
-            line, record = item.line, item.record
+        line, record = numbered(item)
         if record is not None:
             eid = record.get("episode_id")
             if isinstance(eid, str) and eid and eid not in ids:
@@ -495,12 +496,10 @@ def _validate_batch(batch: Any, *, model: type[BaseModel], shard_column: str,
     """Ray worker: validate each record of a columnar batch; one pickled list per batch."""
     import pyarrow as pa
 
-    from gyre_contract.io.parquet import records_from_arrow
-
     shards = batch.column(shard_column).to_pylist()
     rows = batch.column(row_column).to_pylist() if row_column else [None] * batch.num_rows
     data = batch.drop_columns([c for c in (shard_column, row_column) if c])
-    known = {info.alias or name for name, info in model.model_fields.items()}
+    known = set(model_info(model).wires)
     out = []
     for shard, row, record in zip(shards, rows, records_from_arrow(data, model)):
         try:
@@ -517,52 +516,27 @@ def _keys(record: dict[str, Any], known: set[str]) -> dict[str, Any]:
 
 
 class _ShardAcc:
-    """One shard's running stage-1 state: the loop of `validate_file`, fed with checked rows."""
+    """One shard's running stage-1 state: the `StepChecker` of `validate_file`, fed with rows
+    checked on the workers."""
 
     def __init__(self, shard: str, model: type[BaseModel], max_examples: int) -> None:
-        from gyre_contract.io.parquet import ReportBuilder
-
         self.shard = shard
-        self.model = model
-        self.builder = ReportBuilder(model, max_examples)
-        self.groups = self.builder.groups
-        self.stats = self.builder.stats
-        self.tracker = EpisodeTracker(model)
-        self.rows = self.records = self.steps = 0
+        self.checker = StepChecker(model, ProblemGroups(max_examples), FieldStats(model))
+        self.rows = 0
         self.ids: dict[str, int] = {}
 
     def add(self, row: int | None, keys: dict[str, Any], step: Any,
-            problems: list[Problem] | None) -> int:
+            problems: list[Problem] | None) -> None:
         """One checked row: a valid step, or (problems given) the `lost` part of a bad record."""
-        from gyre_contract.io import rollout
-
         self.rows += 1
         row = self.rows if row is None else row
-        self.records += 1
-        self.stats.record(keys)
-        if problems is not None:
-            self.groups.add(p.at_line(row) for p in problems)
-            rollout._skip_lost_step(self.tracker, step, row)
-            return row
-        self.steps += 1
-        self.stats.step(step)
-        self.ids.setdefault(step.episode_id, row)
-        found = self.tracker.add(step, row)
-        if found:
-            self.groups.add(found)
-        return row
+        if problems is None:
+            self.ids.setdefault(step.episode_id, row)
+        self.checker.checked(row, keys, step, problems)
 
     def finish(self, require_complete: bool) -> ShardResult:
-        from gyre_contract.io.rollout import FileReport
-
-        self.groups.add(self.tracker.finish(require_complete))
-        t = self.tracker
-        report = FileReport(
-            path=self.shard, checked_against=f"model {self.model.__name__}",
-            records=self.records, steps=self.steps, episodes=t.episodes,
-            open_episodes=len(t.open_episodes), terminated=t.terminated, truncated=t.truncated,
-            policy_versions=sorted(t.policy_versions))
-        report = self.builder.finish(report, path=self.shard, lines=self.rows,
+        self.checker.finish(require_complete)
+        report = self.checker.report(path=self.shard, lines=self.rows,
                                      require_complete=require_complete)
         return ShardResult(report, self.ids)
 
@@ -592,45 +566,38 @@ def iter_train_batches(
     `"truncation": "terminal"`) follows at the end. The first invalid record or broken episode
     rule raises ContractError naming the shard and row, before any batch holding its episode.
     """
-    from gyre_contract.io.rollout import episode_from_steps
-
     if episodes_per_batch < 1:
         raise ValueError(f"episodes_per_batch must be at least 1, got {episodes_per_batch}")
-    trackers: dict[str, EpisodeTracker] = {}
+    shards: dict[str, tuple[StepChecker, EpisodeAssembler]] = {}
+    done: dict[str, list[Episode]] = {}
     positions: dict[str, int] = {}
-    open_steps: dict[str, dict[str, list[tuple[int, Any]]]] = {}
-    done: dict[str, list[Any]] = {}
     options = {"max_len": max_len, "current_version": current_version,
                "max_staleness": max_staleness}
-    for shard, row, _, step, problems in _checked_rows(ds, model, shard_column, row_column,
-                                                       batch_size):
+    for shard, row, keys, step, problems in _checked_rows(ds, model, shard_column, row_column,
+                                                          batch_size):
         positions[shard] = positions.get(shard, 0) + 1
         row = positions[shard] if row is None else row
-        if problems is not None:
-            raise _in_shard(shard, [p.at_line(row) for p in problems])
-        found = trackers.setdefault(shard, EpisodeTracker(model)).add(step, row)
-        if found:
-            raise _in_shard(shard, found)
-        episode = open_steps.setdefault(shard, {}).setdefault(step.episode_id, [])
-        episode.append((row, step))
-        if step.terminated or step.truncated:
-            del open_steps[shard][step.episode_id]
+        if shard not in shards:
+            shards[shard] = (StepChecker(model), EpisodeAssembler(model))
+        checker, episodes = shards[shard]
+        try:
+            found = checker.checked(row, keys, step, problems)
+        except ContractError as err:
+            raise _in_shard(shard, err.problems) from None
+        episode = episodes.add(*found) if found is not None else None
+        if episode is not None:
             finished = done.setdefault(shard, [])
-            finished.append(episode_from_steps(episode, model))
+            finished.append(episode)
             if len(finished) == episodes_per_batch:
                 yield field_map.to_train_batch(finished, **options)
                 done[shard] = []
-    for shard in positions:
-        rest = done.get(shard, [])
-        if include_open:
-            rest += [episode_from_steps(s, model) for s in open_steps.get(shard, {}).values()]
+    for shard, (_, episodes) in shards.items():
+        rest = done.get(shard, []) + (episodes.rest() if include_open else [])
         for start in range(0, len(rest), episodes_per_batch):
             yield field_map.to_train_batch(rest[start:start + episodes_per_batch], **options)
 
 
 def _in_shard(shard: str, problems: list[Problem]) -> ContractError:
     """The problems of one shard, with the shard file at the front of each path."""
-    from dataclasses import replace
-
     return ContractError([replace(p, path=f"{shard}: {p.path}" if p.path else shard)
                           for p in problems])

@@ -16,8 +16,9 @@ pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet'
 
 from gyre_contract.core.errors import ContractError, InputError
 from gyre_contract.io.parquet import write_parquet
-from gyre_contract.io.rollout import validate_file, write_steps
 from gyre_contract.io.shards import shard_paths, validate_shards
+from gyre_contract.io.validation import validate_file
+from gyre_contract.io.writer import write_steps
 from gyre_contract.trainer.fieldmap import FieldMap
 
 # Ray's own modules raise deprecation warnings about Ray's own settings; they are not ours.
@@ -136,7 +137,7 @@ def test_an_episode_id_in_two_shards_is_reported(tmp_path, cartpole_model):
     write_steps(tmp_path / "b.jsonl", episode("y", 1) + episode("x", 2))
     report = validate_shards([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], cartpole_model,
                              engine="local")
-    assert all(s.holds for s in report.shards) and not report.holds
+    assert all(s.ok for s in report.shards) and not report.ok
     (problem,) = report.cross_shard
     assert str(problem) == (
         f"episode_id: episode id appears in two shards: expected each episode in one shard, got "
@@ -217,7 +218,7 @@ def test_ray_engine_finds_planted_defects_with_shard_and_line(ray_local, tmp_pat
                                            "transition?)")]:
         assert planted in found
     assert {shard for shard, _, _ in found} == {f"shard-2.{fmt}", f"shard-5.{fmt}"}
-    assert [s.holds for s in on_ray.shards] == [k not in (2, 5) for k in range(8)]
+    assert [s.ok for s in on_ray.shards] == [k not in (2, 5) for k in range(8)]
 
 
 def test_validate_dataset_on_parquet_shards_equals_the_file_check(ray_local, tmp_path,
