@@ -570,3 +570,29 @@ def test_json_schema_mode_checks_records_without_episode_rules(tmp_path: Path) -
     assert report.episodes is None and "episode rules not checked" in report.to_text()
     assert [(p.line, p.path) for p in report.problems()][:1] == [(3, "")]
     assert validate_file(CORPUS / "step_gap.jsonl", schema=schema).ok
+
+
+# -- the report protocol ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["step_gap.jsonl", "crlf_line_ends.jsonl"])
+def test_file_report_follows_the_report_protocol(name: str) -> None:
+    import io
+    import warnings
+
+    from gyre_contract.cli import run
+    from gyre_contract.core.report import Report
+
+    report = validate_file(CORPUS / name)
+    assert isinstance(report, Report) and report.warnings == []
+    assert report.ok == (report.problem_count == 0)
+    assert report.exit_code() == report.exit_code(strict=True) == (0 if report.ok else 1)
+    assert report.render("text") == report.to_text()
+    with pytest.warns(DeprecationWarning, match="FileReport.holds is deprecated"):
+        assert report.holds == report.ok
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, err = io.StringIO(), io.StringIO()
+        code = run(["validate", str(CORPUS / name), "--format", "json"], out, err)
+    assert (code, err.getvalue()) == (report.exit_code(), "")
+    assert out.getvalue() == report.render("json") + "\n"
+    assert json.loads(out.getvalue()) == report.to_dict()

@@ -329,3 +329,32 @@ def test_cli_subprocess_validates_a_folder_of_shards(tmp_path):
     assert report["counts"]["shards"] == 8 and not report["holds"]
     assert [Path(s["path"]).name for s in report["shards"] if not s["holds"]] == \
         ["shard-2.parquet", "shard-5.parquet"]
+
+
+# -- the report protocol ---------------------------------------------------------------------------
+
+def test_shards_report_follows_the_report_protocol(tmp_path):
+    import io
+    import json
+    import warnings
+
+    from gyre_contract.cli import run
+    from gyre_contract.core.report import Report
+
+    write_shards(tmp_path / "shards", "jsonl")
+    report = validate_shards(tmp_path / "shards", _model(), engine="local")
+    assert isinstance(report, Report) and not report.ok and report.warnings == []
+    assert (report.exit_code(), report.exit_code(strict=True)) == (1, 1)
+    assert report.render("json") == json.dumps(report.to_dict(), indent=2, allow_nan=False,
+                                               ensure_ascii=False)
+    assert report.render("text") == report.to_text()
+    with pytest.warns(DeprecationWarning, match="ShardsReport.holds is deprecated"):
+        assert report.holds is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, err = io.StringIO(), io.StringIO()
+        code = run(["validate", str(tmp_path / "shards"), "--model", "models:CartPoleStep",
+                    "--format", "json"], out, err)
+    assert (code, err.getvalue()) == (1, "")
+    printed = json.loads(out.getvalue())
+    assert printed == json.loads(json.dumps(report.to_dict()))
