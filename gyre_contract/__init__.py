@@ -29,16 +29,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
     from gyre_contract.harness.runlog import RunLog, RunRecord, RunTimer, plot_runs, summarize
     from gyre_contract.harness.stages import CycleReport, HalfWayReport, LoopReport, full_loop, half_way
     from gyre_contract.io.arrowschema import to_arrow_schema
+    from gyre_contract.io.dataset import iter_train_batches, validate_dataset
     from gyre_contract.io.episodes import Episode
     from gyre_contract.io.parquet import validate_parquet
     from gyre_contract.io.reading import read_episodes, read_steps
     from gyre_contract.io.report import FileReport
-    from gyre_contract.io.shards import (
-        ShardsReport,
-        iter_train_batches,
-        validate_dataset,
-        validate_shards,
-    )
+    from gyre_contract.io.shards import ShardsReport, validate_shards
     from gyre_contract.io.validation import validate_file
     from gyre_contract.io.writer import write_steps
     from gyre_contract.schema.compatibility import CompatReport, compat
@@ -70,7 +66,8 @@ _ON_FIRST_USE: dict[str, tuple[str, ...]] = {
     "trainer.inspection": ("batch_schema", "inspect_batch"),
     "io.arrowschema": ("to_arrow_schema",),
     "io.parquet": ("validate_parquet",),
-    "io.shards": ("ShardsReport", "iter_train_batches", "validate_dataset", "validate_shards"),
+    "io.shards": ("ShardsReport", "validate_shards"),
+    "io.dataset": ("iter_train_batches", "validate_dataset"),
     "harness.recorder": ("Recorder", "episodes_from_records"),
     "io.episodes": ("Episode",),
     "io.report": ("FileReport",),

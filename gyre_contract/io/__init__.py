@@ -1,1 +1,12 @@
-"""Rollout files: JSON Lines and Parquet sources, episode assembly, file reports, shards on Ray Data."""
+"""Rollout files: JSON Lines and Parquet sources, episode assembly, file reports, shards on Ray Data.
+
+Modules, low to high (each imports only those above it):
+- `lines` (the JSON Lines line reader and its hygiene), `arrowschema` (the Arrow layout of a
+  model), `episodes` (`Episode`), `report` (`FileReport`, problem groups, field table),
+  `jsonfile` (one JSON document);
+- `fastfile` (bulk decoding of JSON Lines blocks), `assembly` (the one episode assembler),
+  `checking` (the one validate → track loop every source goes through);
+- `parquet` (writing Parquet; its rows as a record source), `schemamode` (JSON Schema checks);
+- `writer` (`write_steps`), `reading` (`read_steps`, `read_episodes`), `validation`
+  (`validate_file`), `shards` (many files, locally or on Ray Data).
+"""

@@ -186,13 +186,13 @@ def test_unknown_engine_is_an_input_error(tmp_path, cartpole_model):
 def ray_local():
     ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
     pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io.shards import _quiet_ray_data
+    from gyre_contract.io.shards import quiet_ray_data
 
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), str(ROOT / "examples"), *([before] if before else [])])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    _quiet_ray_data()
+    quiet_ray_data()
     yield ray
     ray.shutdown()
     if before is None:
@@ -223,7 +223,7 @@ def test_ray_engine_finds_planted_defects_with_shard_and_line(ray_local, tmp_pat
 
 def test_validate_dataset_on_parquet_shards_equals_the_file_check(ray_local, tmp_path,
                                                                   cartpole_model):
-    from gyre_contract.io.shards import validate_dataset
+    from gyre_contract.io.dataset import validate_dataset
 
     paths = write_shards(tmp_path / "shards", "parquet")
     ds = parquet_dataset(paths)
@@ -236,7 +236,7 @@ def test_validate_dataset_reports_an_episode_split_across_shards(ray_local, tmp_
                                                                  cartpole_model):
     import ray.data
 
-    from gyre_contract.io.shards import validate_dataset
+    from gyre_contract.io.dataset import validate_dataset
 
     rows = [dict(r, path="a", row=i + 1) for i, r in enumerate(episode("x", 2))]
     rows += [dict(r, path="b", row=i + 1) for i, r in enumerate(episode("x", 1))]
@@ -251,7 +251,7 @@ def test_validate_dataset_reports_an_episode_split_across_shards(ray_local, tmp_
 
 def test_train_batches_hold_whole_episodes_of_one_shard(ray_local, tmp_path, cartpole_model):
     from gyre_contract.core.models import TrainBatch
-    from gyre_contract.io.shards import iter_train_batches
+    from gyre_contract.io.dataset import iter_train_batches
 
     paths = [tmp_path / f"s{k}.parquet" for k in range(2)]
     for k, path in enumerate(paths):
@@ -269,7 +269,7 @@ def test_train_batches_hold_whole_episodes_of_one_shard(ray_local, tmp_path, car
 
 def test_train_batches_stop_at_the_first_broken_rule_naming_shard_and_row(
         ray_local, tmp_path, cartpole_model):
-    from gyre_contract.io.shards import iter_train_batches
+    from gyre_contract.io.dataset import iter_train_batches
 
     records = shard_records(0)
     records[5]["step"] = 3
