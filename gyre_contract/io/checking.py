@@ -39,14 +39,18 @@ class StepChecker:
 
     With `groups`, every problem is added there (with its line) and checking goes on; without,
     the first problem raises ContractError. `stats`, when given, sees every record and every
-    valid step (the field table of the report). `records` and `steps` count what was checked.
+    valid step (the field table of the report). `episode_ids`, when given, gets each episode id
+    a record names with the first line it is on (how shards are compared). `records` and
+    `steps` count what was checked.
     """
 
     def __init__(self, model: type[BaseModel], groups: ProblemGroups | None = None,
-                 stats: FieldStats | None = None) -> None:
+                 stats: FieldStats | None = None,
+                 episode_ids: dict[str, int] | None = None) -> None:
         self.model = model
         self.groups = groups
         self.stats = stats
+        self.episode_ids = episode_ids
         self.tracker = EpisodeTracker(model)
         self.records = 0
         self.steps = 0
@@ -73,6 +77,10 @@ class StepChecker:
         self.records += 1
         if self.stats is not None:
             self.stats.record(record)
+        if self.episode_ids is not None:
+            eid = record.get("episode_id") if isinstance(record, dict) else None
+            if isinstance(eid, str) and eid and eid not in self.episode_ids:
+                self.episode_ids[eid] = n
         try:
             step = validate_step(record, self.model)
         except ContractError as err:
@@ -125,6 +133,11 @@ class StepChecker:
         self.steps += checked.n
         if self.stats is not None:
             self.stats.counted(checked.key_counts, bulk.array_counts(checked))
+        if self.episode_ids is not None:
+            ids = self.episode_ids
+            for i, eid in enumerate(checked.episode_id):
+                if eid not in ids:
+                    ids[eid] = first + i
         return checked
 
     def feed(self, source: Lines | Iterable[Item],
@@ -195,14 +208,16 @@ def unread_report(model: type[BaseModel], problems: list[Problem], *,
 
 def check_items(items: Lines | Iterable[Item], model: type[BaseModel], *,
                 path: str | os.PathLike[str], require_complete: bool,
-                max_examples_per_group: int, lines: int | Lines | None = None) -> FileReport:
+                max_examples_per_group: int, lines: int | None = None,
+                episode_ids: dict[str, int] | None = None) -> FileReport:
     """Stage 1 over any source: every item checked, every problem grouped, one `FileReport`.
 
-    `lines` is how many lines or rows the source held, or the `Lines` reader to ask after the
-    run (by default `items` itself when it is one). The cyclic GC is paused meanwhile: nothing
-    is held from item to item.
+    `lines` is how many lines or rows the source held (a `Lines` source counts its own). The
+    cyclic GC is paused meanwhile: nothing is held from item to item. `episode_ids`: see
+    `StepChecker`.
     """
-    checker = StepChecker(model, ProblemGroups(max_examples_per_group), FieldStats(model))
+    checker = StepChecker(model, ProblemGroups(max_examples_per_group), FieldStats(model),
+                          episode_ids)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -212,9 +227,9 @@ def check_items(items: Lines | Iterable[Item], model: type[BaseModel], *,
         if gc_was_enabled:
             gc.enable()
     checker.finish(require_complete)
-    counted = items if lines is None else lines
-    if isinstance(counted, Lines):
-        return checker.report(path=path, lines=counted.lines, require_complete=require_complete,
-                              tail_bytes=counted.tail_bytes)
-    return checker.report(path=path, lines=counted if isinstance(counted, int) else 0,
-                          require_complete=require_complete)
+    if isinstance(items, Lines):
+        return checker.report(path=path, lines=items.lines, require_complete=require_complete,
+                              tail_bytes=items.tail_bytes)
+    if lines is None:
+        raise TypeError("check_items: give `lines` (how many rows the source held)")
+    return checker.report(path=path, lines=lines, require_complete=require_complete)

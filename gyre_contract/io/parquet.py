@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -436,10 +436,10 @@ def parquet_report(
     *,
     require_complete: bool,
     max_examples_per_group: int,
-    wrap: Callable[[Iterator[Any]], Iterator[Any]] | None = None,
+    episode_ids: dict[str, int] | None = None,
 ) -> FileReport:
-    """`validate_parquet`, with the `(row, record)` items passed through `wrap` when given
-    (how the shard check notes each episode id on its way)."""
+    """`validate_parquet`; `episode_ids` gets each episode id with its first row (see
+    `checking.StepChecker`: how the shard check compares shards)."""
     handle = open_parquet(path)
     rows = handle.metadata.num_rows
     problems = arrow_schema_problems(handle.schema_arrow, model)
@@ -447,7 +447,7 @@ def parquet_report(
         return unread_report(model, problems, path=path, lines=rows,
                              require_complete=require_complete,
                              max_examples_per_group=max_examples_per_group)
-    items = iter_parquet_records(path, model)
-    return check_items(wrap(items) if wrap is not None else items, model, path=path,
+    return check_items(iter_parquet_records(path, model), model, path=path,
                        require_complete=require_complete,
-                       max_examples_per_group=max_examples_per_group, lines=rows)
+                       max_examples_per_group=max_examples_per_group, lines=rows,
+                       episode_ids=episode_ids)

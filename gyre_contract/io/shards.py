@@ -35,7 +35,7 @@ from gyre_contract.core.errors import GyreError, InputError, Problem
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
 from gyre_contract.io.checking import check_items
-from gyre_contract.io.lines import Item, Lines, numbered
+from gyre_contract.io.lines import Lines
 from gyre_contract.io.parquet import is_parquet, parquet_report
 from gyre_contract.io.report import (
     FieldSummary,
@@ -255,26 +255,14 @@ def check_shard(
     (`allow_partial_tail` applies to JSON Lines: a shard still being written).
     """
     ids: dict[str, int] = {}
-    options = {"require_complete": require_complete,
-               "max_examples_per_group": max_examples_per_group}
     if is_parquet(path):
-        report = parquet_report(path, model, wrap=lambda items: _collect_ids(items, ids),
-                                **options)
-        return ShardResult(report, ids)
-    lines = Lines(path, allow_partial_tail=allow_partial_tail)
-    report = check_items(_collect_ids(lines, ids), model, path=path, lines=lines, **options)
+        report = parquet_report(path, model, require_complete=require_complete,
+                                max_examples_per_group=max_examples_per_group, episode_ids=ids)
+    else:
+        report = check_items(Lines(path, allow_partial_tail=allow_partial_tail), model,
+                             path=path, require_complete=require_complete,
+                             max_examples_per_group=max_examples_per_group, episode_ids=ids)
     return ShardResult(report, ids)
-
-
-def _collect_ids(items: Iterable[Item], ids: dict[str, int]) -> Iterator[Item]:
-    """Pass items through, noting each record's episode id with the first line it is on."""
-    for item in items:
-        line, record = numbered(item)
-        if record is not None:
-            eid = record.get("episode_id")
-            if isinstance(eid, str) and eid and eid not in ids:
-                ids[eid] = line
-        yield item
 
 
 # -- many shards: locally or on Ray ------------------------------------------------------------

@@ -107,3 +107,13 @@ def test_the_switch_turns_the_bulk_path_off(cartpole_record, tmp_path, monkeypat
     monkeypatch.setenv("GYRE_FAST_PATHS", "0")
     assert checking.bulk_plan_for(CartPoleStep) is None
     assert validate_file(path, CartPoleStep).ok
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_shard_reports_do_not_depend_on_fast_paths(model: type, monkeypatch):
+    """The corpus as one folder of shards: per-shard reports and episodes in two shards."""
+    from gyre_contract.io.shards import validate_shards
+
+    fast, normal = both_ways(monkeypatch, lambda: validate_shards(
+        CORPUS, model, engine="local", allow_partial_tail=True).to_dict())
+    assert fast == normal and fast["problems"]["cross_shard"]
