@@ -411,8 +411,10 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
         return None  # rules of the project's own: only the normal path knows them
     specs = field_specs(model)
     fields = []
-    for name, info in model.model_fields.items():
-        wire = info.alias or name
+    names = model_info(model)
+    for wire in names.wires:
+        name = names.attr(wire)
+        info = model.model_fields[name]
         spec = specs.get(wire)
         if spec is None and any(isinstance(m, JsonScalars) for m in info.metadata):
             kind: Any = dict[str, str | _INFO_INT | _INFO_FLOAT | bool]
