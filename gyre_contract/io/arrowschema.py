@@ -36,9 +36,6 @@ from gyre_contract.core.validate import validate_step
 EXTENSIONS = (".parquet", ".pq")
 """File name endings read and written as Parquet (anything else is JSON Lines)."""
 
-ROWS_PER_BATCH = 8192
-"""Rows converted to records at a time when reading, and written per batch."""
-
 _LEAVES = {
     "bool": "bool_", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",

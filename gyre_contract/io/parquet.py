@@ -25,7 +25,6 @@ from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.arrowschema import (
     EXTENSIONS,
-    ROWS_PER_BATCH,
     arrow_schema_problems,
     is_parquet,
     is_pinned,
@@ -44,6 +43,9 @@ __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet"
            "iter_parquet_records", "open_parquet", "read_parquet_episodes", "read_parquet_steps",
            "records_from_arrow", "to_arrow_schema", "type_text", "validate_parquet",
            "write_parquet"]
+
+ROWS_PER_BATCH = 8192
+"""Rows converted to records at a time when reading, and written per batch."""
 
 
 # -- writing ---------------------------------------------------------------------------------
