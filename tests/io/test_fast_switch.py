@@ -103,6 +103,7 @@ def test_the_switch_turns_the_bulk_path_off(cartpole_record, tmp_path, monkeypat
     lines = [orjson.dumps(dict(cartpole_record, step=t, terminated=t == 2)) for t in range(3)]
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
+    monkeypatch.delenv("GYRE_FAST_PATHS", raising=False)
     assert checking.bulk_plan_for(CartPoleStep) is not None
     monkeypatch.setenv("GYRE_FAST_PATHS", "0")
     assert checking.bulk_plan_for(CartPoleStep) is None
