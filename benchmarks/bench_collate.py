@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from gyre_contract.io.rollout import Episode, read_episodes, write_steps
+from gyre_contract.io.episodes import Episode
+from gyre_contract.io.reading import read_episodes
+from gyre_contract.io.writer import write_steps
 from gyre_contract.trainer.collation import collate
 from gyre_contract.trainer.fieldmap import FieldMap
 

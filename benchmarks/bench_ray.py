@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 from models import CartPoleStep  # noqa: E402
 
 from gyre_contract.io.parquet import write_parquet  # noqa: E402
-from gyre_contract.io.rollout import write_steps  # noqa: E402
 from gyre_contract.io.shards import validate_shards  # noqa: E402
+from gyre_contract.io.writer import write_steps  # noqa: E402
 
 EPISODE_LEN = 200
 
@@ -83,12 +83,12 @@ def main() -> None:
         pool = multiprocessing.Pool(2)
         import ray
 
-        from gyre_contract.io.shards import _quiet_ray_data
+        from gyre_contract.io.shards import quiet_ray_data
 
         start = time.perf_counter()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  logging_level="WARNING")
-        _quiet_ray_data()
+        quiet_ray_data()
         print(f"  ray.init (local, 2 CPUs): {time.perf_counter() - start:.1f} s")
         runs: dict[tuple[str, str], Callable[[], object]] = {}
         for ext in ("jsonl", "parquet"):

@@ -289,7 +289,7 @@ def paired(ours: Callable[[], Any], base: Callable[[], Any], rounds: int) -> tup
 
 
 def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.io.rollout import validate_file
+    from gyre_contract.io.validation import validate_file
 
     lines = 100_000 if quick else 1_000_000
     small_lines = lines // 10
@@ -299,7 +299,7 @@ def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
 
     def ours() -> None:
         report = validate_file(big, CartPoleStep, require_complete=True)
-        if not report.holds or report.steps != lines:
+        if not report.ok or report.steps != lines:
             raise AssertionError(f"generated file does not validate: {report.to_text()[:2000]}")
 
     a, b, ratio = paired(ours, lambda: parse_floor(big), 5 if quick else 3)
@@ -316,9 +316,9 @@ PEAK_SCRIPT = """
 import sys
 sys.path.insert(0, {examples!r})
 from models import CartPoleStep
-from gyre_contract.io.rollout import validate_file
+from gyre_contract.io.validation import validate_file
 report = validate_file({path!r}, CartPoleStep, require_complete=True)
-assert report.holds, report.to_text()[:2000]
+assert report.ok, report.to_text()[:2000]
 with open("/proc/self/status") as f:
     print(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
 """
@@ -344,7 +344,7 @@ def _env() -> dict[str, str]:
 # -- 3. rollout file -> validated TrainBatch ----------------------------------------------------
 
 def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.io.rollout import read_episodes
+    from gyre_contract.io.reading import read_episodes
     from gyre_contract.trainer.fieldmap import FieldMap
 
     lines = 20_000 if quick else 200_000
@@ -365,7 +365,7 @@ def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
 # -- 4. collate -----------------------------------------------------------------------------------
 
 def bench_collate(quick: bool) -> list[Figure]:
-    from gyre_contract.io.rollout import Episode
+    from gyre_contract.io.episodes import Episode
     from gyre_contract.trainer.collation import collate
 
     rng = np.random.default_rng(0)

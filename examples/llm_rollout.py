@@ -222,7 +222,7 @@ def stage1(out: Path, records: list[dict[str, Any]]) -> bool:
     report = validate_file(path, LLMStep, require_complete=True)
     say(f"wrote {count} generations to {path}")
     say(report.to_text())
-    return verdict(report.holds, f"{report.steps} generations in {report.episodes} episodes, "
+    return verdict(report.ok, f"{report.steps} generations in {report.episodes} episodes, "
                                  f"{report.problem_count} problems")
 
 

@@ -215,7 +215,7 @@ def stage1(out: Path, agent: LinearAgent, seed: int, episodes: int) -> bool:
     report = validate_file(path, CartPoleStep, require_complete=True)
     say(f"wrote {count} steps to {path}")
     say(report.to_text())
-    return verdict(report.holds and report.episodes == episodes,
+    return verdict(report.ok and report.episodes == episodes,
                    f"{report.steps} steps in {report.episodes} episodes "
                    f"({report.terminated} terminated, {report.truncated} truncated), "
                    f"{report.problem_count} problems")

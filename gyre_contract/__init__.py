@@ -32,7 +32,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
     from gyre_contract.harness.recorder import Recorder
     from gyre_contract.harness.runlog import RunLog, RunRecord
     from gyre_contract.harness.stages import full_loop, half_way
-    from gyre_contract.io.rollout import Episode, read_episodes, read_steps, validate_file, write_steps
+    from gyre_contract.io.episodes import Episode
+    from gyre_contract.io.reading import read_episodes, read_steps
+    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io.writer import write_steps
     from gyre_contract.schema.compatibility import compat
     from gyre_contract.schema.diffing import diff
     from gyre_contract.schema.export import export_schemas, json_schema

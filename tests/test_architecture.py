@@ -435,11 +435,6 @@ SUBPACKAGES = sorted(LAYERS)
 KNOWN: dict[tuple[str, str], str] = {
     # (check, subpackage or module) -> why it fails on this branch. Each is fixed on another
     # engineer's branch; the lead removes the mark at merge (strict: a pass then fails loudly).
-    ("cycles", "io"): "fixed on branch iolayer (rollout <-> parquet <-> fastfile)",
-    ("private", "io"): "fixed on branch iolayer (parquet, shards use rollout's _Groups, _Lines, ...)",
-    ("private", "schema"): "fixed on branch iolayer (schema.infer uses rollout._Lines)",
-    ("lines", "gyre_contract.io.parquet"): "fixed on branch iolayer",
-    ("lines", "gyre_contract.io.rollout"): "fixed on branch iolayer",
 }
 
 

@@ -580,7 +580,7 @@ def steps(eid: str, count: int, *, pad: int = 0, done: bool = True) -> list[dict
 
 
 def test_write_steps_documents_its_guarantee() -> None:
-    from gyre_contract.io.rollout import write_steps
+    from gyre_contract.io.writer import write_steps
 
     doc = " ".join((write_steps.__doc__ or "").split())
     assert "the OS only ever receives whole lines" in doc
@@ -593,9 +593,9 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from gyre_contract.io import rollout
+    from gyre_contract.io import writer
 
-    monkeypatch.setattr(rollout, "WRITE_BATCH_BYTES", 500)
+    monkeypatch.setattr(writer, "WRITE_BATCH_BYTES", 500)
     writes: list[bytes] = []
     fsyncs: list[int] = []
     real_write = os.write
@@ -609,7 +609,7 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
 
     path = tmp_path / "r.jsonl"
     with pytest.raises(RuntimeError, match="sampler crashed"):
-        rollout.write_steps(path, failing(), fsync=True)
+        writer.write_steps(path, failing(), fsync=True)
     assert len(writes) > 1 and all(chunk.endswith(b"\n") for chunk in writes)
     assert len(fsyncs) == 1  # even when the steps raise
     assert path.read_bytes() == b"".join(writes)
@@ -620,7 +620,7 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
 _CRASHING_WRITER = """
 import os, signal, sys
 import orjson
-from gyre_contract.io.rollout import write_steps
+from gyre_contract.io.writer import write_steps
 path, count = sys.argv[1], int(sys.argv[2])
 rec = lambda t: {"observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "reward": 1.0, "step": t,
                  "episode_id": "a", "terminated": False, "truncated": False,
@@ -655,7 +655,7 @@ def test_a_writer_killed_mid_line_leaves_one_partial_line_reported_by_number(
 
 _ENDLESS_WRITER = """
 import sys
-from gyre_contract.io.rollout import write_steps
+from gyre_contract.io.writer import write_steps
 path = sys.argv[1]
 pad = "x" * 200_000
 t = 0
@@ -693,7 +693,7 @@ def test_a_writer_killed_at_any_moment_loses_at_most_its_last_line(tmp_path: Pat
 
 _APPENDER = """
 import sys
-from gyre_contract.io.rollout import write_steps
+from gyre_contract.io.writer import write_steps
 path, eid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for start in range(0, n, 25):
     write_steps(path, [{"observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "reward": 1.0,

@@ -30,7 +30,7 @@ from gyre_contract.core.registry import Rule
 from gyre_contract.core.validate import validate_batch, validate_episode, validate_step
 from gyre_contract.io import fastfile  # noqa: F401  (declares the bulk reader's fast path)
 from gyre_contract.io.fastfile import bulk_plan
-from gyre_contract.io.rollout import validate_file
+from gyre_contract.io.validation import validate_file
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep, LLMStep
 
 
@@ -292,7 +292,7 @@ def ray_reports(tmp_path_factory):
     """Every rule's files as shards, checked on one local Ray (2 CPUs), one call per model."""
     ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
     pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io.shards import _quiet_ray_data, validate_shards
+    from gyre_contract.io.shards import quiet_ray_data, validate_shards
 
     folder = tmp_path_factory.mktemp("ray_rules")
     shards: dict[type, list[tuple[str, int, Path]]] = {}
@@ -311,7 +311,7 @@ def ray_reports(tmp_path_factory):
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([before] if before else [])])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    _quiet_ray_data()
+    quiet_ray_data()
     out: dict[str, list[Problem]] = {name: [] for name in RECORD_RULES}
     checked: dict[str, int] = {name: 0 for name in RECORD_RULES}
     try:

@@ -11,11 +11,11 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
-from gyre_contract.cli.common import emit, import_named
+from gyre_contract.cli.common import import_named
 from gyre_contract.core.errors import InputError, SchemaError
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
-from gyre_contract.io.rollout import validate_file
 from gyre_contract.io.shards import is_shard_source, validate_shards
+from gyre_contract.io.validation import validate_file
 from gyre_contract.schema.fieldtable import load_schema
 
 
@@ -76,12 +76,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             args.rollouts, model, engine=args.engine or "local", address=args.address,
             require_complete=args.require_complete, allow_partial_tail=args.allow_partial_tail,
             max_examples_per_group=args.max_examples)
-        emit(out, args.format, report.to_dict(), report.to_text().splitlines())
-        return report.exit_code()
-    report = validate_file(
-        args.rollouts, model, schema=schema, require_complete=args.require_complete,
-        allow_partial_tail=args.allow_partial_tail, max_examples_per_group=args.max_examples)
-    emit(out, args.format, report.to_dict(), report.to_text().splitlines())
+    else:
+        report = validate_file(
+            args.rollouts, model, schema=schema, require_complete=args.require_complete,
+            allow_partial_tail=args.allow_partial_tail, max_examples_per_group=args.max_examples)
+    out.write(report.render(args.format) + "\n")
     return report.exit_code()
 
 

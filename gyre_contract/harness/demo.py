@@ -201,7 +201,7 @@ def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
     write_steps(path, recorder.record_episodes(n))
     report = validate_file(path, model, require_complete=True)
     say(report.to_text())
-    ok = report.holds and (report.episodes or 0) == n
+    ok = report.ok and (report.episodes or 0) == n
     say.verdict(ok, f"{report.steps} steps in {report.episodes} episodes, "
                 f"{report.problem_count} problems")
     result.stages["stage 1"] = ok

@@ -18,7 +18,7 @@ import numpy as np
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.validate import EpisodeTracker, validate_step
-from gyre_contract.io.rollout import Episode, episode_from_steps
+from gyre_contract.io.episodes import Episode, episode_from_steps
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

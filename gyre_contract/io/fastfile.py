@@ -39,6 +39,7 @@ from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.io.episodes import Episode
 
 _COLON = ord(":")
 _MAX_INFO_KEYS = 1000
@@ -245,14 +246,13 @@ class BulkPlan:
                 out.append((wire, self.dtypes[wire], shape, block.key_counts[wire]))
         return out
 
-    def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]) -> Any:
+    def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]
+                ) -> Episode:
         """The `Episode` of the rows `parts` [(block, rows: a slice or indices), ...] hold.
 
-        The columns are those `rollout.episode_from_steps` builds from the same steps: numbers
+        The columns are those `episodes.episode_from_steps` builds from the same steps: numbers
         come from one array per block and field, sliced per episode.
         """
-        from gyre_contract.io.rollout import Episode
-
         if len(parts) == 1:  # the usual case: the whole episode inside one block
             return Episode(episode_id, self._one_block_columns(*parts[0]), lines)
         columns: dict[str, Any] = {}

@@ -7,13 +7,11 @@ machine and on a cluster.
 
 Two ways in:
 - `validate_shards(paths_or_glob, model)` (what `gyre-contract validate 'shards/*' --engine ray`
-  runs): one Ray Data task per shard file (JSON Lines or Parquet) runs the whole stage-1 check
-  of that file, lines that are not even JSON included; with `engine="local"` the same function
-  runs in this process. Both give the same `ShardsReport`.
-- `validate_dataset(ds, model)` and `iter_train_batches(ds, field_map)`: a Ray Dataset of step
-  records (e.g. `ray.data.read_parquet(paths, include_paths=True)`). Records are validated on
-  the workers with `map_batches` over columnar (pyarrow) batches; the episode rules, which need
-  a shard's steps in order, run where the results are gathered, shard by shard.
+  runs, here): one Ray Data task per shard file (JSON Lines or Parquet) runs the whole stage-1
+  check of that file, lines that are not even JSON included; with `engine="local"` the same
+  function runs in this process. Both give the same `ShardsReport`.
+- `dataset.validate_dataset(ds, model)` and `dataset.iter_train_batches(ds, field_map)`: a Ray
+  Dataset of step records (e.g. `ray.data.read_parquet(paths, include_paths=True)`).
 
 Episode rules hold within a shard; an episode id found in two shards is a problem of its own.
 ray and pyarrow are imported inside the functions only.
@@ -26,15 +24,25 @@ import glob
 import logging
 import os
 import pickle
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from gyre_contract.core.errors import ContractError, GyreError, InputError, Problem
+from gyre_contract.core.errors import GyreError, InputError, Problem
 from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import EpisodeTracker, validate_step
+from gyre_contract.core.report import Report
+from gyre_contract.io.checking import check_items
+from gyre_contract.io.lines import Lines
+from gyre_contract.io.parquet import is_parquet, parquet_report
+from gyre_contract.io.report import (
+    FieldSummary,
+    FileReport,
+    field_table_lines,
+    plural,
+)
 
 SHARD_PATTERNS = ("*.jsonl", "*.parquet", "*.pq")
 """Files taken from a directory given as the shard source."""
@@ -84,30 +92,35 @@ def shard_paths(paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLi
 class ShardResult:
     """One shard's stage-1 report and the episode ids it holds (each with its first line/row)."""
 
-    report: Any  # rollout.FileReport
+    report: FileReport
     episode_ids: dict[str, int]
 
 
 @dataclass
-class ShardsReport:
+class ShardsReport(Report):
     """Per-shard `FileReport`s, merged counts and the problems no single shard shows.
 
     `problems()` gives every kept problem as (shard file, Problem); a Problem's `line` is the
-    line of a JSON Lines shard or the row of a Parquet shard (numbered from 1).
+    line of a JSON Lines shard or the row of a Parquet shard (numbered from 1). `ok` when every
+    shard holds and no episode spans two shards.
     """
 
     source: str
     checked_against: str
-    shards: list[Any] = field(default_factory=list)
+    shards: list[FileReport] = field(default_factory=list)
     cross_shard: list[Problem] = field(default_factory=list)
 
     @property
-    def holds(self) -> bool:
-        return not self.cross_shard and all(s.holds for s in self.shards)
+    def ok(self) -> bool:
+        """True when every shard holds and no episode id is found in two shards."""
+        return not self.cross_shard and all(s.ok for s in self.shards)
 
-    def exit_code(self) -> int:
-        """0 every shard holds and no episode spans two shards, else 1."""
-        return 0 if self.holds else 1
+    @property
+    def holds(self) -> bool:
+        """Deprecated alias of `ok`."""
+        warnings.warn("ShardsReport.holds is deprecated; use ShardsReport.ok",
+                      DeprecationWarning, stacklevel=2)
+        return self.ok
 
     @property
     def problem_count(self) -> int:
@@ -125,10 +138,8 @@ class ShardsReport:
                 "open_episodes": total("open_episodes"), "terminated": total("terminated"),
                 "truncated": total("truncated"), "policy_versions": versions}
 
-    def fields(self) -> list[Any]:
+    def fields(self) -> list[FieldSummary]:
         """The shards' field tables merged: counts summed, differing dtypes or shapes joined."""
-        from gyre_contract.io.rollout import FieldSummary
-
         merged: dict[str, list[Any]] = {}
         for shard in self.shards:
             for f in shard.fields:
@@ -144,7 +155,7 @@ class ShardsReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "checked_against": self.checked_against,
-                "holds": self.holds, "counts": self.counts(),
+                "holds": self.ok, "counts": self.counts(),
                 "fields": [f.to_dict() for f in self.fields()],
                 "problems": {"count": self.problem_count,
                              "cross_shard": [p.to_dict() for p in self.cross_shard]},
@@ -156,17 +167,17 @@ class ShardsReport:
                ""]
         width = max(len(s.path) for s in self.shards) if self.shards else 0
         for s in self.shards:
-            verdict = "holds" if s.holds else _plural(s.problem_count, "problem")
+            verdict = "holds" if s.ok else plural(s.problem_count, "problem")
             out.append(f"  {s.path.ljust(width)}  {s.lines:>8} {_unit(s.path):5}  "
                        f"{s.steps:>8} steps  {verdict}")
         units = "/".join(u for u in ("lines", "rows") if u in {_unit(s.path) for s in self.shards})
-        out += ["", *_table(self.fields()), "", "counts: " + _counts_text(counts, units), ""]
-        if self.holds:
+        out += ["", *_field_table(self.fields()), "", "counts: " + _counts_text(counts, units), ""]
+        if self.ok:
             out.append("holds: no problems")
             return "\n".join(out)
         out.append(f"problems: {self.problem_count}")
         for s in self.shards:
-            if s.holds:
+            if s.ok:
                 continue
             out.append(f"  {s.path}:")
             for group in s.groups:
@@ -189,31 +200,22 @@ def _union(values: Iterable[str]) -> str:
     return " | ".join(seen)
 
 
-def _table(fields: list[Any]) -> list[str]:
-    rows = [("field", "dtype", "shape", "declared", "records")]
-    rows += [(f.name, f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4].rjust(7)
-            for r in rows]
+def _field_table(fields: list[FieldSummary]) -> list[str]:
+    """The merged field table; its heading row alone when no shard has a field."""
+    return field_table_lines(fields or [FieldSummary("", "", "", "", 0)])[:len(fields) + 1]
 
 
 def _unit(path: str) -> str:
     """What a shard's `line` numbers count: rows of a Parquet file, else lines."""
-    from gyre_contract.io.parquet import is_parquet
-
     return "rows" if is_parquet(path) else "lines"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _counts_text(counts: dict[str, Any], units: str) -> str:
-    parts = [f"{counts['lines']} {units}", _plural(counts["steps"], "valid step")]
+    parts = [f"{counts['lines']} {units}", plural(counts["steps"], "valid step")]
     if counts["episodes"] is None:
         parts.append("episode rules not checked")
     else:
-        parts.append(f"{_plural(counts['episodes'], 'episode')} ({counts['open_episodes']} open, "
+        parts.append(f"{plural(counts['episodes'], 'episode')} ({counts['open_episodes']} open, "
                      f"{counts['terminated']} terminated, {counts['truncated']} truncated)")
     versions = counts["policy_versions"]
     if versions:
@@ -252,36 +254,15 @@ def check_shard(
     The report is what `validate_file` / `validate_parquet` give for the file
     (`allow_partial_tail` applies to JSON Lines: a shard still being written).
     """
-    from gyre_contract.io import rollout
-    from gyre_contract.io.parquet import ReportBuilder, is_parquet, parquet_report
-
     ids: dict[str, int] = {}
-    options = {"require_complete": require_complete,
-               "max_examples_per_group": max_examples_per_group}
     if is_parquet(path):
-        report = parquet_report(path, model, wrap=lambda items: _collect_ids(items, ids),
-                                **options)
-        return ShardResult(report, ids)
-    builder = ReportBuilder(model, max_examples_per_group)
-    source = rollout._Lines(path, allow_partial_tail=allow_partial_tail)
-    report = builder.run(_collect_ids(source, ids), require_complete)
-    report = builder.finish(report, path=path, lines=source.lines,
-                            require_complete=require_complete, tail_bytes=source.tail_bytes)
+        report = parquet_report(path, model, require_complete=require_complete,
+                                max_examples_per_group=max_examples_per_group, episode_ids=ids)
+    else:
+        report = check_items(Lines(path, allow_partial_tail=allow_partial_tail), model,
+                             path=path, require_complete=require_complete,
+                             max_examples_per_group=max_examples_per_group, episode_ids=ids)
     return ShardResult(report, ids)
-
-
-def _collect_ids(items: Iterable[Any], ids: dict[str, int]) -> Iterator[Any]:
-    """Pass items through, noting each record's episode id with the first line it is on."""
-    for item in items:
-        if item.__class__ is tuple:
-            line, record = item
-        else:
-            line, record = item.line, item.record
-        if record is not None:
-            eid = record.get("episode_id")
-            if isinstance(eid, str) and eid and eid not in ids:
-                ids[eid] = line
-        yield item
 
 
 # -- many shards: locally or on Ray ------------------------------------------------------------
@@ -330,8 +311,8 @@ def _ray_check_shards(paths: list[str], model: type[BaseModel], options: dict[st
                              override_num_blocks=len(paths))
     out = ds.map_batches(_check_shard_batch, batch_size=1, batch_format="pyarrow",
                          fn_kwargs={"model": model, "options": options}, concurrency=workers)
-    _all_cpus_at_once(out)
-    with _shipped(model):
+    all_cpus_at_once(out)
+    with shipped(model):
         rows = sorted(out.take_all(), key=lambda r: r["index"])
     results = []
     for row in rows:
@@ -343,7 +324,7 @@ def _ray_check_shards(paths: list[str], model: type[BaseModel], options: dict[st
 
 
 @contextlib.contextmanager
-def _shipped(model: type[BaseModel]) -> Iterator[None]:
+def shipped(model: type[BaseModel]) -> Iterator[None]:
     """Send the model class to the workers by value when its module is not importable by name
     there (a model loaded from a file, `--model path/models.py:Class`); else by reference."""
     import importlib.machinery
@@ -365,7 +346,7 @@ def _shipped(model: type[BaseModel]) -> Iterator[None]:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def _all_cpus_at_once(ds: Any) -> None:
+def all_cpus_at_once(ds: Any) -> None:
     """Ray Data holds back part of the CPUs for later operators by default, so on a small
     cluster one shard runs alone at first; a single map over shards needs no such reserve."""
     ds.context.op_resource_reservation_enabled = False
@@ -400,7 +381,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     else:
         with _importable_cwd():
             ray.init(num_cpus=num_cpus, **quiet)
-    _quiet_ray_data()
+    quiet_ray_data()
     try:
         yield
     finally:
@@ -423,214 +404,9 @@ def _importable_cwd() -> Iterator[None]:
             os.environ["PYTHONPATH"] = before
 
 
-def _quiet_ray_data() -> None:
+def quiet_ray_data() -> None:
     """Ray Data logs its progress at INFO on stderr when stderr is not a terminal; the report on
     stdout is what was asked for. (On a terminal its progress bars still show.)"""
     import ray.data  # noqa: F401  (importing it sets up its loggers; then they are quietened)
 
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-
-
-# -- a Dataset of step records -------------------------------------------------------------------
-
-def validate_dataset(
-    ds: Any,
-    model: type[BaseModel] = RolloutStep,
-    *,
-    shard_column: str = "path",
-    row_column: str | None = None,
-    require_complete: bool = False,
-    max_examples_per_group: int = 3,
-    batch_size: int = 4096,
-) -> ShardsReport:
-    """Check a Ray Dataset of step records; one `FileReport` per shard, merged.
-
-    Each record is validated on the workers (`map_batches` on pyarrow batches). The episode
-    rules run as results arrive, per shard, in dataset order (order is preserved). A row's
-    number is `row_column` when given, else its position within its shard (from 1) in
-    dataset order. `shard_column` (what `include_paths=True` adds) names each row's shard.
-    """
-    shards: dict[str, _ShardAcc] = {}
-    for shard, row, keys, step, problems in _checked_rows(ds, model, shard_column, row_column,
-                                                          batch_size):
-        acc = shards.get(shard)
-        if acc is None:
-            acc = shards[shard] = _ShardAcc(shard, model, max_examples_per_group)
-        acc.add(row, keys, step, problems)
-    if not shards:
-        raise InputError("the dataset has no rows")
-    results = [acc.finish(require_complete) for acc in shards.values()]
-    return merge(f"dataset ({len(shards)} shards)", f"model {model.__name__}", results)
-
-
-def _checked_rows(ds: Any, model: type[BaseModel], shard_column: str,
-                  row_column: str | None, batch_size: int) -> Iterator[tuple]:
-    """(shard, row or None, record keys, step or lost, problems or None) in dataset order.
-
-    A record that failed validation comes with `lost`: its episode id and step, if it has them.
-    """
-    _require_columns(ds, [shard_column] + ([row_column] if row_column else []))
-    checked = ds.map_batches(
-        _validate_batch, batch_size=batch_size, batch_format="pyarrow", zero_copy_batch=True,
-        fn_kwargs={"model": model, "shard_column": shard_column, "row_column": row_column})
-    checked.context.execution_options.preserve_order = True
-    _all_cpus_at_once(checked)
-    with _shipped(model):
-        for batch in checked.iter_batches(batch_size=None, batch_format="pyarrow"):
-            for blob in batch.column("checked").to_pylist():
-                yield from pickle.loads(blob)
-
-
-def _require_columns(ds: Any, names: list[str]) -> None:
-    have = ds.schema().names
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise InputError(f"the dataset has no column {', '.join(map(repr, missing))}; have "
-                         f"[{', '.join(have)}] (read shards with include_paths=True, or pass "
-                         f"shard_column=)")
-
-
-def _validate_batch(batch: Any, *, model: type[BaseModel], shard_column: str,
-                    row_column: str | None) -> Any:
-    """Ray worker: validate each record of a columnar batch; one pickled list per batch."""
-    import pyarrow as pa
-
-    from gyre_contract.io.parquet import records_from_arrow
-
-    shards = batch.column(shard_column).to_pylist()
-    rows = batch.column(row_column).to_pylist() if row_column else [None] * batch.num_rows
-    data = batch.drop_columns([c for c in (shard_column, row_column) if c])
-    known = {info.alias or name for name, info in model.model_fields.items()}
-    out = []
-    for shard, row, record in zip(shards, rows, records_from_arrow(data, model)):
-        try:
-            out.append((shard, row, _keys(record, known), validate_step(record, model), None))
-        except ContractError as err:
-            lost = {k: record[k] for k in ("episode_id", "step") if k in record}
-            out.append((shard, row, _keys(record, known), lost, err.problems))
-    return pa.table({"checked": pa.array([pickle.dumps(out)], pa.binary())})
-
-
-def _keys(record: dict[str, Any], known: set[str]) -> dict[str, Any]:
-    """The record's keys for the field table; values kept only for keys the model lacks."""
-    return {k: (None if k in known else v) for k, v in record.items()}
-
-
-class _ShardAcc:
-    """One shard's running stage-1 state: the loop of `validate_file`, fed with checked rows."""
-
-    def __init__(self, shard: str, model: type[BaseModel], max_examples: int) -> None:
-        from gyre_contract.io.parquet import ReportBuilder
-
-        self.shard = shard
-        self.model = model
-        self.builder = ReportBuilder(model, max_examples)
-        self.groups = self.builder.groups
-        self.stats = self.builder.stats
-        self.tracker = EpisodeTracker(model)
-        self.rows = self.records = self.steps = 0
-        self.ids: dict[str, int] = {}
-
-    def add(self, row: int | None, keys: dict[str, Any], step: Any,
-            problems: list[Problem] | None) -> int:
-        """One checked row: a valid step, or (problems given) the `lost` part of a bad record."""
-        from gyre_contract.io import rollout
-
-        self.rows += 1
-        row = self.rows if row is None else row
-        self.records += 1
-        self.stats.record(keys)
-        if problems is not None:
-            self.groups.add(p.at_line(row) for p in problems)
-            rollout._skip_lost_step(self.tracker, step, row)
-            return row
-        self.steps += 1
-        self.stats.step(step)
-        self.ids.setdefault(step.episode_id, row)
-        found = self.tracker.add(step, row)
-        if found:
-            self.groups.add(found)
-        return row
-
-    def finish(self, require_complete: bool) -> ShardResult:
-        from gyre_contract.io.rollout import FileReport
-
-        self.groups.add(self.tracker.finish(require_complete))
-        t = self.tracker
-        report = FileReport(
-            path=self.shard, checked_against=f"model {self.model.__name__}",
-            records=self.records, steps=self.steps, episodes=t.episodes,
-            open_episodes=len(t.open_episodes), terminated=t.terminated, truncated=t.truncated,
-            policy_versions=sorted(t.policy_versions))
-        report = self.builder.finish(report, path=self.shard, lines=self.rows,
-                                     require_complete=require_complete)
-        return ShardResult(report, self.ids)
-
-
-# -- training batches from a Dataset -------------------------------------------------------------
-
-def iter_train_batches(
-    ds: Any,
-    field_map: Any,
-    model: type[BaseModel] = RolloutStep,
-    *,
-    shard_column: str = "path",
-    row_column: str | None = None,
-    episodes_per_batch: int = 32,
-    include_open: bool = True,
-    max_len: int | None = None,
-    current_version: int | None = None,
-    max_staleness: int | None = None,
-    batch_size: int = 4096,
-) -> Iterator[Any]:
-    """Yield validated `TrainBatch`es built by `field_map.to_train_batch` from whole episodes.
-
-    Records are validated on the Ray workers; episodes are assembled per shard in dataset order
-    and a batch never mixes shards. A batch is yielded as soon as a shard has
-    `episodes_per_batch` finished episodes; each shard's remainder (and, with `include_open`,
-    its open episodes: the map then needs their `next_value` or an explicit
-    `"truncation": "terminal"`) follows at the end. The first invalid record or broken episode
-    rule raises ContractError naming the shard and row, before any batch holding its episode.
-    """
-    from gyre_contract.io.rollout import episode_from_steps
-
-    if episodes_per_batch < 1:
-        raise ValueError(f"episodes_per_batch must be at least 1, got {episodes_per_batch}")
-    trackers: dict[str, EpisodeTracker] = {}
-    positions: dict[str, int] = {}
-    open_steps: dict[str, dict[str, list[tuple[int, Any]]]] = {}
-    done: dict[str, list[Any]] = {}
-    options = {"max_len": max_len, "current_version": current_version,
-               "max_staleness": max_staleness}
-    for shard, row, _, step, problems in _checked_rows(ds, model, shard_column, row_column,
-                                                       batch_size):
-        positions[shard] = positions.get(shard, 0) + 1
-        row = positions[shard] if row is None else row
-        if problems is not None:
-            raise _in_shard(shard, [p.at_line(row) for p in problems])
-        found = trackers.setdefault(shard, EpisodeTracker(model)).add(step, row)
-        if found:
-            raise _in_shard(shard, found)
-        episode = open_steps.setdefault(shard, {}).setdefault(step.episode_id, [])
-        episode.append((row, step))
-        if step.terminated or step.truncated:
-            del open_steps[shard][step.episode_id]
-            finished = done.setdefault(shard, [])
-            finished.append(episode_from_steps(episode, model))
-            if len(finished) == episodes_per_batch:
-                yield field_map.to_train_batch(finished, **options)
-                done[shard] = []
-    for shard in positions:
-        rest = done.get(shard, [])
-        if include_open:
-            rest += [episode_from_steps(s, model) for s in open_steps.get(shard, {}).values()]
-        for start in range(0, len(rest), episodes_per_batch):
-            yield field_map.to_train_batch(rest[start:start + episodes_per_batch], **options)
-
-
-def _in_shard(shard: str, problems: list[Problem]) -> ContractError:
-    """The problems of one shard, with the shard file at the front of each path."""
-    from dataclasses import replace
-
-    return ContractError([replace(p, path=f"{shard}: {p.path}" if p.path else shard)
-                          for p in problems])

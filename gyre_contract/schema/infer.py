@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre_contract.core.errors import InputError
+from gyre_contract.io.lines import Lines
 from gyre_contract.schema.fieldtable import GYRE_DTYPES, MAX_FIELDS, Dim
 from gyre_contract.schema.roles import resolve_role
 
@@ -147,11 +148,9 @@ def _kinds_dtype(kinds: set[str]) -> str | None:
 
 
 def _infer_jsonl(path: Path) -> dict[str, Any]:
-    from gyre_contract.io.rollout import _Lines  # the rollout reader's line checks, not a copy
-
     columns: dict[str, _Column] = {}
     records = 0
-    for item in _Lines(path, allow_partial_tail=False):
+    for item in Lines(path, allow_partial_tail=False):  # the rollout reader's line checks
         if item.__class__ is not tuple:  # a line that is not a clean JSON object
             problem = item.problems[0]  # type: ignore[union-attr]
             if problem.message == "blank line":

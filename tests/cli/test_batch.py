@@ -16,7 +16,7 @@ import pytest
 
 from gyre_contract.cli import run
 from gyre_contract.harness.recorder import Recorder
-from gyre_contract.io.rollout import write_steps
+from gyre_contract.io.writer import write_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_MAP = ROOT / "examples" / "cartpole_map.json"

@@ -19,7 +19,7 @@ from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.runlog import RunLog
 from gyre_contract.harness.stages import FULL_LOOP_CHECKS, full_loop
-from gyre_contract.io.rollout import Episode
+from gyre_contract.io.episodes import Episode
 from gyre_contract.trainer.fieldmap import FieldMap
 
 MAP = {

@@ -11,7 +11,9 @@ import pytest
 from models import CartPoleStep
 
 from gyre_contract.core.validate import validate_step
-from gyre_contract.io.rollout import read_episodes, read_steps, validate_file, write_steps
+from gyre_contract.io.reading import read_episodes, read_steps
+from gyre_contract.io.validation import validate_file
+from gyre_contract.io.writer import write_steps
 
 gym = pytest.importorskip("gymnasium")
 
@@ -47,7 +49,7 @@ def test_recorded_cartpole_rollout_validates_clean(tmp_path: Path) -> None:
     path = tmp_path / "cartpole.jsonl"
     assert write_steps(path, records) == len(records)
     report = validate_file(path, CartPoleStep, require_complete=True)
-    assert report.holds, report.to_text()
+    assert report.ok, report.to_text()
     assert (report.lines, report.steps, report.episodes, report.open_episodes) == (
         len(records), len(records), 30, 0)
     assert report.terminated > 0 and report.truncated > 0
@@ -90,7 +92,7 @@ def test_vector_env_rollout_interleaves_and_groups_back(tmp_path: Path) -> None:
     path = tmp_path / "vec.jsonl"
     write_steps(path, records)
     report = validate_file(path, CartPoleStep, require_complete=True)
-    assert report.holds, report.to_text()
+    assert report.ok, report.to_text()
     assert report.episodes == 9
     eps = list(read_episodes(path, CartPoleStep))
     assert sorted(e.episode_id for e in eps) == sorted(set(ids))

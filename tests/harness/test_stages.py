@@ -15,7 +15,7 @@ from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.stages import BatchReport, HalfWayReport, half_way
-from gyre_contract.io.rollout import write_steps
+from gyre_contract.io.writer import write_steps
 from gyre_contract.trainer.fieldmap import FieldMap
 
 EXAMPLE_MAP = Path(__file__).resolve().parents[2] / "examples" / "cartpole_map.json"

@@ -22,7 +22,8 @@ from gyre_contract.io.parquet import (  # noqa: E402
     validate_parquet,
     write_parquet,
 )
-from gyre_contract.io.rollout import validate_file, write_steps  # noqa: E402
+from gyre_contract.io.validation import validate_file  # noqa: E402
+from gyre_contract.io.writer import write_steps  # noqa: E402
 
 
 def cartpole_episode(eid: str, n: int, *, version: int = 0) -> list[dict]:
@@ -189,7 +190,7 @@ def test_wider_integer_and_float_columns_are_checked_value_by_value(tmp_path, ca
     assert table.schema.field("reward").type == pa.float64()
     path = tmp_path / "wide.parquet"
     pq.write_table(table, path)
-    assert validate_parquet(path, cartpole_model).holds
+    assert validate_parquet(path, cartpole_model).ok
 
 
 def test_null_in_a_required_column_is_the_null_json_would_be(tmp_path, cartpole_model):
@@ -265,7 +266,7 @@ def test_parquet_and_jsonl_give_identical_reports(tmp_path, cartpole_model, requ
     a, b = jsonl.to_dict(), parquet.to_dict()
     assert a.pop("path").endswith("d.jsonl") and b.pop("path").endswith("d.parquet")
     assert a == b
-    assert not parquet.holds and (parquet.lines, parquet.steps) == (13, 11)
+    assert not parquet.ok and (parquet.lines, parquet.steps) == (13, 11)
     lines = {p.line for p in parquet.problems()}
     assert {3, 4, 5, 9, 11} <= lines and (13 in lines) == require_complete
 
@@ -305,7 +306,7 @@ def test_cli_validate_reads_a_parquet_file(tmp_path):
 
 
 def test_rollout_functions_choose_parquet_by_extension(tmp_path, cartpole_model):
-    from gyre_contract.io.rollout import read_episodes, read_steps
+    from gyre_contract.io.reading import read_episodes, read_steps
 
     path = tmp_path / "r.parquet"
     assert write_steps(path, [validate_step(r, cartpole_model)

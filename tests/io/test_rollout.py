@@ -18,14 +18,11 @@ from models import CartPoleStep, LLMStep
 from gyre_contract.core.errors import ContractError, InputError
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.validate import validate_step
-from gyre_contract.io import rollout
-from gyre_contract.io.rollout import (
-    Episode,
-    read_episodes,
-    read_steps,
-    validate_file,
-    write_steps,
-)
+from gyre_contract.io import lines as line_reader
+from gyre_contract.io.episodes import Episode
+from gyre_contract.io.reading import read_episodes, read_steps
+from gyre_contract.io.validation import validate_file
+from gyre_contract.io.writer import write_steps
 
 CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
 EXPECTED = {k: v for k, v in json.loads((CORPUS / "EXPECTED.json").read_text()).items()
@@ -192,7 +189,7 @@ def test_last_line_without_newline_that_parses_is_a_record(tmp_path: Path) -> No
     path = tmp_path / "r.jsonl"
     path.write_bytes(dumps(step(0)) + b"\n" + dumps(step(1, done="truncated")))
     assert [s.step for s in read_steps(path)] == [0, 1]
-    assert validate_file(path).holds
+    assert validate_file(path).ok
 
 
 def test_partial_tail_is_skipped_only_when_asked(tmp_path: Path) -> None:
@@ -202,13 +199,13 @@ def test_partial_tail_is_skipped_only_when_asked(tmp_path: Path) -> None:
         list(read_steps(path))
     assert [s.step for s in read_steps(path, allow_partial_tail=True)] == [0]
     report = validate_file(path, allow_partial_tail=True)
-    assert report.holds and report.partial_tail_bytes == 25 and report.lines == 2
+    assert report.ok and report.partial_tail_bytes == 25 and report.lines == 2
     assert "partial tail: 25 bytes after line 1 not checked (no newline yet)" in report.to_text()
 
 
 def test_overlong_lines_are_skipped_in_bounded_memory(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(rollout, "MAX_LINE_BYTES", 300)
-    monkeypatch.setattr(rollout, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(line_reader, "MAX_LINE_BYTES", 300)
+    monkeypatch.setattr(line_reader, "CHUNK_BYTES", 64)
     long_line = dumps(step(0, info={"pad": "x" * 1000}))
     path = write_lines(tmp_path / "r.jsonl", [long_line, dumps(step(0, "b", done="terminated"))])
     path.write_bytes(path.read_bytes() + long_line)
@@ -226,18 +223,18 @@ def test_overlong_lines_are_skipped_in_bounded_memory(tmp_path: Path, monkeypatc
 def test_line_splitting_matches_split_on_newline(data: bytes, chunk: int, limit: int,
                                                  monkeypatch, tmp_path: Path) -> None:
     """Over-long lines become their size; everything else is exactly bytes.split(b"\\n")."""
-    monkeypatch.setattr(rollout, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(rollout, "MAX_LINE_BYTES", limit)
+    monkeypatch.setattr(line_reader, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(line_reader, "MAX_LINE_BYTES", limit)
     path = tmp_path / "bytes.bin"
     path.write_bytes(data)
     with open(path, "rb") as handle:
-        source = rollout._LineSource(handle)
-        got = [x.size if isinstance(x, rollout._Overlong) else x for b in source for x in b]
+        source = line_reader.LineSource(handle)
+        got = [x.size if isinstance(x, line_reader.Overlong) else x for b in source for x in b]
         tail = source.tail
     *lines, last = data.split(b"\n")
     want = [len(x) if len(x) > limit else x for x in lines]
     assert got == want
-    tail_got = tail.size if isinstance(tail, rollout._Overlong) else tail
+    tail_got = tail.size if isinstance(tail, line_reader.Overlong) else tail
     assert tail_got == (None if not last else len(last) if len(last) > limit else last)
 
 
@@ -289,7 +286,7 @@ def _has_duplicates(text: str) -> bool:
 def test_duplicate_detection_agrees_with_a_full_parse(pairs: Any, sep: str) -> None:
     raw = _render(pairs, sep).encode()
     obj = orjson.loads(raw)
-    found = any(p.message == "duplicate key" for p in rollout._hidden_problems(raw, obj))
+    found = any(p.message == "duplicate key" for p in line_reader.hidden_problems(raw, obj))
     assert found == _has_duplicates(raw.decode())
 
 
@@ -316,7 +313,7 @@ def test_written_lines_take_the_fast_path(tmp_path: Path, monkeypatch) -> None:
     def slow(*args: Any) -> None:
         raise AssertionError("slow path taken")
 
-    monkeypatch.setattr(rollout, "_checked", slow)
+    monkeypatch.setattr(line_reader, "_checked", slow)
     assert len(list(read_steps(path, CartPoleStep))) == 50
 
 
@@ -389,7 +386,7 @@ def test_two_processes_appending_never_interleave_a_line(tmp_path: Path) -> None
         p.join(60)
         assert p.exitcode == 0
     report = validate_file(path, require_complete=True)
-    assert report.holds, report.to_text()
+    assert report.ok, report.to_text()
     assert (report.lines, report.episodes, report.truncated) == (2000, 2, 2)
 
 
@@ -572,4 +569,30 @@ def test_json_schema_mode_checks_records_without_episode_rules(tmp_path: Path) -
     report = validate_file(CORPUS / "typo_key.jsonl", schema=schema)
     assert report.episodes is None and "episode rules not checked" in report.to_text()
     assert [(p.line, p.path) for p in report.problems()][:1] == [(3, "")]
-    assert validate_file(CORPUS / "step_gap.jsonl", schema=schema).holds
+    assert validate_file(CORPUS / "step_gap.jsonl", schema=schema).ok
+
+
+# -- the report protocol ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["step_gap.jsonl", "crlf_line_ends.jsonl"])
+def test_file_report_follows_the_report_protocol(name: str) -> None:
+    import io
+    import warnings
+
+    from gyre_contract.cli import run
+    from gyre_contract.core.report import Report
+
+    report = validate_file(CORPUS / name)
+    assert isinstance(report, Report) and report.warnings == []
+    assert report.ok == (report.problem_count == 0)
+    assert report.exit_code() == report.exit_code(strict=True) == (0 if report.ok else 1)
+    assert report.render("text") == report.to_text()
+    with pytest.warns(DeprecationWarning, match="FileReport.holds is deprecated"):
+        assert report.holds == report.ok
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, err = io.StringIO(), io.StringIO()
+        code = run(["validate", str(CORPUS / name), "--format", "json"], out, err)
+    assert (code, err.getvalue()) == (report.exit_code(), "")
+    assert out.getvalue() == report.render("json") + "\n"
+    assert json.loads(out.getvalue()) == report.to_dict()

@@ -16,8 +16,9 @@ pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet'
 
 from gyre_contract.core.errors import ContractError, InputError
 from gyre_contract.io.parquet import write_parquet
-from gyre_contract.io.rollout import validate_file, write_steps
 from gyre_contract.io.shards import shard_paths, validate_shards
+from gyre_contract.io.validation import validate_file
+from gyre_contract.io.writer import write_steps
 from gyre_contract.trainer.fieldmap import FieldMap
 
 # Ray's own modules raise deprecation warnings about Ray's own settings; they are not ours.
@@ -136,7 +137,7 @@ def test_an_episode_id_in_two_shards_is_reported(tmp_path, cartpole_model):
     write_steps(tmp_path / "b.jsonl", episode("y", 1) + episode("x", 2))
     report = validate_shards([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], cartpole_model,
                              engine="local")
-    assert all(s.holds for s in report.shards) and not report.holds
+    assert all(s.ok for s in report.shards) and not report.ok
     (problem,) = report.cross_shard
     assert str(problem) == (
         f"episode_id: episode id appears in two shards: expected each episode in one shard, got "
@@ -185,13 +186,13 @@ def test_unknown_engine_is_an_input_error(tmp_path, cartpole_model):
 def ray_local():
     ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
     pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io.shards import _quiet_ray_data
+    from gyre_contract.io.shards import quiet_ray_data
 
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), str(ROOT / "examples"), *([before] if before else [])])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    _quiet_ray_data()
+    quiet_ray_data()
     yield ray
     ray.shutdown()
     if before is None:
@@ -217,12 +218,12 @@ def test_ray_engine_finds_planted_defects_with_shard_and_line(ray_local, tmp_pat
                                            "transition?)")]:
         assert planted in found
     assert {shard for shard, _, _ in found} == {f"shard-2.{fmt}", f"shard-5.{fmt}"}
-    assert [s.holds for s in on_ray.shards] == [k not in (2, 5) for k in range(8)]
+    assert [s.ok for s in on_ray.shards] == [k not in (2, 5) for k in range(8)]
 
 
 def test_validate_dataset_on_parquet_shards_equals_the_file_check(ray_local, tmp_path,
                                                                   cartpole_model):
-    from gyre_contract.io.shards import validate_dataset
+    from gyre_contract.io.dataset import validate_dataset
 
     paths = write_shards(tmp_path / "shards", "parquet")
     ds = parquet_dataset(paths)
@@ -235,7 +236,7 @@ def test_validate_dataset_reports_an_episode_split_across_shards(ray_local, tmp_
                                                                  cartpole_model):
     import ray.data
 
-    from gyre_contract.io.shards import validate_dataset
+    from gyre_contract.io.dataset import validate_dataset
 
     rows = [dict(r, path="a", row=i + 1) for i, r in enumerate(episode("x", 2))]
     rows += [dict(r, path="b", row=i + 1) for i, r in enumerate(episode("x", 1))]
@@ -250,7 +251,7 @@ def test_validate_dataset_reports_an_episode_split_across_shards(ray_local, tmp_
 
 def test_train_batches_hold_whole_episodes_of_one_shard(ray_local, tmp_path, cartpole_model):
     from gyre_contract.core.models import TrainBatch
-    from gyre_contract.io.shards import iter_train_batches
+    from gyre_contract.io.dataset import iter_train_batches
 
     paths = [tmp_path / f"s{k}.parquet" for k in range(2)]
     for k, path in enumerate(paths):
@@ -268,7 +269,7 @@ def test_train_batches_hold_whole_episodes_of_one_shard(ray_local, tmp_path, car
 
 def test_train_batches_stop_at_the_first_broken_rule_naming_shard_and_row(
         ray_local, tmp_path, cartpole_model):
-    from gyre_contract.io.shards import iter_train_batches
+    from gyre_contract.io.dataset import iter_train_batches
 
     records = shard_records(0)
     records[5]["step"] = 3
@@ -328,3 +329,32 @@ def test_cli_subprocess_validates_a_folder_of_shards(tmp_path):
     assert report["counts"]["shards"] == 8 and not report["holds"]
     assert [Path(s["path"]).name for s in report["shards"] if not s["holds"]] == \
         ["shard-2.parquet", "shard-5.parquet"]
+
+
+# -- the report protocol ---------------------------------------------------------------------------
+
+def test_shards_report_follows_the_report_protocol(tmp_path):
+    import io
+    import json
+    import warnings
+
+    from gyre_contract.cli import run
+    from gyre_contract.core.report import Report
+
+    write_shards(tmp_path / "shards", "jsonl")
+    report = validate_shards(tmp_path / "shards", _model(), engine="local")
+    assert isinstance(report, Report) and not report.ok and report.warnings == []
+    assert (report.exit_code(), report.exit_code(strict=True)) == (1, 1)
+    assert report.render("json") == json.dumps(report.to_dict(), indent=2, allow_nan=False,
+                                               ensure_ascii=False)
+    assert report.render("text") == report.to_text()
+    with pytest.warns(DeprecationWarning, match="ShardsReport.holds is deprecated"):
+        assert report.holds is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, err = io.StringIO(), io.StringIO()
+        code = run(["validate", str(tmp_path / "shards"), "--model", "models:CartPoleStep",
+                    "--format", "json"], out, err)
+    assert (code, err.getvalue()) == (1, "")
+    printed = json.loads(out.getvalue())
+    assert printed == json.loads(json.dumps(report.to_dict()))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gyre_contract.core.errors import SchemaError
 from gyre_contract.core.models import Modalities, RolloutStep, TrainBatch
 from gyre_contract.core.tensor import Tensor
-from gyre_contract.io.rollout import Episode
+from gyre_contract.io.episodes import Episode
 from gyre_contract.pinned import CartPoleBatch, LLMStep
 from gyre_contract.schema.diffing import diff
 from gyre_contract.schema.dtyperules import compare_dtype

@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.io.rollout import Episode, read_episodes, write_steps
+from gyre_contract.io.episodes import Episode
+from gyre_contract.io.reading import read_episodes
+from gyre_contract.io.writer import write_steps
 from gyre_contract.schema.diffing import diff
 from gyre_contract.schema.diffreport import DiffReport
 from gyre_contract.trainer.advantages import gae

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gyre_contract.core.errors import ContractError, MissingFieldError
-from gyre_contract.io.rollout import Episode
+from gyre_contract.io.episodes import Episode
 from gyre_contract.trainer.collation import collate
 
 

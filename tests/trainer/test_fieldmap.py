@@ -11,7 +11,7 @@ import pytest
 
 from gyre_contract.core.errors import ContractError, FieldMapError, InputError, MissingFieldError
 from gyre_contract.core.models import TrainBatch
-from gyre_contract.io.rollout import Episode
+from gyre_contract.io.episodes import Episode
 from gyre_contract.trainer.collation import collate
 from gyre_contract.trainer.fieldmap import FieldMap, cast_array, known_ops, register_op, unregister_op
 

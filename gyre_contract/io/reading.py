@@ -1,0 +1,74 @@
+"""Reading rollout files as validated steps or as episodes, whatever they are stored as.
+
+A JSON Lines file (`lines.Lines`) or a Parquet file (`parquet.iter_parquet_records`) is a source
+of records; both go through the same checks (`checking.StepChecker`, raising on the first broken
+rule with its line) and the same episode assembly (`assembly.EpisodeAssembler`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from gyre_contract.core.models import RolloutStep
+from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.checking import StepChecker
+from gyre_contract.io.episodes import Episode
+from gyre_contract.io.lines import Lines
+from gyre_contract.io.parquet import is_parquet, read_parquet_episodes, read_parquet_steps
+
+
+def read_steps(
+    path: str | os.PathLike[str],
+    model: type[BaseModel] = RolloutStep,
+    *,
+    allow_partial_tail: bool = False,
+) -> Iterator[BaseModel]:
+    """Yield each line as a validated `model` instance, streaming: memory holds one line and
+    the episode ids seen, never the file.
+
+    Checks the line (JSON, UTF-8, one object, no duplicate keys), the record (`validate_step`)
+    and the episode rules that one step can break (step order, no step after a done step,
+    policy_version never decreasing, no dimension jump). Raises ContractError, with line
+    numbers, on the first line that breaks any of them: steps already yielded are good, the
+    rest of the file is not read. Open episodes at the end are not an error here (a file may
+    hold a slice of a run); use `validate_file(..., require_complete=True)` to require them.
+    A truncated last line raises unless `allow_partial_tail=True`, which skips it.
+    A Parquet file (`.parquet`, `.pq`) is read by rows, numbered from 1.
+    """
+    if is_parquet(path):
+        yield from read_parquet_steps(path, model)
+        return
+    checker = StepChecker(model)
+    take = checker.item
+    for item in Lines(path, allow_partial_tail=allow_partial_tail):
+        found = take(item)
+        if found is not None:
+            yield found[1]
+
+
+def read_episodes(
+    path: str | os.PathLike[str],
+    model: type[BaseModel] = RolloutStep,
+    *,
+    allow_partial_tail: bool = False,
+    include_open: bool = True,
+) -> Iterator[Episode]:
+    """Yield the file's episodes as `Episode` columns, each when its last step arrives.
+
+    Steps of different episodes may interleave (a vector env writes several at once); they are
+    grouped by `episode_id`. An episode is yielded when its terminated or truncated step is
+    read; episodes still open at the end of the file follow in order of first appearance
+    (left out with `include_open=False`). Checks and errors are those of `read_steps`. Memory
+    holds the steps of the episodes still open.
+    """
+    if is_parquet(path):
+        yield from read_parquet_episodes(path, model, include_open=include_open)
+        return
+    episodes = EpisodeAssembler(model)
+    lines = Lines(path, allow_partial_tail=allow_partial_tail)
+    yield from StepChecker(model).feed(lines, episodes)
+    if include_open:
+        yield from episodes.rest()
