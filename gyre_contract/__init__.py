@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
     from gyre_contract.trainer.fieldmap import FieldMap
     from gyre_contract.trainer.ops import register_op
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Names that left the top level: still served for one minor version, with a DeprecationWarning
 # naming their new home.
