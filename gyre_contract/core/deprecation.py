@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-REMOVAL = "a future minor version"
+REMOVAL = "0.3.0"
 """When deprecated names go away; said in every warning."""
 
 
