@@ -181,7 +181,7 @@ def test_old_module_paths_import_with_a_warning_naming_the_new_home():
         "        module = importlib.import_module(old)",
         "    texts = [str(w.message) for w in caught if w.category is DeprecationWarning]",
         "    assert texts == [f'the module {old} has moved: import from {new} (the old name goes "
-        "away in a future minor version)'], (old, texts)",
+        "away in 0.3.0)'], (old, texts)",
         "    target = importlib.import_module(new)",
         "    assert target.__all__ and all(getattr(module, n) is getattr(target, n) "
         "for n in target.__all__), old",

@@ -28,7 +28,7 @@ def test_the_new_argument_name_does_not_warn() -> None:
 
 def test_an_old_argument_name_still_works_and_warns_at_the_callers_line() -> None:
     with pytest.warns(DeprecationWarning, match=r"^pick\(\): the argument step_model= is now "
-                      r"model= \(the old name goes away in a future minor version\)$") as caught:
+                      r"model= \(the old name goes away in 0\.3\.0\)$") as caught:
         assert pick("p", step_model="m") == ("p", "m", 0)
     assert caught[0].filename == __file__
 
