@@ -33,7 +33,7 @@ from gyre_contract.core.models import (
 )
 from gyre_contract.core.registry import declare_fast_path, run
 from gyre_contract.core.rules import EPISODE_RULES, BatchView, OpenEpisode, StepInEpisode, field_rule
-from gyre_contract.core.switches import fast_paths_enabled, switch_set
+from gyre_contract.core.switches import FAST, fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
 
 M = TypeVar("M", bound=GyreModel)
@@ -51,7 +51,7 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
             return record  # type: ignore[return-value]
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
-    plan = PLANS[model] if not switch_set() or fast_paths_enabled() else None
+    plan = PLANS[model] if FAST.on else None
     if plan is not None:
         try:
             return plan.validate_python(record)
