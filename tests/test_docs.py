@@ -6,6 +6,7 @@ Files are walked in Python (not `git ls-files`), so an untracked file is checked
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import unicodedata
@@ -247,3 +248,124 @@ def test_every_cli_command_and_flag_is_in_section_9():
             if flags:
                 assert any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text) for f in flags), \
                     f"gyre-contract {name} {flags[-1]} is not in its row or paragraph of §9"
+
+
+# -- the Python snippets of the README and docs run --------------------------------------------
+
+NO_RUN = re.compile(r"^<!--\s*no-run:\s*(.+?)\s*-->$")
+"""An HTML comment on the line right before a fence: that block cannot run on its own."""
+MAX_NO_RUN = 3
+"""How many blocks may be marked: a snippet that needs a user's file or trainer is the exception."""
+CLI_LINE = re.compile(r"^\$ gyre-contract (.+)$")
+
+
+def code_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
+    """(line, language, code, no-run reason or None) of every fenced block of `path`."""
+    blocks = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        match = re.match(r"^```(\w*)\s*$", lines[i])
+        if not match:
+            i += 1
+            continue
+        start, language = i, match.group(1)
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        marker = NO_RUN.match(lines[start - 1].strip()) if start else None
+        blocks.append((start + 1, language, "\n".join(lines[start + 1:end]) + "\n",
+                       marker.group(1) if marker else None))
+        i = end + 1
+    return blocks
+
+
+def runnable_pages() -> list[Path]:
+    return [p for p in markdown_files() if any(lang == "python" for _, lang, _, _ in code_blocks(p))]
+
+
+def run_cli_block(code: str, where: str) -> None:
+    """The `$ gyre-contract ...` lines of a console block, in process, each expected to exit 0."""
+    import io
+    import shlex
+
+    from gyre_contract.cli import run
+
+    for line in code.splitlines():
+        match = CLI_LINE.match(line.strip())
+        if match:
+            out, err = io.StringIO(), io.StringIO()
+            code = run(shlex.split(match.group(1)), stdout=out, stderr=err)
+            assert code == 0, f"{where}: `{line}` exited {code}: {err.getvalue()}{out.getvalue()}"
+
+
+EXTRAS = frozenset({"ray", "gymnasium", "pyarrow", "matplotlib"})
+"""Optional extras: a page whose snippets need one that is not installed is skipped."""
+
+
+def run_python_block(code: str, where: str, namespace: dict[str, object]) -> None:
+    try:
+        exec(compile(code, where, "exec"), namespace)
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] in EXTRAS:
+            pytest.skip(f"{where}: extra {err.name} is not installed")
+        raise
+
+
+def start_small_ray(monkeypatch) -> None:
+    """A local Ray for a page's Ray snippets, started as the other Ray tests start it (2 CPUs, no
+    dashboard, this tree on the workers' path); the snippet's `ray.data` then joins it."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
+    pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
+    before = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *([before] if before else [])]))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
+    """Every ```python block of the page runs, in order, in one fresh namespace, in a temporary
+    working directory holding a copy of `examples/` (the docs' paths are from the repository's
+    root). `$ gyre-contract` lines of console blocks run too, in order, as later snippets read
+    what they write (`map.json`). A DeprecationWarning fails the test (warnings are errors)."""
+    import shutil
+    import warnings
+
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(ROOT))
+    namespace: dict[str, object] = {"__name__": "__snippet__"}
+    if any("import ray" in code for _, _, code, _ in code_blocks(page)):
+        start_small_ray(monkeypatch)
+    ran = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # a snippet must not use an old name
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="ray")
+        try:
+            for line, language, code, no_run in code_blocks(page):
+                where = f"{page.relative_to(ROOT)}:{line}"
+                if no_run is not None:
+                    continue
+                if language == "python":
+                    run_python_block(code, where, namespace)
+                    ran += 1
+                elif language == "console":
+                    run_cli_block(code, where)
+        finally:
+            if "ray" in sys.modules:
+                sys.modules["ray"].shutdown()
+    assert ran
+
+
+def test_few_snippets_are_marked_no_run():
+    """A block that cannot run is marked `<!-- no-run: why -->`; the marks stay few, and each
+    says why."""
+    marked = [(p.relative_to(ROOT).as_posix(), line, why) for p in markdown_files()
+              for line, _, _, why in code_blocks(p) if why is not None]
+    assert len(marked) <= MAX_NO_RUN, marked
+    assert all(len(why) >= 10 for _, _, why in marked), marked
+
+
+def test_snippet_blocks_are_found():
+    """The snippet test must not pass by finding nothing."""
+    python = [b for p in markdown_files() for b in code_blocks(p) if b[1] == "python"]
+    assert len(python) >= 15 and len(runnable_pages()) >= 5

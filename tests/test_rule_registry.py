@@ -67,15 +67,6 @@ FILE_PATHS = ["jsonl_bulk", "jsonl_lines", "parquet", "ray"]
 
 NOT_IN_JSON = {"field.finite": "JSON has no non-finite number: the line reader refuses the "
                                "literal before any record rule (tests/io/test_rollout.py)"}
-PARQUET_OWN_CHECKS = {
-    "field.required", "field.unknown", "field.not_null", "field.shape",
-    "step.next_observation_structure",  # `write_parquet` refuses the broken value itself
-    "field.dtype",  # `write_parquet` writes reward=true as 1.0, and the file holds
-    "step.next_observation_modalities",  # a modality the struct column lacks is left out
-}
-"""Rules the Parquet path does not name on this branch: under every model, `write_parquet`
-refuses the broken record (its own checks, no rule name) or writes something else. The io
-branch restructures the Parquet path; the marks go at the merge."""
 ALSO = {"step.next_observation_shape": {"step.dims_agree"}}
 """Rules that cannot be broken alone: under the default model the observation and the next
 one share the dim `*obs`, so a different shape also breaks `step.dims_agree`."""
@@ -123,6 +114,53 @@ def write_parquet_file(path: Path, records: list[dict[str, Any]], model: type) -
         write_parquet(path, records, model)
     except (ContractError, pa.ArrowInvalid):
         return None
+    return path
+
+
+def build_parquet_file(path: Path, records: list[dict[str, Any]], model: type) -> Path | None:
+    """The records as a Parquet file written with plain pyarrow, as another tool would (no
+    `write_parquet` checks), or None when one Arrow column cannot hold them.
+
+    A column's type is inferred from the broken record(s) first. A required key missing from a
+    record leaves the whole column out (a row cannot lack a column; its null is `field.not_null`);
+    a key only some records have is null elsewhere. When the clean records do not fit the broken
+    value's column type (reward `true` after floats), the file holds the broken record(s) alone.
+    Fields laid out as JSON text (`info`) are written as their JSON text.
+    """
+    import orjson
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gyre_contract.core.modelinfo import model_info
+    from gyre_contract.core.models import JsonScalars
+    from gyre_contract.io.arrowschema import spec_of
+
+    info = model_info(model)
+    clean = [r for r in records if r.get("episode_id") == "clean"]
+    bad = [r for r in records if r.get("episode_id") != "clean"]
+
+    def table(rows: list[dict[str, Any]]) -> Any:
+        names = list(dict.fromkeys(k for r in rows for k in r))
+        columns = {}
+        for name in names:
+            if name in info.required and any(name not in r for r in rows):
+                continue
+            json_text = name in info.wires and isinstance(spec_of(model, name), JsonScalars)
+            values = [r.get(name) for r in rows]
+            if json_text:
+                values = [None if v is None else orjson.dumps(v).decode() for v in values]
+            first = values[len(clean):] + values[:len(clean)] if rows is records else values
+            columns[name] = pa.array(values, type=pa.array(first).type)
+        return pa.table(columns)
+
+    try:
+        built = table(records)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        try:
+            built = table(bad)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            return None
+    pq.write_table(built, path)
     return path
 
 
@@ -254,11 +292,7 @@ def file_cases() -> list[Any]:
         for path in FILE_PATHS:
             if path.startswith("jsonl") and name in NOT_IN_JSON:
                 continue  # JSON Lines cannot carry the broken value (see NOT_IN_JSON)
-            marks = []
-            if path == "parquet" and name in PARQUET_OWN_CHECKS:
-                marks.append(pytest.mark.xfail(
-                    strict=True, reason="parquet path restructured on the io branch"))
-            cases.append(pytest.param(name, path, marks=marks, id=f"{name}-{path}"))
+            cases.append(pytest.param(name, path, id=f"{name}-{path}"))
     return cases
 
 
@@ -276,7 +310,7 @@ def test_files_name_the_rule(name, path, tmp_path, monkeypatch):
     for i, (model, record, bad) in enumerate(applicable(name)):
         records = as_file_records(rule, bad, record)
         if path == "parquet":
-            file = write_parquet_file(tmp_path / f"{i}.parquet", records, model)
+            file = build_parquet_file(tmp_path / f"{i}.parquet", records, model)
             if file is None:
                 continue
         else:

@@ -15,7 +15,8 @@ normal path decides and explains. Verdicts and messages are therefore those of t
 It implements the registry's `field` and `step` rules listed in `FAST_PATH` (`core.registry`):
 when a rule of those kinds is registered that it does not list, no model gets a fast plan (the
 normal path, which runs every registered rule, takes every record). `GYRE_FAST_PATHS=0` turns
-it off at run time (`validate_step` asks `switches.fast_paths_enabled` on each call).
+it off at run time (`validate_step` reads `switches.FAST.on` on each call, a flag that follows
+the variable).
 
 Numpy input (the documented fast path for samplers): a tensor field given as a numpy array of
 exactly the declared dtype and shape is taken as is (no copy) after a finiteness check; a float

@@ -4,34 +4,62 @@
 Lines reader, the columnar Parquet and Ray checks): every record then takes the explaining path.
 Verdicts, messages and line numbers are the same either way; the switch exists to debug a fast
 path and so that CI runs the validation tests both ways.
+
+Reading it: `fast_paths_enabled()` asks `os.environ` on each call and is meant for once per file
+or plan lookup. `validate_step` runs once per record, where an `os.environ.get` (the name encoded,
+a KeyError raised and caught when unset) would cost about as much as validating a small record, so
+it reads `FAST.on`: a flag kept in step with the environment by an audit hook
+(`sys.addaudithook`) on the `os.putenv` / `os.unsetenv` events that `os.environ[...] = ...` and
+`del os.environ[...]` (so also `monkeypatch.setenv` / `delenv`) raise. The flag changes only when
+the variable is written; reading it is one attribute lookup.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from functools import partial
+import sys
+from typing import Any
 
-_NAME = "GYRE_FAST_PATHS"
-# `os.environ` re-encodes the name on every lookup (about 2 us here); `validate_step` asks on
-# every call, so the encoded mapping CPython keeps behind `os.environ` is read when there is one.
-# It is the mapping `os.environ[...] = ...` (and so `monkeypatch.setenv`) updates.
-_RAW = getattr(os.environ, "_data", None)
-try:
-    _KEY = os.environ.encodekey(_NAME)  # type: ignore[attr-defined]
-    _OFF = os.environ.encodevalue("0")  # type: ignore[attr-defined]
-except AttributeError:  # another Python: the plain, slower lookup
-    _RAW = None
+NAME = "GYRE_FAST_PATHS"
+"""The environment variable; `0` turns the fast paths off, anything else (or unset) leaves them on."""
 
-switch_set: Callable[[], bool] = (partial(_RAW.__contains__, _KEY) if _RAW is not None
-                                  else lambda: True)
-"""Whether `GYRE_FAST_PATHS` is set at all: a C-level call, for `validate_step`'s hot path
-(`not switch_set() or fast_paths_enabled()` costs one dict lookup when it is unset)."""
+
+def is_off(value: str | bytes | None) -> bool:
+    """Whether a value of `GYRE_FAST_PATHS` turns the fast paths off (`0`, blanks around it allowed)."""
+    if value is None:
+        return False
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    return value.strip() == "0"
 
 
 def fast_paths_enabled() -> bool:
     """False when the environment sets `GYRE_FAST_PATHS=0`; read at each call, so tests can flip it."""
-    if _RAW is not None:
-        value = _RAW.get(_KEY)
-        return value is None or value.strip() != _OFF
-    return os.environ.get(_NAME, "1").strip() != "0"
+    return not is_off(os.environ.get(NAME))
+
+
+class FastPathFlag:
+    """`on`: whether fast paths are enabled, as `fast_paths_enabled()` would say now, for the
+    per-record hot path. Refreshed by the audit hook below when `GYRE_FAST_PATHS` is written."""
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = fast_paths_enabled()
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        """Audit hook: follow writes of `GYRE_FAST_PATHS` through `os.environ`.
+
+        The event is raised before `os.environ` stores the value, so the flag is set from the
+        event's arguments (the name and value as `os.environ` encodes them), not re-read.
+        """
+        if event in _ENV_EVENTS and args and args[0] in _KEYS:
+            self.on = event == "os.unsetenv" or not is_off(args[1])
+
+
+_ENV_EVENTS = frozenset({"os.putenv", "os.unsetenv"})
+_KEYS = frozenset({NAME, NAME.encode()})
+
+FAST = FastPathFlag()
+"""The process's flag (`FAST.on`); `validate_step` reads it on every call."""
+sys.addaudithook(FAST.audit)

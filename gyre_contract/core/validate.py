@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from gyre_contract.core.deprecation import renamed_arguments
+from gyre_contract.core.deprecation import renamed_arguments, warn_deprecated
 from gyre_contract.core.dims import scalar_reason
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
@@ -33,7 +33,7 @@ from gyre_contract.core.models import (
 )
 from gyre_contract.core.registry import declare_fast_path, run
 from gyre_contract.core.rules import EPISODE_RULES, BatchView, OpenEpisode, StepInEpisode, field_rule
-from gyre_contract.core.switches import fast_paths_enabled, switch_set
+from gyre_contract.core.switches import FAST, fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
 
 M = TypeVar("M", bound=GyreModel)
@@ -51,7 +51,7 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
             return record  # type: ignore[return-value]
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
-    plan = PLANS[model] if not switch_set() or fast_paths_enabled() else None
+    plan = PLANS[model] if FAST.on else None
     if plan is not None:
         try:
             return plan.validate_python(record)
@@ -351,11 +351,19 @@ def validate_episode(
 def iter_validated_steps(
     numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[M] = RolloutStep
 ) -> Iterator[M]:
-    """Validate `(line, record)` pairs in order with the episode rules, streaming.
+    """Deprecated: a second copy of io's validate → track loop. Use `gyre_contract.io.read_steps`
+    (or `read_episodes`) for a file, `validate_episode` for records in memory.
 
-    Raises ContractError, with the line, on the first record or episode rule broken: what was
-    yielded before is good. Open episodes at the end are not an error here.
+    Validates `(line, record)` pairs in order with the episode rules, streaming; raises
+    ContractError, with the line, on the first record or episode rule broken.
     """
+    warn_deprecated("iter_validated_steps() is deprecated, use gyre_contract.io.read_steps() "
+                    "for a file or validate_episode() for records in memory")
+    return _validated_steps(numbered, model)
+
+
+def _validated_steps(numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[M]
+                     ) -> Iterator[M]:
     tracker = EpisodeTracker(model)
     for line, record in numbered:
         try:

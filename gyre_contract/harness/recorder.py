@@ -10,15 +10,17 @@ step in every autoreset mode. Gymnasium is an optional extra, imported only when
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import EpisodeTracker, validate_step
-from gyre_contract.io.episodes import Episode, episode_from_steps
+from gyre_contract.core.validate import validate_step
+from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.checking import ProblemList, StepChecker
+from gyre_contract.io.episodes import Episode
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -117,13 +119,17 @@ class Recorder:
             yield record
 
     def collect_episodes(self, n: int) -> list[Episode]:
-        """`n` complete episodes as `Episode` columns (in order of ending), ready for `collate`."""
-        steps: dict[str, list[tuple[int, BaseModel]]] = {}
+        """`n` complete episodes as `Episode` columns (in order of ending), ready for `collate`.
+
+        The steps go through io's one loop (`StepChecker` → `EpisodeAssembler`), as a file's do:
+        episode rules applied, grouped by id.
+        """
+        checker = StepChecker(self.model)
+        assembler = EpisodeAssembler(self.model)
         episodes: list[Episode] = []
-        for index, (record, step) in enumerate(self._episode_steps(n)):
-            steps.setdefault(record["episode_id"], []).append((index, step))
-            if record["terminated"] or record["truncated"]:
-                episode = episode_from_steps(steps.pop(record["episode_id"]), self.model)
+        for index, (_record, step) in enumerate(self._episode_steps(n)):
+            episode = assembler.add(*checker.step(index, step))
+            if episode is not None:
                 episode.lines = None  # not read from a file
                 episodes.append(episode)
         return episodes
@@ -232,22 +238,19 @@ def episodes_from_records(
     """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
 
     Each record is validated and the episode rules applied (step + 1, nothing after a done
-    step, ...); all problems are raised together, located as `records[i]`.
+    step, ...) by io's one loop (`StepChecker`, as for a file: a record that fails validation
+    still advances its episode); all problems are raised together, located as `records[i]`.
     """
-    tracker = EpisodeTracker(model)
-    steps: dict[str, list[tuple[int, BaseModel]]] = {}
-    problems: list[Problem] = []
-    for i, record in enumerate(records):
-        try:
-            step = validate_step(record, model)
-        except ContractError as err:
-            problems += [p.under(f"records[{i}]") for p in err.problems]
-            continue
-        problems += [p.under(f"records[{i}]") for p in tracker.add(step)]
-        steps.setdefault(step.episode_id, []).append((i, step))
+    problems = ProblemList()
+    checker = StepChecker(model, problems)
+    assembler = EpisodeAssembler(model)
+    episodes = list(checker.feed(enumerate(records), assembler))
+    checker.finish(require_complete=False)
     if problems:
-        raise ContractError(problems)
-    episodes = [episode_from_steps(group, model) for group in steps.values()]
+        raise ContractError([replace(p, line=None).under(f"records[{p.line}]")
+                             if p.line is not None else p for p in problems])
+    episodes += assembler.rest()
+    episodes.sort(key=lambda e: e.lines[0] if e.lines else 0)
     for episode in episodes:
         episode.lines = None  # not read from a file
     return episodes

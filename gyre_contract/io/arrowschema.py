@@ -226,6 +226,10 @@ def schema_metadata(model: type[BaseModel]) -> dict[bytes, bytes]:
 def arrow_schema_problems(schema: Any, model: type[BaseModel] = RolloutStep) -> list[Problem]:
     """One problem per column that disagrees with the model; [] when every column fits.
 
+    Each names the field rule the column breaks for every row (`field.required` for a missing
+    column, `field.unknown`, `field.shape`, `field.object`, else `field.dtype`); a file of another
+    record kind or contract major version is a problem of the file, with no rule.
+
     A column fits when its nesting depth is the field's rank, a `fixed_size_list` has the
     declared size of a fixed dim, and its leaf is of the dtype's kind (bool, integer, float,
     string; an integer column may feed a float field). Widths are not compared here: each value
@@ -261,7 +265,7 @@ def _struct_problems(model: type[BaseModel], columns: Mapping[str, Any], prefix:
         if column is None:
             if required:
                 problems.append(Problem(path, _expected(spec), "no such column",
-                                        "missing required column"))
+                                        "missing required column").by_rule("field.required"))
             continue
         problems += _column_problems(spec, column.type, path)
     for name, column in columns.items():
@@ -269,7 +273,8 @@ def _struct_problems(model: type[BaseModel], columns: Mapping[str, Any], prefix:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             problems.append(Problem(f"{prefix}{name}", f"only the fields of {model.__name__}{hint}",
-                                    f"a column of {type_text(column.type)}", "unknown column"))
+                                    f"a column of {type_text(column.type)}", "unknown column"
+                                    ).by_rule("field.unknown"))
     return problems
 
 
@@ -285,7 +290,14 @@ def _column_problems(spec: Any, arrow_type: Any, path: str) -> list[Problem]:
 
 
 def _type_problem(spec: Any, arrow_type: Any, path: str, why: str) -> Problem:
-    return Problem(path, _expected(spec), type_text(arrow_type), f"column {why}")
+    rule = COLUMN_RULES.get(why, "field.dtype")
+    return Problem(path, _expected(spec), type_text(arrow_type), f"column {why}").by_rule(rule)
+
+
+COLUMN_RULES = {"has the wrong rank": "field.shape", "has the wrong size": "field.shape",
+                "is not a struct of modalities": "field.object"}
+"""The field rule a column that cannot hold its field breaks (any other mismatch: `field.dtype`),
+so a Parquet file's schema problems name the same rules as the row's would on JSON Lines."""
 
 
 def _mismatch(spec: Any, arrow_type: Any) -> str | None:

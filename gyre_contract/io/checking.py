@@ -34,17 +34,27 @@ def bulk_plan_for(model: type[BaseModel]) -> BulkPlan | None:
     return bulk_plan(model) if fast_paths_enabled() else None
 
 
+class ProblemList(list[Problem]):
+    """Every problem, in order, with nothing grouped: a `StepChecker` sink for callers that raise
+    them all together (`harness.recorder.episodes_from_records`)."""
+
+    def add(self, problems: Iterable[Problem]) -> None:
+        """Keep `problems` (what `ProblemGroups.add` is to a file report)."""
+        self.extend(problems)
+
+
 class StepChecker:
     """Checks the records of one source in order: record rules, then episode rules.
 
-    With `groups`, every problem is added there (with its line) and checking goes on; without,
+    With `groups` (or a `ProblemList`), every problem is added there (with its line) and checking
+    goes on; without,
     the first problem raises ContractError. `stats`, when given, sees every record and every
     valid step (the field table of the report). `episode_ids`, when given, gets each episode id
     a record names with the first line it is on (how shards are compared). `records` and
     `steps` count what was checked.
     """
 
-    def __init__(self, model: type[BaseModel], groups: ProblemGroups | None = None,
+    def __init__(self, model: type[BaseModel], groups: ProblemGroups | ProblemList | None = None,
                  stats: FieldStats | None = None,
                  episode_ids: dict[str, int] | None = None) -> None:
         self.model = model

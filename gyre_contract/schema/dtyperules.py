@@ -22,6 +22,9 @@ BITS: dict[str, int] = {
 """Storage width of each sized dtype."""
 MANTISSA: dict[str, int] = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
 """Exact-integer precision (bits of significand) of each float width."""
+EXPONENT: dict[str, int] = {"float16": 5, "bfloat16": 8, "float32": 8, "float64": 11}
+"""Exponent bits of each float width: its range (float16 overflows above 65504, bfloat16 near
+3.4e38), so a float cast keeps every value only when both precision and range grow or stay."""
 
 
 def dtypes_of(dtype: Dtype) -> tuple[str, ...]:
@@ -68,7 +71,7 @@ def lossless(s: str, t: str) -> bool | None:
     if s in ("number", "integer") or t in ("number", "integer"):
         return ks == "int" and kt == "float" and t == "number"
     if ks == kt == "float":
-        return BITS[s] <= BITS[t] and MANTISSA[s] <= MANTISSA[t]
+        return MANTISSA[s] <= MANTISSA[t] and EXPONENT[s] <= EXPONENT[t]
     if ks == kt == "int":
         if s.startswith("uint") and t.startswith("int"):
             return BITS[s] < BITS[t]

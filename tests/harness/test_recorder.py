@@ -367,3 +367,32 @@ def test_dict_observations_are_recorded_per_modality() -> None:
     assert first["observation"]["state"].shape == (4,)
     assert first["observation"]["x"][0] == first["observation"]["state"][0]
     assert last["next_observation"]["x"][0] == last["next_observation"]["state"][0]
+
+
+def test_episodes_from_records_goes_through_the_one_io_loop() -> None:
+    """No grouping loop of its own: io's `StepChecker` and `EpisodeAssembler` do it, so a record
+    that fails validation still advances its episode, as in a file (no second problem)."""
+    import inspect
+
+    from gyre_contract.harness import recorder as module
+
+    source = inspect.getsource(module)
+    assert "episode_from_steps" not in source and "EpisodeTracker" not in source
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(1))
+    assert len(records) >= 3
+    records[1] = dict(records[1], reward=None)
+    with pytest.raises(ContractError) as info:
+        episodes_from_records(records)
+    assert [(p.path, p.rule) for p in info.value.problems] == [("records[1].reward",
+                                                                "field.not_null")]
+
+
+def test_iter_validated_steps_is_deprecated() -> None:
+    from gyre_contract.core.validate import iter_validated_steps
+
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(1))
+    with pytest.warns(DeprecationWarning, match="read_steps"):
+        steps = list(iter_validated_steps(enumerate(records, 1)))
+    assert len(steps) == len(records)
