@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.curve is not None and not args.plot:
-        raise UsageError("--curve needs --plot P.png")
+        raise UsageError("error: --curve needs --plot P.png")
     records = RunLog(args.runs).read()
     if not records:
         raise InputError(f"no runs in {args.runs}")
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.plot:
         if args.curve is not None and args.curve not in curve_names(records):
             known = ", ".join(curve_names(records)) or "none"
-            raise UsageError(f"--curve {args.curve}: no run in {args.runs} has a curve of it; "
+            raise UsageError(f"error: --curve {args.curve}: no run in {args.runs} has a curve of it; "
                              f"curves: {known}")
         _require_matplotlib()
         plot = str(plot_runs(records, args.plot, curve=args.curve))
