@@ -95,8 +95,9 @@ class RunRecord(BaseModel):
 MAX_RUN_KEYS = 100
 """A run-log line with more keys is one `too many keys` problem, not one per unknown key."""
 
-MAX_RUN_METRICS = 100
-"""A run's `metrics` or `curves` with more names is one `too many metrics` problem."""
+MAX_RUN_METRICS = 1000
+"""A run's `metrics` or `curves` with more names is one `too many metrics` problem; `RunTimer`
+refuses the cycle that would go beyond it, so a run log it writes always reads back."""
 
 _EXPECTED = {
     "run_id": "a non-empty string",
@@ -165,6 +166,7 @@ class RunTimer:
     _start: float | None = None
     _end: float | None = None
     _open: str | None = None
+    _metric_names: set[str] = field(default_factory=set)
 
     def __enter__(self) -> RunTimer:
         self.started_at = datetime.now(timezone.utc)
@@ -211,11 +213,16 @@ class RunTimer:
         Numbers only (Python or numpy ints and floats, not bools); other values and the
         record's own fields (such as `policy_version`) are not metrics and are left out. A value
         that is not finite is kept as None: the curve shows a gap there, it is never filled.
+        More than `MAX_RUN_METRICS` names in one run is a `ValueError`.
         """
-        self.cycle_metrics.append({
-            name: finite_or_none(value) for name, value in metrics.items()
-            if is_metric(value) and name not in RunRecord.model_fields
-        })
+        kept = {name: finite_or_none(value) for name, value in metrics.items()
+                if is_metric(value) and name not in RunRecord.model_fields}
+        names = self._metric_names | set(kept)
+        if len(names) > MAX_RUN_METRICS:
+            raise ValueError(f"more than {MAX_RUN_METRICS} metric names in one run "
+                             f"({len(names)}); a run log keeps at most {MAX_RUN_METRICS}")
+        self._metric_names = names
+        self.cycle_metrics.append(kept)
 
     def seconds(self, name: str) -> float:
         """Summed seconds of the phases called `name`."""

@@ -227,6 +227,8 @@ def test_timer_keeps_numeric_metrics_per_cycle() -> None:
     chosen = timer.record(run_id="r", config="c", batch_shape=(1, 1), policy_version=3,
                           metrics={"return": 200.0})
     assert chosen.metrics == {"return": 200.0} and chosen.curves == record.curves
+    with pytest.raises(ValueError, match=f"^more than {MAX_RUN_METRICS} metric names"):
+        timer.add_metrics({f"m{i}": 1.0 for i in range(MAX_RUN_METRICS)})
 
 
 def test_runlog_round_trips_metrics_and_reads_logs_without_them(tmp_path: Path) -> None:
