@@ -24,7 +24,9 @@ def add_parser(sub: Any) -> None:
                    "seeds (default 12)")
     p.add_argument("--episodes", type=int, default=32,
                    help="episodes sampled per cycle (default 32)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the env and the policy")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed S for the env and the policy; stage 3's runs use S+1, S+2, S+3 "
+                   "(default 0)")
     p.set_defaults(run=run)
 
 
