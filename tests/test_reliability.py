@@ -231,7 +231,7 @@ def test_runs_reads_each_bad_file_as_a_run_log(name: str, rollout_files: dict[st
     assert result.code in (1, 2) and result.err.startswith("error: ")
     if name == "a million fields":
         assert result.err == ("error: line 1: too many keys: expected at most 100 keys (a "
-                              "RunRecord has 11 fields), got 1000000 keys\n")
+                              "RunRecord has 13 fields), got 1000000 keys\n")
 
 
 # -- schema files --------------------------------------------------------------------------------

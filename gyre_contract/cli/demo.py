@@ -19,11 +19,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="keep rollouts.jsonl, map.json, runs.jsonl and runs.png here "
                    "(default: a temporary folder, removed at the end)")
-    p.add_argument("--cycles", type=int, default=24,
-                   help="stage 3 train cycles, over 3 timed runs (default 24)")
+    p.add_argument("--cycles", type=int, default=12,
+                   help="stage 3 train cycles per run; stage 3 runs one configuration with 3 "
+                   "seeds (default 12)")
     p.add_argument("--episodes", type=int, default=32,
                    help="episodes sampled per cycle (default 32)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the env and the policy")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed S for the env and the policy; stage 3's runs use S+1, S+2, S+3 "
+                   "(default 0)")
     p.set_defaults(run=run)
 
 

@@ -1,4 +1,4 @@
-"""`gyre-contract runs RUNS.jsonl [--plot P.png]`: min / median / max per configuration."""
+"""`gyre-contract runs RUNS.jsonl [--plot P.png [--curve METRIC]]`: min / median / max per configuration."""
 
 from __future__ import annotations
 
@@ -8,30 +8,46 @@ from typing import Any, TextIO
 from gyre_contract.cli.common import UsageError
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
-from gyre_contract.harness.runlog import RunLog, RunsReport, plot_runs
+from gyre_contract.harness.runlog import RunLog, RunsReport
+from gyre_contract.harness.runplot import curve_names, plot_runs
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("runs", help="summarize a run log (runs.jsonl) per configuration",
-                       description="Read runs.jsonl and show, per configuration, the min / median "
-                       "/ max of rollout, train and total seconds and of steps per second. "
-                       "A bad line exits 1, naming its line number.")
+                       description="Read runs.jsonl and show, per configuration (the record's "
+                       "config: a label or an object), the min / median / max over its runs "
+                       "(repeats, such as different seeds) of rollout, train and total seconds, "
+                       "steps per second, and the final value of each numeric metric the runs "
+                       "recorded (loss, mean episode length, ...). Exit codes: 0 the log reads; "
+                       "1 a bad line, named by its line number; 2 a missing or empty file, or "
+                       "bad usage.")
     p.add_argument("runs", metavar="RUNS.jsonl", help="the run log")
     p.add_argument("--plot", metavar="P.png",
-                   help="also draw rollout and train time per run (needs matplotlib)")
-    p.add_argument("--format", choices=FORMATS, default="text")
+                   help="also draw a PNG (needs matplotlib): rollout and train time per run, "
+                   "or with --curve a learning curve")
+    p.add_argument("--curve", metavar="METRIC",
+                   help="with --plot: draw METRIC per cycle, one line per run grouped by "
+                   "configuration, and its final value per run")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text for a person, json for a program (default text)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.curve is not None and not args.plot:
+        raise UsageError("error: --curve needs --plot P.png")
     records = RunLog(args.runs).read()
     if not records:
         raise InputError(f"no runs in {args.runs}")
     plot = None
     if args.plot:
+        if args.curve is not None and args.curve not in curve_names(records):
+            known = ", ".join(curve_names(records)) or "none"
+            raise UsageError(f"error: --curve {args.curve}: no run in {args.runs} has a curve of it; "
+                             f"curves: {known}")
         _require_matplotlib()
-        plot = str(plot_runs(records, args.plot))
-    report = RunsReport.of(args.runs, records, plot)
+        plot = str(plot_runs(records, args.plot, curve=args.curve))
+    report = RunsReport.of(args.runs, records, plot, curve=args.curve)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()
 

@@ -9,7 +9,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".recorder": ("Recorder", "episodes_from_records"),
     ".stages": ("half_way", "full_loop", "HalfWayReport", "LoopReport", "CycleReport",
                 "BatchReport"),
-    ".runlog": ("RunLog", "RunRecord", "RunTimer", "RunsReport", "summarize", "format_summary",
-                "plot_runs"),
+    ".runlog": ("RunLog", "RunRecord", "RunTimer", "RunsReport", "summarize", "format_summary"),
+    ".runplot": ("plot_runs",),
     ".demo": ("run_demo",),
 })

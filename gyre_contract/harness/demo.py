@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,8 @@ import numpy as np
 
 from gyre_contract.core.errors import ContractError, InputError
 from gyre_contract.harness.recorder import Recorder
-from gyre_contract.harness.runlog import RunLog, format_summary, plot_runs, summarize
+from gyre_contract.harness.runlog import RunLog, format_summary, summarize
+from gyre_contract.harness.runplot import plot_runs
 from gyre_contract.harness.stages import full_loop, half_way
 from gyre_contract.io import validate_file, write_steps
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep
@@ -72,7 +73,12 @@ class SoftmaxPolicy:
         return float(-(logp * _normalised(adv)).mean() + 0.5 * (value_error**2).mean())
 
     def train_step(self, batch: dict[str, Any]) -> dict[str, float]:
-        """One Adam step on the surrogate, then refit the value function to the returns."""
+        """One Adam step on the surrogate, then refit the value function to the returns.
+
+        Returns the batch's mean episode length, the value loss ½·E[(V(s) − G)²] before the
+        refit (`value_loss`) and the new version; `full_loop` keeps the numbers as the run's
+        learning curves.
+        """
         obs, act, adv, mask = _flat(batch)
         p = self.probs(obs)
         grad_logits = (np.eye(2)[act] - p) * _normalised(adv)[:, None]
@@ -82,10 +88,12 @@ class SoftmaxPolicy:
         v[:] = 0.999 * v + 0.001 * grad**2
         self.weights += self.lr * m / (np.sqrt(v) + 1e-8)
         returns = np.asarray(batch["return"])[mask]
+        value_loss = float(0.5 * ((self.value(obs) - returns) ** 2).mean())
         self.value_weights = np.linalg.lstsq(_features(obs), returns, rcond=None)[0]
         self.version += 1
         lengths = mask.sum(axis=1)
-        return {"mean_episode_length": float(lengths.mean()), "policy_version": self.version}
+        return {"mean_episode_length": float(lengths.mean()), "value_loss": value_loss,
+                "policy_version": self.version}
 
 
 def _features(obs: np.ndarray) -> np.ndarray:
@@ -111,7 +119,8 @@ class DemoResult:
 
     stages: dict[str, bool] = field(default_factory=dict)
     out_dir: Path | None = None
-    lengths: list[float] = field(default_factory=list)
+    lengths: list[list[float]] = field(default_factory=list)
+    """Stage 3's learning curves: per seed, the mean episode length of each cycle."""
 
     @property
     def passed(self) -> bool:
@@ -134,9 +143,12 @@ class _Printer:
         self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
 
 
-def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 24, seed: int = 0,
+def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
              episodes_per_cycle: int = 32, plot: bool = True) -> DemoResult:
-    """Run the three stages; return their verdicts. Files land in `out_dir`."""
+    """Run the three stages; return their verdicts. Files land in `out_dir`.
+
+    Stage 3 trains `cycles` cycles from scratch with each of `STAGE3_SEEDS` seeds.
+    """
     gym = _gymnasium()
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +162,7 @@ def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 24, seed: int = 0,
     map_path = _diff_stage(say, result, CartPoleStep, CartPoleBatch, out_dir)
     _stage2(say, result, rollouts, map_path, policy, CartPoleStep, CartPoleBatch)
     with _vector_env(gym, STAGE3_TIME_LIMIT) as envs:
-        _stage3(say, result, envs, policy, CartPoleStep, map_path, out_dir, cycles, seed,
+        _stage3(say, result, envs, CartPoleStep, map_path, out_dir, cycles, seed,
                 episodes_per_cycle, plot)
     say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'}: "
         + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in result.stages.items()))
@@ -244,15 +256,48 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
     result.stages["stage 2"] = ok
 
 
-def _stage3(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
-            step_model: type, map_path: Path, out_dir: Path, cycles: int, seed: int,
-            n: int, plot: bool) -> None:
+def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
+            out_dir: Path, cycles: int, seed: int, n: int, plot: bool) -> None:
 
     say.heading("Stage 3: the full loop",
-                "every cycle's counts, timestamps and policy versions check out, and the mean "
-                "episode length goes up")
-    recorder = _recorder(envs, policy, step_model, seed + 1, "stage3")
+                f"every cycle's counts, timestamps and policy versions check out; one "
+                f"configuration trained from scratch with {STAGE3_SEEDS} seeds, and in every run "
+                f"the mean episode length goes up")
     log = RunLog(out_dir / "runs.jsonl")
+    config = {"env": "CartPole-v1", "envs": N_ENVS, "time_limit": STAGE3_TIME_LIMIT,
+              "episodes_per_cycle": n, "cycles": cycles, "lr": SoftmaxPolicy.lr}
+    started = time.perf_counter()
+    if log.path.exists():
+        log.path.unlink()
+    for run_seed in stage3_seeds(seed):
+        say(f"\nseed {run_seed}: a fresh policy, {cycles} cycles")
+        lengths = _train_run(say, result, envs, step_model, map_path, cycles, run_seed, n,
+                             config, log)
+        if lengths is None:
+            return
+        result.lengths.append(lengths)
+    say("\nlearning curves, mean episode length per cycle (one run per seed):")
+    for run_seed, lengths in zip(stage3_seeds(seed), result.lengths, strict=True):
+        say(f"  seed {run_seed}: " + " ".join(f"{x:.0f}" for x in lengths))
+    say(f"\nrun log {log.path}: {STAGE3_SEEDS} runs of one configuration, so the spread over "
+        "seeds shows")
+    say(format_summary(summarize(log.read())))
+    if plot:
+        _plot(say, log, out_dir)
+    ok = all(_improved(lengths) for lengths in result.lengths)
+    firsts = "/".join(f"{lengths[0]:.0f}" for lengths in result.lengths)
+    lasts = "/".join(f"{lengths[-1]:.0f}" for lengths in result.lengths)
+    say.verdict(ok, f"{STAGE3_SEEDS} seeds x {cycles} cycles in "
+                f"{time.perf_counter() - started:.1f}s, mean episode length {firsts} → {lasts}")
+    result.stages["stage 3"] = ok
+
+
+def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
+               cycles: int, run_seed: int, n: int, config: dict[str, Any], log: RunLog
+               ) -> list[float] | None:
+    """One run of stage 3: a fresh policy seeded `run_seed`; its mean episode length per cycle."""
+    policy = SoftmaxPolicy(seed=run_seed)
+    recorder = _recorder(envs, policy, step_model, run_seed, f"stage3-seed{run_seed}")
     lengths: list[float] = []
 
     def sample(version: int) -> list[Any]:
@@ -260,30 +305,15 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
         lengths.append(float(np.mean([len(e.columns["reward"]) for e in episodes])))
         return episodes
 
-    started = time.perf_counter()
-    if log.path.exists():
-        log.path.unlink()
-    for run, run_cycles in enumerate(_split(cycles, STAGE3_RUNS)):
-        say(f"\nrun {run + 1} of {STAGE3_RUNS}: {run_cycles} cycles")
-        try:
-            report = full_loop(sample, policy.train_step, map_path, run_cycles, max_staleness=0,
-                               start_version=policy.version, run_id=f"demo-seed{seed}-run{run}",
-                               config={"env": "CartPole-v1", "episodes_per_cycle": n},
-                               run_log=log)
-        except ContractError as err:
-            _failed(say, result, "stage 3", err, "the loop broke the contract")
-            return
-        say(report.to_text())
-    say("\nmean episode length per cycle: " + " ".join(f"{x:.0f}" for x in lengths))
-    say(f"\nrun log {log.path}:")
-    say(format_summary(summarize(log.read())))
-    if plot:
-        _plot(say, plot_runs, log, out_dir)
-    ok = _improved(lengths)
-    say.verdict(ok, f"{cycles} cycles in {time.perf_counter() - started:.1f}s, mean episode "
-                f"length {lengths[0]:.0f} → {lengths[-1]:.0f}")
-    result.lengths = lengths
-    result.stages["stage 3"] = ok
+    try:
+        report = full_loop(sample, policy.train_step, map_path, cycles, max_staleness=0,
+                           start_version=policy.version, run_id=f"demo-seed{run_seed}",
+                           config=config, run_log=log)
+    except ContractError as err:
+        _failed(say, result, "stage 3", err, "the loop broke the contract")
+        return None
+    say(report.to_text())
+    return lengths
 
 
 def _failed(say: _Printer, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
@@ -293,13 +323,14 @@ def _failed(say: _Printer, result: DemoResult, stage: str, err: ContractError, w
     result.stages[stage] = False
 
 
-STAGE3_RUNS = 3  # several runs of one configuration, so the run table shows a spread
+STAGE3_SEEDS = 3
+"""Stage 3 repeats one configuration this many times, with different seeds, so the run table
+and the plot show a spread of repeats; each run's cycles are its learning curve."""
 
 
-def _split(cycles: int, runs: int) -> list[int]:
-    """`cycles` shared out over at most `runs` runs, none empty."""
-    runs = min(runs, cycles)
-    return [cycles // runs + (i < cycles % runs) for i in range(runs)]
+def stage3_seeds(seed: int) -> list[int]:
+    """The seeds of stage 3's runs: the ones after stage 1's `seed`."""
+    return [seed + 1 + i for i in range(STAGE3_SEEDS)]
 
 
 def _improved(lengths: list[float]) -> bool:
@@ -313,10 +344,11 @@ def _json_text(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _plot(say: _Printer, plot_runs: Callable[..., Path], log: Any, out_dir: Path) -> None:
+def _plot(say: _Printer, log: RunLog, out_dir: Path) -> None:
     try:
-        path = plot_runs(log.read(), out_dir / "runs.png")
+        path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_episode_length",
+                         curve_label="mean episode length (steps)")
     except ImportError:
         say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
         return
-    say(f"plot: {path}")
+    say(f"plot: {path} (mean episode length per cycle, one line per seed; final value per seed)")

@@ -1,23 +1,36 @@
-"""Run timing log: time the rollout and train phases, append one `RunRecord` per run to JSONL.
+"""Run log: time the rollout and train phases, keep the user's metrics, one `RunRecord` per run.
 
-Why: whether to tune the sampler or the training batch is read from the spread of rollout and
-train time over repeated runs of one configuration, not from one run. `runs.jsonl` keeps them all;
-`summarize` gives min / median / max per configuration and `plot_runs` draws every run.
+Why: whether to tune the sampler or the training batch, and whether a change helped, is read from
+the spread over repeated runs of one configuration (different seeds), not from one run.
+`runs.jsonl` keeps every run: its times and counts, the final value of each numeric metric the
+trainer returned, and that metric per cycle (the learning curve). `summarize` gives min / median
+/ max per configuration; `gyre_contract.harness.runplot.plot_runs` draws them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import numpy as np
 import orjson
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from gyre_contract.core.errors import ContractError, InputError, Problem, describe
 from gyre_contract.core.report import Report
@@ -29,8 +42,17 @@ SUMMARY_METRICS = (*TIMES, "steps_per_s")
 """What `summarize` reports per configuration; `steps_per_s` is `n_steps / total_s`."""
 
 
+MetricName = Annotated[str, Field(min_length=1, max_length=200)]
+FiniteNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
 class RunRecord(BaseModel):
-    """One run: its configuration, phase times, counts and final policy version."""
+    """One run: its configuration, phase times, counts, final policy version and metrics.
+
+    `metrics` holds the run's final value of each numeric metric (its last cycle's, when the
+    run log was written by `full_loop`); `curves` holds each metric per cycle, `null` where a
+    cycle reported no finite value for it. Both are optional: a run log without them still reads.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -47,6 +69,22 @@ class RunRecord(BaseModel):
     policy_version: int = Field(strict=True)
     notes: str = ""
     started_at: AwareDatetime
+    metrics: dict[MetricName, FiniteNumber] = Field(default_factory=dict)
+    curves: dict[MetricName, list[FiniteNumber | None]] = Field(default_factory=dict)
+
+    @field_validator("curves")
+    @classmethod
+    def _one_value_per_cycle(cls, curves: dict[str, list[float | None]]
+                             ) -> dict[str, list[float | None]]:
+        lengths = sorted({len(values) for values in curves.values()})
+        if len(lengths) > 1:
+            raise ValueError(f"curves of lengths {lengths}")
+        return curves
+
+    @property
+    def cycles(self) -> int:
+        """How many cycles the curves cover (0 without curves)."""
+        return max((len(v) for v in self.curves.values()), default=0)
 
     @property
     def config_key(self) -> str:
@@ -56,6 +94,10 @@ class RunRecord(BaseModel):
 
 MAX_RUN_KEYS = 100
 """A run-log line with more keys is one `too many keys` problem, not one per unknown key."""
+
+MAX_RUN_METRICS = 1000
+"""A run's `metrics` or `curves` with more names is one `too many metrics` problem; `RunTimer`
+refuses the cycle that would go beyond it, so a run log it writes always reads back."""
 
 _EXPECTED = {
     "run_id": "a non-empty string",
@@ -69,6 +111,9 @@ _EXPECTED = {
     "policy_version": "an integer",
     "notes": "a string",
     "started_at": "an ISO 8601 time with a UTC offset",
+    "metrics": "an object of metric name -> finite number",
+    "curves": "an object of metric name -> list of finite numbers or null, one per cycle, "
+              "all of one length",
 }
 
 
@@ -77,6 +122,17 @@ def config_key(config: str | dict[str, Any]) -> str:
     if isinstance(config, str):
         return config
     return orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
+
+
+MAX_LABEL = 32
+"""A configuration key longer than this is shown by its hash (`#` and 8 hex digits)."""
+
+
+def config_label(key: str) -> str:
+    """How a table or plot names a configuration: its key, or `#` + a short hash of a long one."""
+    if len(key) <= MAX_LABEL:
+        return key
+    return "#" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +152,21 @@ class Phase:
 class RunTimer:
     """Times a run: `with RunTimer() as timer:` around it, `timer.rollout()` / `.train()` inside.
 
-    Keeps every phase (for ordering checks), their summed seconds, and the step and episode counts
-    the caller adds with `count`. `clock` is injectable so tests can drive it.
+    Keeps every phase (for ordering checks), their summed seconds, the step and episode counts
+    the caller adds with `count`, and each cycle's numeric metrics added with `add_metrics` (the
+    learning curves). `clock` is injectable so tests can drive it.
     """
 
     clock: Callable[[], float] = time.perf_counter
     phases: list[Phase] = field(default_factory=list)
     n_steps: int = 0
     n_episodes: int = 0
+    cycle_metrics: list[dict[str, float | None]] = field(default_factory=list)
     started_at: datetime | None = None
     _start: float | None = None
     _end: float | None = None
     _open: str | None = None
+    _metric_names: set[str] = field(default_factory=set)
 
     def __enter__(self) -> RunTimer:
         self.started_at = datetime.now(timezone.utc)
@@ -148,6 +207,23 @@ class RunTimer:
         self.n_steps += steps
         self.n_episodes += episodes
 
+    def add_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Keeps one cycle's numeric metrics (the trainer's `{"loss": 0.3, ...}`).
+
+        Numbers only (Python or numpy ints and floats, not bools); other values and the
+        record's own fields (such as `policy_version`) are not metrics and are left out. A value
+        that is not finite is kept as None: the curve shows a gap there, it is never filled.
+        More than `MAX_RUN_METRICS` names in one run is a `ValueError`.
+        """
+        kept = {name: finite_or_none(value) for name, value in metrics.items()
+                if is_metric(value) and name not in RunRecord.model_fields}
+        names = self._metric_names | set(kept)
+        if len(names) > MAX_RUN_METRICS:
+            raise ValueError(f"more than {MAX_RUN_METRICS} metric names in one run "
+                             f"({len(names)}); a run log keeps at most {MAX_RUN_METRICS}")
+        self._metric_names = names
+        self.cycle_metrics.append(kept)
+
     def seconds(self, name: str) -> float:
         """Summed seconds of the phases called `name`."""
         return sum(p.seconds for p in self.phases if p.name == name)
@@ -163,15 +239,39 @@ class RunTimer:
 
     def record(
         self, *, run_id: str, config: str | dict[str, Any], batch_shape: Sequence[int],
-        policy_version: int, notes: str = "",
+        policy_version: int, notes: str = "", metrics: Mapping[str, float] | None = None,
     ) -> RunRecord:
-        """The `RunRecord` of this finished run."""
+        """The `RunRecord` of this finished run.
+
+        Its curves are the metrics added per cycle; its `metrics` are `metrics` when given, else
+        each curve's last value (left out when the last cycle reported none that is finite).
+        """
+        names = list(dict.fromkeys(n for cycle in self.cycle_metrics for n in cycle))
+        curves = {n: [cycle.get(n) for cycle in self.cycle_metrics] for n in names}
+        if metrics is None:
+            metrics = {n: values[-1] for n, values in curves.items() if values[-1] is not None}
         return RunRecord(
             run_id=run_id, config=config, rollout_s=self.seconds("rollout"),
             train_s=self.seconds("train"), total_s=self.total_s, n_steps=self.n_steps,
             n_episodes=self.n_episodes, batch_shape=tuple(batch_shape),
             policy_version=policy_version, notes=notes, started_at=self.started_at,
+            metrics=dict(metrics), curves=curves,
         )
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A number as a float, or None when it is not finite (NaN, ±inf, an int beyond float)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def is_metric(value: Any) -> bool:
+    """A number a run log keeps as a metric: a Python or numpy int or float, not a bool."""
+    return (isinstance(value, (int, float, np.integer, np.floating))
+            and not isinstance(value, (bool, np.bool_)))
 
 
 class RunLog:
@@ -218,6 +318,10 @@ def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
         return None, [Problem("", f"at most {MAX_RUN_KEYS} keys (a RunRecord has "
                                   f"{len(RunRecord.model_fields)} fields)",
                               f"{len(value)} keys", "too many keys")]
+    for name in ("metrics", "curves"):
+        if isinstance(value.get(name), dict) and len(value[name]) > MAX_RUN_METRICS:
+            return None, [Problem(name, f"at most {MAX_RUN_METRICS} metrics",
+                                  f"{len(value[name])} metrics", "too many metrics")]
     try:
         return RunRecord.model_validate(value), []
     except ValidationError as e:
@@ -226,11 +330,13 @@ def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
 
 def _problem(error: Any) -> Problem:
     path = ".".join(str(part) for part in error["loc"])
-    name = str(error["loc"][0]) if error["loc"] else ""
+    name = str(error["loc"][0])
     if error["type"] == "missing":
         return Problem(path, _EXPECTED[name], "nothing", "missing field")
     if error["type"] == "extra_forbidden":
         return Problem(path, "a RunRecord field", describe(error["input"]), "unknown field")
+    if error["type"] == "value_error":  # a check across values: its words say what it got
+        return Problem(path, _EXPECTED[name], str(error["ctx"]["error"]), "bad value")
     return Problem(path, _EXPECTED[name], describe(error["input"]), "bad value")
 
 
@@ -246,51 +352,84 @@ class Spread:
     def of(cls, values: Sequence[float]) -> Spread:
         return cls(min(values), statistics.median(values), max(values))
 
+    def to_dict(self) -> dict[str, float]:
+        return {"min": self.min, "median": self.median, "max": self.max}
+
 
 @dataclass(frozen=True, slots=True)
 class ConfigSummary:
-    """One configuration's runs: how many, and the spread of each metric in `SUMMARY_METRICS`."""
+    """One configuration's runs: how many, the spread of each timing in `SUMMARY_METRICS`, and
+    the spread of the final value of each of the user's metrics.
+
+    `metric_runs[name]` is how many of the runs have a final value of `name` (a run whose last
+    cycle reported none that is finite, or that never reported it, does not count).
+    """
 
     config: str
     runs: int
     n_steps: int
     spreads: dict[str, Spread]
+    metrics: dict[str, Spread] = field(default_factory=dict)
+    metric_runs: dict[str, int] = field(default_factory=dict)
+    n_episodes: int = 0
+
+    @property
+    def label(self) -> str:
+        """The configuration's name in tables and plots (`config_label`)."""
+        return config_label(self.config)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "config": self.config, "runs": self.runs, "n_steps": self.n_steps,
-            **{name: {"min": s.min, "median": s.median, "max": s.max}
-               for name, s in self.spreads.items()},
+            "config": self.config, "label": self.label, "runs": self.runs,
+            "n_steps": self.n_steps,
+            "n_episodes": self.n_episodes,
+            **{name: s.to_dict() for name, s in self.spreads.items()},
+            "metrics": {name: {**s.to_dict(), "runs": self.metric_runs[name]}
+                        for name, s in self.metrics.items()},
         }
 
 
 def summarize(records: Iterable[RunRecord]) -> list[ConfigSummary]:
-    """Per configuration (in order of first appearance): min / median / max of times and steps/s."""
+    """Per configuration (in order of first appearance): min / median / max of times, steps/s
+    and the final value of each of the user's metrics (in order of first appearance)."""
     groups: dict[str, list[RunRecord]] = {}
     for record in records:
         groups.setdefault(record.config_key, []).append(record)
-    return [
-        ConfigSummary(
+    summaries = []
+    for key, runs in groups.items():
+        names = list(dict.fromkeys(n for r in runs for n in r.metrics))
+        finals = {n: [r.metrics[n] for r in runs if n in r.metrics] for n in names}
+        summaries.append(ConfigSummary(
             config=key, runs=len(runs), n_steps=sum(r.n_steps for r in runs),
+            n_episodes=sum(r.n_episodes for r in runs),
             spreads={
                 **{name: Spread.of([getattr(r, name) for r in runs]) for name in TIMES},
                 "steps_per_s": Spread.of([r.n_steps / r.total_s for r in runs]),
             },
-        )
-        for key, runs in groups.items()
-    ]
+            metrics={n: Spread.of(values) for n, values in finals.items()},
+            metric_runs={n: len(values) for n, values in finals.items()},
+        ))
+    return summaries
 
 
 def format_summary(summaries: Sequence[ConfigSummary]) -> str:
-    """An aligned text table: one row per configuration and metric."""
+    """An aligned text table: one row per configuration and metric (timings, then the user's).
+
+    A user's metric that only some runs have says so: `loss (2 of 3 runs)`. A long
+    configuration is named by its hash in the table and spelled out below it.
+    """
     header = ("config", "runs", "metric", "min", "median", "max")
     rows: list[tuple[str, ...]] = []
     for s in summaries:
-        for i, (name, spread) in enumerate(s.spreads.items()):
+        named = [(name, spread, _number) for name, spread in s.spreads.items()]
+        named += [(name if s.metric_runs[name] == s.runs
+                   else f"{name} ({s.metric_runs[name]} of {s.runs} runs)", spread, _value)
+                  for name, spread in s.metrics.items()]
+        for i, (name, spread, show) in enumerate(named):
             first = i == 0
             rows.append((
-                s.config if first else "", str(s.runs) if first else "", name,
-                *(_number(v) for v in (spread.min, spread.median, spread.max)),
+                s.label if first else "", str(s.runs) if first else "", name,
+                *(show(v) for v in (spread.min, spread.median, spread.max)),
             ))
     widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
     lines = []
@@ -300,6 +439,7 @@ def format_summary(summaries: Sequence[ConfigSummary]) -> str:
             for c, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
+    lines += [f"{s.label} = {s.config}" for s in summaries if s.label != s.config]
     return "\n".join(lines)
 
 
@@ -314,12 +454,14 @@ class RunsReport(Report):
     runs: int
     summaries: list[ConfigSummary]
     plot: str | None = None
+    curve: str | None = None
 
     @classmethod
-    def of(cls, path: str | Path, records: Sequence[RunRecord], plot: str | None = None
-           ) -> RunsReport:
+    def of(cls, path: str | Path, records: Sequence[RunRecord], plot: str | None = None,
+           curve: str | None = None) -> RunsReport:
         """Summarize `records`, read from the run log at `path`."""
-        return cls(path=str(path), runs=len(records), summaries=summarize(records), plot=plot)
+        return cls(path=str(path), runs=len(records), summaries=summarize(records), plot=plot,
+                   curve=curve)
 
     @property
     def ok(self) -> bool:
@@ -327,7 +469,8 @@ class RunsReport(Report):
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "runs": self.runs,
-                "configs": [s.to_dict() for s in self.summaries], "plot": self.plot}
+                "configs": [s.to_dict() for s in self.summaries], "plot": self.plot,
+                "curve": self.curve}
 
     def to_text(self) -> str:
         """A heading line, then the per-configuration table (and the plot's path)."""
@@ -336,7 +479,7 @@ class RunsReport(Report):
         lines = [f"{self.path}: {self.runs} {runs}, {len(self.summaries)} {noun}", "",
                  format_summary(self.summaries)]
         if self.plot:
-            lines += ["", f"plot: {self.plot}"]
+            lines += ["", f"plot: {self.plot}" + (f" (curve: {self.curve})" if self.curve else "")]
         return "\n".join(lines)
 
 
@@ -345,48 +488,6 @@ def _number(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def plot_runs(records: Sequence[RunRecord], path: str | Path) -> Path:
-    """Draws rollout and train seconds of every run, one column per configuration (PNG).
-
-    Each run is a dot and each configuration's median a short line, so the spread shows at a
-    glance. Needs matplotlib (the `plot` or `demo` extra); uses the Agg canvas, no display.
-    """
-    if not records:
-        raise ValueError("plot_runs needs at least one run")
-    from matplotlib.figure import Figure
-
-    keys = list(dict.fromkeys(r.config_key for r in records))
-    fig = Figure(figsize=(max(6.0, 1.2 * len(keys) + 3), 4.5), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)  # one scale: which phase dominates shows
-    for ax, name in zip(axes, ("rollout_s", "train_s"), strict=True):
-        for x, key in enumerate(keys):
-            values = [getattr(r, name) for r in records if r.config_key == key]
-            offsets = _spread_offsets(len(values))
-            ax.scatter([x + o for o in offsets], values, s=18, alpha=0.8)
-            ax.hlines(statistics.median(values), x - 0.25, x + 0.25, colors="black")
-        ax.set_title(f"{name.removesuffix('_s')} time per run")
-        ax.set_ylabel("seconds")
-        ax.set_xticks(range(len(keys)), _labels(keys), rotation=20, ha="right")
-        ax.set_ylim(bottom=0)
-    out = Path(path)
-    fig.savefig(out, dpi=100)
-    return out
-
-
-def _spread_offsets(n: int) -> list[float]:
-    """Evenly spaced x offsets in [-0.15, 0.15] so runs with equal times stay visible."""
-    if n == 1:
-        return [0.0]
-    return [-0.15 + 0.3 * i / (n - 1) for i in range(n)]
-
-
-def _labels(keys: Sequence[str]) -> list[str]:
-    """Short tick labels, numbered when shortening would make two configurations look alike."""
-    short = [_short(k) for k in keys]
-    if len(set(short)) == len(short):
-        return short
-    return [f"{i + 1}: {_short(k, 20)}" for i, k in enumerate(keys)]
-
-
-def _short(text: str, limit: int = 24) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _value(value: float) -> str:
+    """A user's metric, whatever its scale: four significant digits."""
+    return f"{value:.4g}"

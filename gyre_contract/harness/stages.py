@@ -377,6 +377,7 @@ def full_loop(
                 _check_batch(batch, counts, version, max_staleness, cycle)
                 arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
                 metrics = _metrics(train_fn(arrays))
+            timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]
             _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)

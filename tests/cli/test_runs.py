@@ -91,3 +91,49 @@ def test_runs_as_a_real_subprocess(runs_file: Path) -> None:
                           capture_output=True, text=True)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith(f"{runs_file}: 3 runs, 2 configurations\n")
+
+
+@pytest.fixture
+def metrics_file(tmp_path: Path) -> Path:
+    """Two seeds of one configuration and one of another, each with a loss per cycle."""
+    log = RunLog(tmp_path / "metrics.jsonl")
+    for run_id, config, curve in [("s1", "lr=0.1", [0.9, 0.5, 0.25]), ("s2", "lr=0.1", [1.0, 0.5, 0.5]),
+                                  ("s3", "lr=0.3", [0.8, float("nan"), 0.1])]:
+        timer_record = record(run_id, config, 1.0, 1.0, 2.0)
+        curves = {"loss": [None if c != c else c for c in curve]}
+        log.append(timer_record.model_copy(update={"curves": curves,
+                                                   "metrics": {"loss": curve[-1]}}))
+    return log.path
+
+
+def test_runs_shows_the_users_metrics(metrics_file: Path) -> None:
+    code, out, err = cli("runs", str(metrics_file))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[7] == "              loss            0.25    0.375      0.5"
+    assert lines[-1] == "              loss             0.1      0.1      0.1"
+    code, out, err = cli("runs", str(metrics_file), "--format", "json")
+    configs = json.loads(out)["configs"]  # strict JSON: json.loads would take NaN, so check it
+    assert "NaN" not in out and "Infinity" not in out
+    assert configs[0]["metrics"] == {"loss": {"min": 0.25, "median": 0.375, "max": 0.5, "runs": 2}}
+
+
+def test_runs_plots_a_learning_curve(metrics_file: Path, tmp_path: Path) -> None:
+    plot = tmp_path / "curve.png"
+    code, out, err = cli("runs", str(metrics_file), "--plot", str(plot), "--curve", "loss",
+                         "--format", "json")
+    assert (code, err) == (0, "")
+    assert (json.loads(out)["plot"], json.loads(out)["curve"]) == (str(plot), "loss")
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_runs_curve_usage_errors_exit_2(metrics_file: Path, tmp_path: Path) -> None:
+    assert cli("runs", str(metrics_file), "--curve", "loss") == (
+        2, "", "error: --curve needs --plot P.png\n")
+    plot = tmp_path / "curve.png"
+    assert cli("runs", str(metrics_file), "--plot", str(plot), "--curve", "reward") == (
+        2, "", f"error: --curve reward: no run in {metrics_file} has a curve of it; curves: "
+        "loss\n")
+    assert not plot.exists()
+    code, out, err = cli("runs", str(metrics_file), "--plot", str(tmp_path / "no" / "p.png"))
+    assert (code, out) == (2, "") and err.startswith("error: ") and len(err.splitlines()) == 1

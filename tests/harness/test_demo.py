@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("gymnasium")
 
 from gyre_contract.cli import run
-from gyre_contract.harness.demo import SoftmaxPolicy, _split, run_demo
+from gyre_contract.harness.demo import STAGE3_SEEDS, SoftmaxPolicy, run_demo, stage3_seeds
+from gyre_contract.harness.runlog import RunLog
 
 
 def test_demo_passes_every_stage_and_keeps_its_files(tmp_path):
@@ -29,19 +30,39 @@ def test_demo_passes_every_stage_and_keeps_its_files(tmp_path):
     assert run(["runs", str(tmp_path / "runs.jsonl")], io.StringIO(), io.StringIO()) == 0
 
 
+def test_stage3_repeats_one_configuration_with_different_seeds(tmp_path):
+    """Spread is shown over repeats of one configuration, not over successive training runs."""
+    result = run_demo(io.StringIO(), out_dir=tmp_path, cycles=3, seed=5, episodes_per_cycle=8)
+    runs = RunLog(tmp_path / "runs.jsonl").read()
+    assert len(runs) == STAGE3_SEEDS == 3
+    assert len({r.config_key for r in runs}) == 1
+    assert [r.run_id for r in runs] == [f"demo-seed{s}" for s in stage3_seeds(5)] == [
+        "demo-seed6", "demo-seed7", "demo-seed8"]
+    # each run trains a fresh policy: 3 updates from version 0, not versions 8, 16, 24
+    assert [r.policy_version for r in runs] == [3, 3, 3]
+    # the learning curve of each run is in the log: mean episode length per cycle
+    assert [r.curves["mean_episode_length"] for r in runs] != [runs[0].curves["mean_episode_length"]] * 3
+    for r, lengths in zip(runs, result.lengths, strict=True):
+        assert len(r.curves["mean_episode_length"]) == len(lengths) == 3
+        assert r.metrics["mean_episode_length"] == r.curves["mean_episode_length"][-1]
+        assert set(r.curves) == {"mean_episode_length", "value_loss"}
+    assert (tmp_path / "runs.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_same_seed_same_learning_curve(tmp_path):
     a = run_demo(io.StringIO(), out_dir=tmp_path / "a", cycles=4, seed=1, episodes_per_cycle=8,
                  plot=False)
     b = run_demo(io.StringIO(), out_dir=tmp_path / "b", cycles=4, seed=1, episodes_per_cycle=8,
                  plot=False)
-    assert a.lengths == b.lengths and len(a.lengths) == 4
+    assert a.lengths == b.lengths and [len(x) for x in a.lengths] == [4] * STAGE3_SEEDS
 
 
 def test_learner_improves_on_cartpole(tmp_path):
-    result = run_demo(io.StringIO(), out_dir=tmp_path, cycles=15, seed=0, episodes_per_cycle=16,
+    result = run_demo(io.StringIO(), out_dir=tmp_path, cycles=10, seed=0, episodes_per_cycle=16,
                       plot=False)
     assert result.stages["stage 3"], result.lengths
-    assert sum(result.lengths[-5:]) > 1.5 * sum(result.lengths[:5])
+    for lengths in result.lengths:  # every seed learns
+        assert sum(lengths[-3:]) > 1.5 * sum(lengths[:3]), lengths
 
 
 def test_loss_is_evaluated_without_an_update():
@@ -55,7 +76,3 @@ def test_loss_is_evaluated_without_an_update():
     assert np.isfinite(policy.loss(batch)) and np.array_equal(before, policy.weights)
     metrics = policy.train_step(batch)
     assert metrics["policy_version"] == 1 and not np.array_equal(before, policy.weights)
-
-
-def test_cycles_are_shared_over_runs():
-    assert _split(24, 3) == [8, 8, 8] and _split(7, 3) == [3, 2, 2] and _split(2, 3) == [1, 1]

@@ -101,6 +101,18 @@ def test_full_loop_runs_checks_and_logs(field_map: FieldMap, tmp_path: Path) -> 
     assert report.to_dict()["cycles"][1]["policy_version"] == 1
 
 
+def test_full_loop_logs_the_trainers_metrics_per_cycle(field_map: FieldMap, tmp_path: Path) -> None:
+    """The run log keeps each numeric metric per cycle (the learning curve) and its last value."""
+    log = RunLog(tmp_path / "runs.jsonl")
+    report = full_loop(Sampler(), train_step, field_map, cycles=3, run_log=log)
+    (run,) = log.read()
+    assert run.curves == {"loss": [c.metrics["loss"] for c in report.cycles],
+                          "masked": [float(c.metrics["masked"]) for c in report.cycles]}
+    assert run.metrics == {"loss": report.cycles[-1].metrics["loss"],
+                           "masked": float(report.cycles[-1].n_steps)}
+    assert run.cycles == 3
+
+
 def test_a_stale_episode_is_caught_and_named(field_map: FieldMap) -> None:
     sampler = Sampler()
     kept: list[Episode] = []

@@ -5,22 +5,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
 from gyre_contract.core.errors import ContractError, InputError
 from gyre_contract.core.report import Report
 from gyre_contract.harness.runlog import (
+    MAX_RUN_METRICS,
     RunLog,
     RunRecord,
     RunsReport,
     RunTimer,
     Spread,
     config_key,
+    config_label,
     format_summary,
-    plot_runs,
     summarize,
 )
+from gyre_contract.harness.runplot import plot_runs
 
 STARTED = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
 
@@ -31,10 +34,11 @@ def fake_clock(readings: Iterable[float]) -> Callable[[], float]:
 
 
 def run(run_id: str, config: str | dict[str, Any], rollout: float, train: float, total: float,
-        n_steps: int = 100) -> RunRecord:
+        n_steps: int = 100, **metrics: float) -> RunRecord:
     return RunRecord(
         run_id=run_id, config=config, rollout_s=rollout, train_s=train, total_s=total,
         n_steps=n_steps, n_episodes=5, batch_shape=(5, 20), policy_version=3, started_at=STARTED,
+        metrics=metrics, curves={name: [value * 2, value] for name, value in metrics.items()},
     )
 
 
@@ -203,3 +207,105 @@ def test_plot_runs_writes_a_png(tmp_path: Path) -> None:
 def test_plot_runs_needs_runs(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="^plot_runs needs at least one run$"):
         plot_runs([], tmp_path / "runs.png")
+
+
+# -- the user's metrics ---------------------------------------------------------------------
+
+def test_timer_keeps_numeric_metrics_per_cycle() -> None:
+    timer = RunTimer(clock=fake_clock([0.0, 1.0]))
+    with timer:
+        timer.add_metrics({"loss": 0.5, "len": np.float32(20.0), "steps": np.int64(7),
+                           "policy_version": 1, "done": True, "name": "x", "grad": np.zeros(3)})
+        timer.add_metrics({"loss": float("nan"), "len": 30, "kl": 0.01, "policy_version": 2})
+        timer.add_metrics({"loss": 0.25, "len": float("inf"), "huge": 10**400})
+    record = timer.record(run_id="r", config="c", batch_shape=(1, 1), policy_version=3)
+    assert record.curves == {"loss": [0.5, None, 0.25], "len": [20.0, 30.0, None],
+                             "steps": [7.0, None, None], "kl": [None, 0.01, None],
+                             "huge": [None, None, None]}
+    assert record.metrics == {"loss": 0.25}  # the last cycle's finite values, nothing filled in
+    assert record.cycles == 3
+    chosen = timer.record(run_id="r", config="c", batch_shape=(1, 1), policy_version=3,
+                          metrics={"return": 200.0})
+    assert chosen.metrics == {"return": 200.0} and chosen.curves == record.curves
+    with pytest.raises(ValueError, match=f"^more than {MAX_RUN_METRICS} metric names"):
+        timer.add_metrics({f"m{i}": 1.0 for i in range(MAX_RUN_METRICS)})
+
+
+def test_runlog_round_trips_metrics_and_reads_logs_without_them(tmp_path: Path) -> None:
+    log = RunLog(tmp_path / "runs.jsonl")
+    record = run("a", "small", 1.0, 2.0, 3.5, loss=0.5)
+    log.append(record)
+    old = orjson.loads(orjson.dumps(run("b", "small", 1.0, 2.0, 3.5).model_dump(mode="json")))
+    del old["metrics"], old["curves"]  # a run log written before runs kept metrics
+    with log.path.open("ab") as f:
+        f.write(orjson.dumps(old) + b"\n")
+    first, second = log.read()
+    assert first == record and first.curves == {"loss": [1.0, 0.5]}
+    assert (second.metrics, second.curves) == ({}, {})
+
+
+def test_runlog_rejects_bad_metrics(tmp_path: Path) -> None:
+    good = run("a", "small", 1.0, 2.0, 3.5).model_dump(mode="json")
+    path = tmp_path / "runs.jsonl"
+    lines = [
+        good | {"metrics": {"loss": "low", "ok": True}},
+        good | {"curves": {"loss": [1.0, None], "len": [3.0]}},
+        good | {"metrics": {f"m{i}": 1.0 for i in range(MAX_RUN_METRICS + 1)}},
+        good | {"curves": {"x": ["NaN"]}},
+    ]
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    with pytest.raises(ContractError) as info:
+        RunLog(path).read()
+    assert [str(p) for p in info.value.problems] == [
+        "line 1: metrics.loss: bad value: expected an object of metric name -> finite number, "
+        "got str 'low'",
+        "line 1: metrics.ok: bad value: expected an object of metric name -> finite number, "
+        "got bool true",
+        "line 2: curves: bad value: expected an object of metric name -> list of finite numbers "
+        "or null, one per cycle, all of one length, got curves of lengths [1, 2]",
+        f"line 3: metrics: too many metrics: expected at most {MAX_RUN_METRICS} metrics, got "
+        f"{MAX_RUN_METRICS + 1} metrics",
+        "line 4: curves.x.0: bad value: expected an object of metric name -> list of finite "
+        "numbers or null, one per cycle, all of one length, got str 'NaN'",
+    ]
+
+
+def test_summarize_spreads_the_users_metrics_per_configuration() -> None:
+    records = [run("1", "a", 1.0, 2.0, 4.0, loss=0.5, length=20.0),
+               run("2", "a", 3.0, 0.25, 5.0, loss=0.25),
+               run("3", "a", 2.0, 1.0, 4.0, loss=0.125, length=40.0)]
+    (summary,) = summarize(records)
+    assert summary.metrics == {"loss": Spread(0.125, 0.25, 0.5), "length": Spread(20.0, 30.0, 40.0)}
+    assert summary.metric_runs == {"loss": 3, "length": 2}
+    assert summary.to_dict()["metrics"] == {
+        "loss": {"min": 0.125, "median": 0.25, "max": 0.5, "runs": 3},
+        "length": {"min": 20.0, "median": 30.0, "max": 40.0, "runs": 2},
+    }
+    assert format_summary([summary]).splitlines()[-2:] == [
+        "              loss                   0.125    0.25     0.5",
+        "              length (2 of 3 runs)      20      30      40",
+    ]
+
+
+def test_a_long_configuration_is_named_by_its_hash() -> None:
+    config = {"env": "CartPole-v1", "envs": 8, "lr": 0.05, "episodes_per_cycle": 32}
+    key = config_key(config)
+    label = config_label(key)
+    assert label.startswith("#") and len(label) == 9 and config_label("short") == "short"
+    (summary,) = summarize([run("1", config, 1.0, 1.0, 2.0)])
+    assert summary.to_dict()["label"] == label
+    table = format_summary([summary]).splitlines()
+    assert table[1].startswith(f"{label}  1") and table[-1] == f"{label} = {key}"
+
+
+def test_plot_runs_draws_a_learning_curve(tmp_path: Path) -> None:
+    records = [run(str(i), "a" if i % 2 else "b", 1.0, 1.0, 2.0, loss=0.1 * i) for i in range(4)]
+    out = tmp_path / "curve.png"
+    out.write_bytes(b"old")
+    assert plot_runs(records, out, curve="loss", curve_label="loss (nats)") == out
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png"]  # replaced, no temp left
+    with pytest.raises(ValueError, match="^no run has a curve of 'reward'; curves: loss$"):
+        plot_runs(records, out, curve="reward")
+    with pytest.raises(FileNotFoundError):
+        plot_runs(records, tmp_path / "no" / "such" / "dir.png")
