@@ -325,6 +325,8 @@ def _cell(column: str, value: Any, spec: Any, previous: dict[str, tuple[int, ...
         return _tensor_cell(column, value, spec, previous)
     marks: list[str] = []
     plain = _plain(value)
+    if isinstance(plain, float) and spec is not None and spec[0] is not None:
+        plain = _at_width(plain, spec[0].dtypes)
     if isinstance(plain, float) and not math.isfinite(plain):
         marks.append("non_finite")
     if column in _END_FLAGS and plain is True:
@@ -362,6 +364,15 @@ def _varying_only(spec: Any, old: tuple[int, ...], new: tuple[int, ...]) -> bool
         return False
     changed = [d for d, a, b in zip(tensor.shape, old, new) if a != b]
     return all(d.name is not None and d.name in varying for d in changed)
+
+
+def _at_width(value: float, dtypes: tuple[str, ...]) -> float:
+    """A float of a float16 / float32 field as that width holds it (as a Parquet file or a
+    batch does), so a JSON Lines file and a Parquet file of the same steps show alike."""
+    if len(dtypes) == 1 and dtypes[0] in ("float16", "float32") and math.isfinite(value) \
+            and abs(value) <= float(np.finfo(dtypes[0]).max):
+        return _plain(np.dtype(dtypes[0]).type(value))
+    return value
 
 
 def _plain(value: Any) -> Any:

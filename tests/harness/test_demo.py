@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -27,6 +28,21 @@ def test_demo_passes_every_stage_and_keeps_its_files(tmp_path):
     assert run(["validate", str(tmp_path / "rollouts.jsonl"), "--model",
                 "gyre_contract.pinned:CartPoleStep"], io.StringIO(), io.StringIO()) == 0
     assert run(["runs", str(tmp_path / "runs.jsonl")], io.StringIO(), io.StringIO()) == 0
+
+
+def test_stage1_shows_an_episode_before_validating_and_runs_carry_notes(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["demo", "--out", str(tmp_path), "--cycles", "3", "--episodes", "4",
+                "--notes", "demo check"], out, err)
+    text = out.getvalue()
+    assert code == 0, text + err.getvalue()
+    shown = text.index("look at one episode first")
+    assert text.index("=== Stage 1") < shown < text.index("checked against model CartPoleStep")
+    assert "\nstep  observation" in text[shown:] and "ended " in text[shown:]
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    for record in records:
+        assert "done ← terminated OR truncated" in record["notes"]
+        assert record["notes"].endswith("; demo check")
 
 
 def test_same_seed_same_learning_curve(tmp_path):
