@@ -36,9 +36,10 @@ from gyre_contract.io.episodes import modality_values
 from gyre_contract.io.lines import Item, Lines, Parsed
 from gyre_contract.io.parquet import is_parquet, iter_parquet_records
 
-MAX_HELD_STEPS = 100_000
-"""Steps of unfinished episodes held while looking for the episode to show; past it, an
-InputError asks for `--episode` (memory stays bounded on a file with no complete episode)."""
+MAX_HELD_STEPS = 50_000
+"""Rows of unfinished episodes held while looking for the episode to show (each row its cells,
+not its record); past it, an InputError asks for `--episode`, so memory stays bounded on a
+file with no complete episode."""
 
 SHOWN_VALUES = 3
 """Values of a tensor shown after its `dtype[shape]`."""
@@ -48,6 +49,13 @@ CELL_CHARS = 30
 
 NAMED_IDS = 5
 """Episode ids named in the error for an episode that is not in the file."""
+
+MAX_PROBLEMS = 200
+"""Problems kept and listed; the rest are counted (`more_problems`)."""
+
+MAX_COLUMNS = 100
+"""Fields kept per step (the model's first, in its order); a record with more keys has the rest
+counted (`more_keys`), so a record of thousands of unknown keys stays a short row."""
 
 MARKS = {
     "absent": "— the step does not carry the field",
@@ -63,7 +71,7 @@ _SYMBOL = {"non_finite": "!", "dim_jump": "^", "end": "◀", "problem": "✗"}
 _END_FLAGS = ("terminated", "truncated")
 
 
-@dataclass
+@dataclass(slots=True)
 class Cell:
     """One field of one step: its text for the table, its data for JSON, and its marks."""
 
@@ -77,7 +85,7 @@ class Cell:
         return f"{self.text} {symbols}" if symbols else self.text
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRow:
     """One step: its line (or Parquet row), its step number and its cells by column name."""
 
@@ -105,6 +113,8 @@ class EpisodeView(Report):
     policy_versions: list[Any]
     problems: list[Problem] = field(default_factory=list)
     width: int | None = None
+    more_problems: int = 0
+    more_keys: int = 0
 
     @property
     def ok(self) -> bool:
@@ -121,6 +131,8 @@ class EpisodeView(Report):
             "columns": ["step", *self.columns],
             "steps": [_row_dict(row) for row in self.rows],
             "problems": [p.to_dict() for p in self.problems],
+            "more_problems": self.more_problems,
+            "more_keys": self.more_keys,
             "ok": self.ok,
         }
 
@@ -131,11 +143,17 @@ class EpisodeView(Report):
         used |= {"problem"} if any(row.problem for row in self.rows) else set()
         if used:
             lines += ["", "marks: " + " · ".join(MARKS[m] for m in MARKS if m in used)]
+        if self.more_keys:
+            lines.append(f"{self.more_keys} values of keys beyond the first {MAX_COLUMNS} of a "
+                         f"step left out")
         lines.append("")
         if self.problems:
-            lines.append(f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''} "
+            total = len(self.problems) + self.more_problems
+            lines.append(f"{total} problem{'s' if total != 1 else ''} "
                          f"in episode {self.episode_id!r}:")
-            lines += [f"  {p} [{p.rule or 'file'}]" for p in self.problems]
+            lines += [f"  {_printable(str(p))} [{p.rule or 'file'}]" for p in self.problems]
+            if self.more_problems:
+                lines.append(f"  … and {self.more_problems} more")
         else:
             lines.append("no problems: every step holds the record and episode rules")
         return "\n".join(lines)
@@ -169,27 +187,10 @@ def show_episode(
     `MAX_HELD_STEPS` unfinished steps before the episode's end.
     """
     name = os.fspath(path)
-    eid, steps, ended = _episode_steps(name, episode, model)
-    checker = _Collecting(model)
-    rows: list[StepRow] = []
-    versions: list[Any] = []
-    previous: dict[str, tuple[int, ...]] = {}
-    specs = _column_specs(model)
-    for n, record, line_problems in steps:
-        before = len(checker.found)
-        checker.found.extend(line_problems)
-        checked = checker.record(n, record)
-        values = _flat_values(checked[1], model) if checked else _raw_values(record)
-        cells = {col: _cell(col, value, specs.get(col), previous)
-                 for col, value in values.items() if col != "step"}
-        step = values.get("step", _Absent)
-        rows.append(StepRow(n, None if step is _Absent else _plain(step), cells,
-                            len(checker.found) > before))
-        version = values.get("policy_version", _Absent)
-        if version is not _Absent and _plain(version) not in versions:
-            versions.append(_plain(version))
-    columns = _column_order(rows, model)
-    return EpisodeView(name, eid, rows, columns, ended, versions, checker.found, width)
+    eid, built, ended = _read(name, episode, model)
+    columns = _column_order(built.rows, model)
+    return EpisodeView(name, eid, built.rows, columns, ended, built.versions,
+                       built.checker.found, width, built.checker.more, built.more_keys)
 
 
 class _Collecting(StepChecker):
@@ -198,9 +199,18 @@ class _Collecting(StepChecker):
     def __init__(self, model: type[BaseModel]) -> None:
         super().__init__(model)
         self.found: list[Problem] = []
+        self.more = 0  # problems beyond MAX_PROBLEMS, counted only
+
+    @property
+    def count(self) -> int:
+        return len(self.found) + self.more
 
     def problems(self, problems: Any) -> None:
-        self.found.extend(problems)
+        for problem in problems:
+            if len(self.found) < MAX_PROBLEMS:
+                self.found.append(problem)
+            else:
+                self.more += 1
 
 
 class _AbsentType:
@@ -211,6 +221,39 @@ class _AbsentType:
 _Absent = _AbsentType()
 
 
+class _Rows:
+    """One episode's rows, built as its records arrive: each record is checked (record rules,
+    then the episode rules, by one `StepChecker` per episode) and kept only as its cells, so
+    memory holds the table, never the records (an image step is megabytes of JSON)."""
+
+    def __init__(self, model: type[BaseModel], specs: dict[str, Any]) -> None:
+        self.model = model
+        self.specs = specs
+        self.checker = _Collecting(model)
+        self.rows: list[StepRow] = []
+        self.versions: list[Any] = []
+        self.previous: dict[str, tuple[int, ...]] = {}
+        self.more_keys = 0
+
+    def add(self, n: int, record: Any, line_problems: list[Problem]) -> None:
+        before = self.checker.count
+        self.checker.problems(line_problems)
+        checked = self.checker.record(n, record)
+        values = _flat_values(checked[1], self.model) if checked else \
+            _raw_values(record, self.model)
+        if len(values) > MAX_COLUMNS:
+            self.more_keys += len(values) - MAX_COLUMNS
+            values = dict(list(values.items())[:MAX_COLUMNS])
+        cells = {col: _cell(col, value, self.specs.get(col), self.previous)
+                 for col, value in values.items() if col != "step"}
+        step = values.get("step", _Absent)
+        self.rows.append(StepRow(n, None if step is _Absent else _plain(step), cells,
+                                 self.checker.count > before))
+        version = values.get("policy_version", _Absent)
+        if version is not _Absent and _plain(version) not in self.versions:
+            self.versions.append(_plain(version))
+
+
 # -- reading: until the chosen episode ends ------------------------------------------------
 
 def _source(path: str, model: type[BaseModel]) -> Iterator[Item]:
@@ -219,10 +262,10 @@ def _source(path: str, model: type[BaseModel]) -> Iterator[Item]:
     return iter(Lines(path, allow_partial_tail=False))
 
 
-def _episode_steps(path: str, wanted: str | None, model: type[BaseModel]
-                   ) -> tuple[str, list[tuple[int, Any, list[Problem]]], str]:
-    """(episode id, its (line, record, line problems) in order, how it ended)."""
-    held: dict[str, list[tuple[int, Any, list[Problem]]]] = {}
+def _read(path: str, wanted: str | None, model: type[BaseModel]) -> tuple[str, _Rows, str]:
+    """(episode id, its rows, how it ended): the first episode to end, or `wanted`."""
+    specs = _column_specs(model)
+    held: dict[str, _Rows] = {}
     named: list[str] = []
     count = 0
     for item in _source(path, model):
@@ -237,12 +280,15 @@ def _episode_steps(path: str, wanted: str | None, model: type[BaseModel]
             named.append(eid)
         if wanted is not None and eid != wanted:
             continue
-        held.setdefault(eid, []).append((n, record, problems))
-        count += 1
+        rows = held.get(eid)
+        if rows is None:
+            rows = held[eid] = _Rows(model, specs)
+        rows.add(n, record, problems)
         ends = [f for f in _END_FLAGS if _is_true(record.get(f))]
         if ends:
-            return eid, held[eid], ends[0]
-        if count > MAX_HELD_STEPS:
+            return eid, rows, ends[0]
+        count += 1
+        if count >= MAX_HELD_STEPS:
             raise InputError(f"{path}: no episode ended within {MAX_HELD_STEPS} steps read; "
                              f"name one with --episode")
     if wanted is not None and wanted in held:
@@ -280,12 +326,15 @@ def _flat_values(step: BaseModel, model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _raw_values(record: Any) -> dict[str, Any]:
-    """A record that did not validate, as it is (modalities flattened like a valid step's)."""
+def _raw_values(record: Any, model: type[BaseModel]) -> dict[str, Any]:
+    """A record that did not validate, as it is (modalities flattened like a valid step's),
+    the model's fields first."""
     if not isinstance(record, dict):
         return {}
+    known = set(model_info(model).wires)
     out: dict[str, Any] = {}
-    for key, value in record.items():
+    for key in sorted(record, key=lambda k: k not in known):
+        value = record[key]
         if isinstance(value, dict) and key in ("observation", "next_observation"):
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
@@ -435,7 +484,15 @@ def _row_dict(row: StepRow) -> dict[str, Any]:
     return out
 
 
+def _printable(text: str) -> str:
+    """A key from the data, escaped when it holds line breaks or control characters."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _cut(text: str) -> str:
+    text = _printable(text)
     return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
@@ -465,7 +522,8 @@ def _table(rows: list[StepRow], columns: list[str], width: int) -> list[str]:
     lines = ["  ".join(col[i].ljust(size) for col, size in kept).rstrip()
              for i in range(len(step_col))]
     if left_out:
-        shown = [c for c in table if c in left_out]
+        shown = [_printable(c) for c in table if c in left_out]
+        names = ", ".join(shown[:10]) + (", …" if len(shown) > 10 else "")
         lines.append(f"({len(shown)} more column{'s' if len(shown) != 1 else ''} not shown: "
-                     f"{', '.join(shown)}; widen with --width or use --format json)")
+                     f"{names}; widen with --width or use --format json)")
     return lines

@@ -214,3 +214,18 @@ def test_written_steps_round_trip(tmp_path: Path) -> None:
     write_steps(path, [step("x", 0), step("x", 1, end="terminated", next_value=0.0)])
     view = show_episode(path)
     assert view.ok and [r.step for r in view.rows] == [0, 1]
+
+
+def test_hostile_records_stay_short(tmp_path: Path) -> None:
+    many = {f"k{i}\n\x1b[31m": i for i in range(300)}
+    path = write_lines(tmp_path / "r.jsonl", [step("a", t, end="terminated" if t == 2 else None,
+                                                   **many) for t in range(3)])
+    view = show_episode(path, width=120)
+    assert view.exit_code() == 1
+    assert len(view.problems) == show_module.MAX_PROBLEMS and view.more_problems == 700
+    assert all(len(r.cells) <= show_module.MAX_COLUMNS for r in view.rows)
+    assert view.more_keys > 0 and view.rows[0].step == 0  # the model's fields come first
+    text = view.to_text()
+    assert "\x1b" not in text and "… and 700 more" in text
+    assert all(line.isprintable() for line in text.splitlines())
+    assert json.loads(view.render("json"))["more_problems"] == 700
