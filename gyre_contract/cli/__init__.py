@@ -22,7 +22,7 @@ __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser
 EXIT_OK, EXIT_VIOLATED, EXIT_INPUT = 0, 1, 2
 
 # Each command lives in gyre_contract/cli/<name>.py with add_parser(subparsers) and run(args, out, err).
-COMMANDS = ("export", "validate", "diff", "compat", "infer", "batch", "runs", "demo")
+COMMANDS = ("export", "validate", "show", "diff", "compat", "infer", "batch", "runs", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -27,6 +27,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="seed S for the env and the policy; stage 3's runs use S+1, S+2, S+3 "
                    "(default 0)")
+    p.add_argument("--notes", default="", metavar="TEXT",
+                   help="added to each run record's notes, after what the field map says about "
+                   "how the batch was made")
     p.set_defaults(run=run)
 
 
@@ -36,9 +39,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 2
     if args.out is not None:
         result = run_demo(out, out_dir=args.out, cycles=args.cycles, seed=args.seed,
-                          episodes_per_cycle=args.episodes)
+                          episodes_per_cycle=args.episodes, notes=args.notes)
         return 0 if result.passed else 1
     with tempfile.TemporaryDirectory(prefix="gyre-demo-") as tmp:
         result = run_demo(out, out_dir=Path(tmp), cycles=args.cycles, seed=args.seed,
-                          episodes_per_cycle=args.episodes, plot=False)
+                          episodes_per_cycle=args.episodes, plot=False, notes=args.notes)
     return 0 if result.passed else 1

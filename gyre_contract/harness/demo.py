@@ -1,6 +1,7 @@
 """`gyre-contract demo`: the whole left-to-right path on Gymnasium CartPole-v1, stage by stage.
 
-Stage 1 samples episodes with a fixed policy and validates the rollout file; the diff compares the
+Stage 1 samples episodes with a fixed policy, prints one episode step by step (`show_episode`)
+and validates the rollout file; the diff compares the
 sampler's schema with the trainer's and writes the field map; stage 2 maps, collates and runs one
 loss with no update; stage 3 runs sample → map → train cycles of a small numpy policy-gradient
 learner and keeps the run log. Needs the `demo` extra (gymnasium; matplotlib for the plot).
@@ -23,7 +24,7 @@ from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.runlog import RunLog, format_summary, summarize
 from gyre_contract.harness.runplot import plot_runs
 from gyre_contract.harness.stages import full_loop, half_way
-from gyre_contract.io import validate_file, write_steps
+from gyre_contract.io import show_episode, validate_file, write_steps
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep
 from gyre_contract.schema import diff, json_schema
 
@@ -144,10 +145,11 @@ class _Printer:
 
 
 def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
-             episodes_per_cycle: int = 32, plot: bool = True) -> DemoResult:
+             episodes_per_cycle: int = 32, plot: bool = True, notes: str = "") -> DemoResult:
     """Run the three stages; return their verdicts. Files land in `out_dir`.
 
-    Stage 3 trains `cycles` cycles from scratch with each of `STAGE3_SEEDS` seeds.
+    Stage 3 trains `cycles` cycles from scratch with each of `STAGE3_SEEDS` seeds. Each run
+    record's notes say how the map made the batch, then `notes`.
     """
     gym = _gymnasium()
 
@@ -163,7 +165,7 @@ def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
     _stage2(say, result, rollouts, map_path, policy, CartPoleStep, CartPoleBatch)
     with _vector_env(gym, STAGE3_TIME_LIMIT) as envs:
         _stage3(say, result, envs, CartPoleStep, map_path, out_dir, cycles, seed,
-                episodes_per_cycle, plot)
+                episodes_per_cycle, plot, notes)
     say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'}: "
         + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in result.stages.items()))
     return result
@@ -172,6 +174,7 @@ def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
 # A short time limit in stage 1 makes the sampler meet both endings (terminated and truncated);
 # stage 3 allows long episodes so that learning shows, with truncations once the policy is good.
 STAGE1_TIME_LIMIT, STAGE3_TIME_LIMIT, N_ENVS = 25, 200, 8
+SHOW_WIDTH = 100  # stage 1's episode table: the demo's output is often a log, not a terminal
 
 
 @contextmanager
@@ -211,6 +214,9 @@ def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
     if path.exists():
         path.unlink()
     write_steps(path, recorder.record_episodes(n))
+    say("look at one episode first (gyre-contract show):\n")
+    say(show_episode(path, model=model, width=SHOW_WIDTH).to_text())
+    say("\nthen check the whole file (gyre-contract validate):\n")
     report = validate_file(path, model, require_complete=True)
     say(report.to_text())
     ok = report.ok and (report.episodes or 0) == n
@@ -257,8 +263,7 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
 
 
 def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
-            out_dir: Path, cycles: int, seed: int, n: int, plot: bool) -> None:
-
+            out_dir: Path, cycles: int, seed: int, n: int, plot: bool, notes: str = "") -> None:
     say.heading("Stage 3: the full loop",
                 f"every cycle's counts, timestamps and policy versions check out; one "
                 f"configuration trained from scratch with {STAGE3_SEEDS} seeds, and in every run "
@@ -272,7 +277,7 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_
     for run_seed in stage3_seeds(seed):
         say(f"\nseed {run_seed}: a fresh policy, {cycles} cycles")
         lengths = _train_run(say, result, envs, step_model, map_path, cycles, run_seed, n,
-                             config, log)
+                             config, log, notes)
         if lengths is None:
             return
         result.lengths.append(lengths)
@@ -293,8 +298,8 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_
 
 
 def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
-               cycles: int, run_seed: int, n: int, config: dict[str, Any], log: RunLog
-               ) -> list[float] | None:
+               cycles: int, run_seed: int, n: int, config: dict[str, Any], log: RunLog,
+               notes: str = "") -> list[float] | None:
     """One run of stage 3: a fresh policy seeded `run_seed`; its mean episode length per cycle."""
     policy = SoftmaxPolicy(seed=run_seed)
     recorder = _recorder(envs, policy, step_model, run_seed, f"stage3-seed{run_seed}")
@@ -308,7 +313,7 @@ def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, m
     try:
         report = full_loop(sample, policy.train_step, map_path, cycles, max_staleness=0,
                            start_version=policy.version, run_id=f"demo-seed{run_seed}",
-                           config=config, run_log=log)
+                           config=config, run_log=log, notes=notes)
     except ContractError as err:
         _failed(say, result, "stage 3", err, "the loop broke the contract")
         return None

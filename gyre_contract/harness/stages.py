@@ -355,7 +355,8 @@ def full_loop(
     One `train_fn` call is one update: the version goes up by 1 (when the returned metrics
     hold `policy_version`, it must be exactly that). The first
     failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
-    failed. The run's `RunRecord` is appended to `run_log` when one is given.
+    failed. The run's `RunRecord` is appended to `run_log` when one is given; its `notes` say
+    how the batch was made, from the map (`FieldMap.describe`), then the caller's `notes`.
     """
     if cycles < 1:
         raise ValueError(f"cycles must be >= 1, got {cycles}")
@@ -388,10 +389,17 @@ def full_loop(
                 rollout_s=rollout.seconds, train_s=train.seconds, metrics=metrics,
             ))
     run = timer.record(run_id=run_id, config=config, batch_shape=batch_shape,
-                       policy_version=version, notes=notes)
+                       policy_version=version, notes=run_notes(fmap, notes))
     if run_log is not None:
         (run_log if isinstance(run_log, RunLog) else RunLog(run_log)).append(run)
     return LoopReport(cycles=reports, policy_version=version, run=run, checks=FULL_LOOP_CHECKS)
+
+
+def run_notes(field_map: Any, notes: str = "") -> str:
+    """A run record's notes: how the map made the batch, then what the user adds, "; "-joined."""
+    describe = getattr(field_map, "describe", None)
+    made = describe() if callable(describe) else ""
+    return "; ".join(part for part in (made, notes.strip()) if part)
 
 
 def _metric_text(value: Any) -> str:

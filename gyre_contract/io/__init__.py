@@ -8,7 +8,8 @@ Modules, low to high (each imports only those above it):
   `checking` (the one validate → track loop every source goes through);
 - `parquet` (writing Parquet; its rows as a record source), `schemamode` (JSON Schema checks);
 - `writer` (`write_steps`), `reading` (`read_steps`, `read_episodes`), `validation`
-  (`validate_file`), `shards` (many files, locally or on Ray Data).
+  (`validate_file`), `show` (one episode step by step), `shards` (many files, locally or on
+  Ray Data).
 
 Names load on first use (PEP 562): Parquet and Ray are imported only by what needs them.
 """
@@ -19,6 +20,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".writer": ("write_steps",),
     ".reading": ("read_steps", "read_episodes"),
     ".validation": ("validate_file",),
+    ".show": ("show_episode", "EpisodeView"),
     ".episodes": ("Episode",),
     ".report": ("FileReport",),
     ".arrowschema": ("to_arrow_schema",),

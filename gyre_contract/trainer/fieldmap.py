@@ -62,6 +62,7 @@ from gyre_contract.trainer.ops import (
     check_dtype,
     get_op,
     known_ops,
+    number_text,
     register_op,
     run_op,
     step_ops,
@@ -187,6 +188,26 @@ class FieldMap:
         return {"gyre_field_map": FORMAT_VERSION,
                 "fields": {t: s.to_dict() for t, s in self.fields.items()}}
 
+    def describe(self) -> str:
+        """How this map makes the batch, in plain terms, one clause per field that does more
+        than copy a same-named source, joined by "; " (what a run record's `notes` start with):
+        "done ← terminated OR truncated; advantage by GAE γ=0.99 λ=0.95, truncation
+        bootstrapped from next_value; mask from padding". Each op describes itself."""
+        clauses = []
+        for target, spec in self.fields.items():
+            op = get_op(spec.op)
+            text = op.text(target, spec.sources, spec.args) if op is not None else \
+                f"{target} ← {spec.op}({', '.join(spec.sources)})"
+            if spec.then or spec.cast is not None:
+                text = text or f"{target} ← {spec.sources[0]}"
+            if spec.then:
+                text += ", then " + ", ".join(_step_text(step) for step in spec.then)
+            if spec.cast is not None:
+                text += f" as {spec.cast}"
+            if text:
+                clauses.append(text)
+        return "; ".join(clauses)
+
     def sources(self) -> list[str]:
         """Every source name the map reads, in first-use order (including `mask` for ops)."""
         names: list[str] = []
@@ -249,6 +270,12 @@ def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,
     return validate_batch(batch, model or TrainBatch, current_version=current_version,
                           max_staleness=max_staleness)
 
+
+
+def _step_text(step: Step) -> str:
+    """One `then` step in plain terms: its op with its arguments ("unsqueeze axis=-1")."""
+    args = " ".join(f"{k}={number_text(v)}" for k, v in step.args.items())
+    return f"{step.op} {args}" if args else step.op
 
 
 def _source(columns: Mapping[str, Any], name: str) -> Any:

@@ -27,6 +27,10 @@ OpFunction = Callable[..., Any]
 ArgCheck = Callable[[Any], str | None]
 """Returns why an argument value is wrong, or None when it is fine."""
 
+Describer = Callable[[str, "tuple[str, ...]", Mapping[str, Any]], str]
+"""`describe(target, sources, args) -> str`: what an op does to make `target`, in plain terms
+("done ← terminated OR truncated"); "" when there is nothing worth saying (a same-name rename)."""
+
 
 @dataclass(frozen=True)
 class Op:
@@ -35,6 +39,8 @@ class Op:
     `sources` is "one", "many" (a list of at least one), "none", or a tuple naming each source
     position (a fixed-length list). `args` maps each argument to its check; `required` lists the
     ones a map must give. `args=None` accepts any arguments (ops registered without a signature).
+    `describe` says in plain terms what the op makes (the run notes, `FieldMap.describe`); an op
+    without one is described by its name, sources and arguments.
     """
 
     name: str
@@ -43,6 +49,14 @@ class Op:
     args: Mapping[str, ArgCheck] | None = field(default_factory=dict)
     required: tuple[str, ...] = ()
     builtin: bool = False
+    describe: Describer | None = None
+
+    def text(self, target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+        """What this op does to make `target` from `sources` with `args`, in plain terms."""
+        if self.describe is not None:
+            return self.describe(target, sources, args)
+        listed = [*sources, *(f"{k}={number_text(v)}" for k, v in args.items())]
+        return f"{target} ← {self.name}({', '.join(listed)})"
 
 
 # -- argument checks -----------------------------------------------------------------------
@@ -253,36 +267,108 @@ def _need(columns: Mapping[str, Any], name: str) -> Any:
     return columns[name]
 
 
+
+# -- descriptions (the run notes) ------------------------------------------------------------
+
+def number_text(value: Any) -> str:
+    """A map argument as a person reads it: 0.99, not 0.9900000000000001; strings as JSON."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _d_rename(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return "" if sources == (target,) else f"{target} ← {sources[0]}"
+
+
+def _d_cast(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return f"{target} ← {sources[0]} as {args['dtype']}"
+
+
+def _joined(word: str) -> Describer:
+    def describe(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+        return f"{target} ← {f' {word} '.join(sources)}"
+    return describe
+
+
+def _d_not(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return f"{target} ← NOT {sources[0]}"
+
+
+def _d_and_not(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return f"{target} ← {sources[0]} AND NOT {sources[1]}"
+
+
+def _with_args(phrase: str) -> Describer:
+    """`phrase` formatted with the source as {src} and the arguments by name."""
+    def describe(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+        shown = {k: number_text(v) for k, v in args.items()}
+        return f"{target} ← " + phrase.format(src=sources[0] if sources else "", **shown)
+    return describe
+
+
+def _truncation_text(args: Mapping[str, Any], next_value: str) -> str:
+    if args.get("truncation", "bootstrap") == "terminal":
+        return "truncation treated as termination (no bootstrap)"
+    return f"truncation bootstrapped from {next_value}"
+
+
+def _d_gae(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    what = " (advantage + value)" if args.get("output") == "return" else ""
+    return (f"{target} by GAE{what} γ={number_text(args['gamma'])} "
+            f"λ={number_text(args['lam'])}, {_truncation_text(args, sources[4])}")
+
+
+def _d_discounted(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return (f"{target} by discounted return γ={number_text(args['gamma'])}, "
+            f"{_truncation_text(args, sources[3])}")
+
+
+def _d_mask(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return f"{target} ← {sources[0]}" if sources else f"{target} from padding"
+
+
 _GAE_SOURCES = ("reward", "value", "terminated", "truncated", "next_value")
 _RETURN_SOURCES = ("reward", "terminated", "truncated", "next_value")
 _TRUNCATION = _choice(*TRUNCATION_MODES)
 
 _REGISTRY: dict[str, Op] = {
     op.name: op for op in (
-        Op("rename", _rename, builtin=True),
-        Op("cast", _cast_op, args={"dtype": check_dtype}, required=("dtype",), builtin=True),
-        Op("any", _any, "many", builtin=True),
-        Op("all", _all, "many", builtin=True),
-        Op("not", _not, builtin=True),
-        Op("and_not", _and_not, ("flag", "exclude"), builtin=True),
-        Op("transpose", _transpose, args={"axes": _int_list}, required=("axes",), builtin=True),
-        Op("reshape", _reshape, args={"shape": _shape}, required=("shape",), builtin=True),
-        Op("squeeze", _squeeze, args={"axis": _int}, required=("axis",), builtin=True),
-        Op("unsqueeze", _unsqueeze, args={"axis": _int}, required=("axis",), builtin=True),
+        Op("rename", _rename, builtin=True, describe=_d_rename),
+        Op("cast", _cast_op, args={"dtype": check_dtype}, required=("dtype",), builtin=True,
+           describe=_d_cast),
+        Op("any", _any, "many", builtin=True, describe=_joined("OR")),
+        Op("all", _all, "many", builtin=True, describe=_joined("AND")),
+        Op("not", _not, builtin=True, describe=_d_not),
+        Op("and_not", _and_not, ("flag", "exclude"), builtin=True, describe=_d_and_not),
+        Op("transpose", _transpose, args={"axes": _int_list}, required=("axes",), builtin=True,
+           describe=_with_args("{src} transposed to axes {axes}")),
+        Op("reshape", _reshape, args={"shape": _shape}, required=("shape",), builtin=True,
+           describe=_with_args("{src} reshaped to {shape}")),
+        Op("squeeze", _squeeze, args={"axis": _int}, required=("axis",), builtin=True,
+           describe=_with_args("{src} without its axis {axis}")),
+        Op("unsqueeze", _unsqueeze, args={"axis": _int}, required=("axis",), builtin=True,
+           describe=_with_args("{src} with a new axis {axis}")),
         Op("shift", _shift, args={"by": _nonzero_int, "fill": _scalar}, required=("by", "fill"),
-           builtin=True),
-        Op("episode_start", _episode_start, builtin=True),
-        Op("per_step", _per_step, builtin=True),
-        Op("sum", _sum, args={"axis": _int}, required=("axis",), builtin=True),
+           builtin=True,
+           describe=_with_args("{src} shifted by {by} steps within each row (else {fill})")),
+        Op("episode_start", _episode_start, builtin=True,
+           describe=_with_args("{src} == 0 (first step of an episode)")),
+        Op("per_step", _per_step, builtin=True,
+           describe=_with_args("{src} repeated on each step")),
+        Op("sum", _sum, args={"axis": _int}, required=("axis",), builtin=True,
+           describe=_with_args("sum of {src} over axis {axis}")),
         Op("masked_sum", _masked_sum, ("values", "mask"), args={"axis": _int},
-           required=("axis",), builtin=True),
+           required=("axis",), builtin=True,
+           describe=lambda t, s, a: f"{t} ← sum of {s[0]} over axis {a['axis']} where {s[1]}"),
         Op("gae", _gae, _GAE_SOURCES,
            args={"gamma": _rate, "lam": _rate, "truncation": _TRUNCATION,
                  "output": _choice("advantage", "return")},
-           required=("gamma", "lam"), builtin=True),
+           required=("gamma", "lam"), builtin=True, describe=_d_gae),
         Op("discounted_return", _discounted, _RETURN_SOURCES,
-           args={"gamma": _rate, "truncation": _TRUNCATION}, required=("gamma",), builtin=True),
-        Op("mask", _mask_op, "none", builtin=True),
+           args={"gamma": _rate, "truncation": _TRUNCATION}, required=("gamma",), builtin=True,
+           describe=_d_discounted),
+        Op("mask", _mask_op, "none", builtin=True, describe=_d_mask),
     )
 }
 
@@ -310,12 +396,15 @@ def register_op(
     sources: str | tuple[str, ...] = "one",
     args: Mapping[str, ArgCheck] | Iterable[str] | None = None,
     required: Iterable[str] = (),
+    describe: Describer | None = None,
 ) -> None:
     """Add an op for maps to use: `fn(inputs, columns, **args) -> array`.
 
     `inputs` are the arrays named by the spec's `from`, `columns` all collated columns. `args`
     names the accepted arguments (a list of names, or a mapping to check functions); None
-    accepts any. Built-in ops cannot be replaced; re-registering a custom op replaces it.
+    accepts any. `describe(target, sources, args) -> str` says what the op makes, for the run
+    notes (default: the op's name with its sources and arguments). Built-in ops cannot be
+    replaced; re-registering a custom op replaces it.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"op name must be an identifier, got {name!r}")
@@ -330,7 +419,7 @@ def register_op(
         checks = args
     else:
         checks = {a: (lambda value: None) for a in args}
-    _REGISTRY[name] = Op(name, fn, sources, checks, tuple(required))
+    _REGISTRY[name] = Op(name, fn, sources, checks, tuple(required), describe=describe)
 
 
 def unregister_op(name: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -47,6 +48,23 @@ def test_stage3_repeats_one_configuration_with_different_seeds(tmp_path):
         assert r.metrics["mean_episode_length"] == r.curves["mean_episode_length"][-1]
         assert set(r.curves) == {"mean_episode_length", "value_loss"}
     assert (tmp_path / "runs.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_stage1_shows_an_episode_before_validating_and_runs_carry_notes(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["demo", "--out", str(tmp_path), "--cycles", "3", "--episodes", "4",
+                "--notes", "demo check"], out, err)
+    text = out.getvalue()
+    # 3 cycles of 4 episodes are too few for stage 3's learning check; stages 1 and 2 must pass
+    assert code in (0, 1) and err.getvalue() == "", text + err.getvalue()
+    assert "stage 1 pass, diff pass, stage 2 pass" in text
+    shown = text.index("look at one episode first")
+    assert text.index("=== Stage 1") < shown < text.index("checked against model CartPoleStep")
+    assert "\nstep  observation" in text[shown:] and "ended " in text[shown:]
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    for record in records:
+        assert "done ← terminated OR truncated" in record["notes"]
+        assert record["notes"].endswith("; demo check")
 
 
 def test_same_seed_same_learning_curve(tmp_path):

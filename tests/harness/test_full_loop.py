@@ -328,3 +328,15 @@ def test_full_loop_takes_the_step_model_and_the_batch_model(field_map: FieldMap)
         full_loop(records, train_step, field_map, cycles=1, model=NarrowStep)
     with pytest.raises(ContractError, match=r"obs: wrong shape: expected float32\[B, T, 3\]"):
         full_loop(records, train_step, field_map, cycles=1, batch_model=NarrowBatch)
+
+
+def test_run_notes_say_how_the_batch_was_made(field_map: FieldMap, tmp_path: Path) -> None:
+    log = RunLog(tmp_path / "runs.jsonl")
+    full_loop(Sampler(), train_step, field_map, cycles=1, run_log=log, notes="lr 3e-4 ")
+    full_loop(Sampler(), train_step, MAP, cycles=1, run_log=log)
+    first, second = log.read()
+    made = ("obs ← observation; done ← terminated OR truncated; advantage by GAE γ=0.99 "
+            "λ=0.95, truncation "
+            "bootstrapped from next_value; mask from padding")
+    assert first.notes == made + "; lr 3e-4"
+    assert second.notes == made
