@@ -141,7 +141,7 @@ class JsonScalars:
 
     def json_schema(self, defs: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"type": "object",
-                "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
+                "additionalProperties": {"anyOf": [{"type": t} for t in ("string", "number", "boolean")]},
                 "description": "free-form JSON scalars", "x-gyre-role": "other"}
 
 
