@@ -38,14 +38,17 @@ def add_parser(sub: Any) -> None:
                    help="write the batch here (strings as fixed-width unicode, no object arrays)")
     p.add_argument("--loss", metavar="MODULE:FUNCTION",
                    help="call FUNCTION(batch) once on the batch (a dict of numpy arrays) and "
-                   "report the loss; fails on an exception or a non-finite loss. Only the module "
-                   "named here is imported (MODULE from the current directory or the installed "
-                   "packages, or a file path such as train.py:loss); nothing is ever imported "
-                   "because a data or map file says so")
+                   "report the loss; fails on an exception or a non-finite loss. This imports the "
+                   "module and so runs its top-level code (prefer MODULE:FUNCTION; a script "
+                   "path such as train.py:loss is imported under its own name, so its "
+                   "`if __name__ == '__main__':` block does not run). Only the module named "
+                   "here is imported; nothing is ever imported because a data or map file "
+                   "says so")
     p.add_argument("--max-len", type=int, metavar="N",
                    help="split episodes longer than N steps into rows of at most N")
     p.add_argument("--model", metavar="MODULE:CLASS",
-                   help="a pinned step model used to read the rollouts (default: RolloutStep)")
+                   help="a pinned step model used to read the rollouts (default: RolloutStep); "
+                   "imported, so its module's top-level code runs, as for validate --model")
     p.add_argument("--current-version", type=int, metavar="V",
                    help="the trainer's policy version (default: the newest in the batch)")
     p.add_argument("--max-staleness", type=int, metavar="K",

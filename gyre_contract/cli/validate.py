@@ -33,10 +33,12 @@ def add_parser(sub: Any) -> None:
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--model", metavar="MODULE:CLASS",
-        help="a pinned step model, e.g. examples.models:CartPoleStep or "
-        "path/to/models.py:CartPoleStep (default: the unpinned RolloutStep). Only the module "
-        "named here is imported (from the current directory or the installed packages): "
-        "nothing is ever imported because a data or schema file says so")
+        help="a pinned step model, e.g. examples.models:CartPoleStep (preferred) or "
+        "path/to/models.py:CartPoleStep (default: the unpinned RolloutStep). This imports the "
+        "module and so runs its top-level code; a script path is imported under its own name, "
+        "so its `if __name__ == '__main__':` block does not run. Only the module named here is "
+        "imported (from the current directory or the installed packages): nothing is ever "
+        "imported because a data or schema file says so")
     source.add_argument(
         "--schema", metavar="S.json",
         help="check each record against this JSON Schema (Draft 2020-12, local $ref only, "

@@ -302,14 +302,36 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
         return [_json_value(v) for v in array.to_pylist()]
     if pa.types.is_struct(arrow_type):
         return _struct_values(array, spec, bulk)
-    _, sizes = peel(arrow_type)
-    if not bulk or not sizes or _has_nested_nulls(array, len(sizes)):
+    leaf, sizes = peel(arrow_type)
+    if not sizes or _has_nested_nulls(array, len(sizes)):
         return array.to_pylist()
-    if all(s is not None for s in sizes):
+    if bulk and all(s is not None for s in sizes):
         return _fixed_values(array, sizes)
-    if len(sizes) == 1:
+    if bulk and len(sizes) == 1:
         return _list_values(array)
-    return array.to_pylist()  # several variable dims: nested lists, cast by validation
+    return _integer_rows(array.to_pylist(), leaf)  # nested lists, cast by validation
+
+
+def _integer_rows(rows: list[Any], leaf: Any) -> list[Any]:
+    """Rows of an integer column as arrays of its dtype, as the bulk conversion gives them.
+
+    An integer ndarray keeps its dtype in validation (a uint8 image stays uint8), so nested
+    lists from a `uint8` column must not be left for validation to read as JSON ints (int64,
+    or float32 in an unpinned tensor observation). A ragged row stays a list: validation
+    reports it.
+    """
+    import pyarrow as pa
+
+    if not pa.types.is_integer(leaf):
+        return rows
+    dtype = np.dtype(leaf.to_pandas_dtype())
+    out: list[Any] = []
+    for row in rows:
+        try:
+            out.append(None if row is None else np.array(row, dtype=dtype))
+        except ValueError:
+            out.append(row)
+    return out
 
 
 def _json_value(text: Any) -> Any:
