@@ -93,3 +93,28 @@ def test_parquet_keeps_uint8_images(layout, fast_paths, tmp_path):
     episode = next(iter(read_parquet_episodes(path)))
     column = episode.columns["observation"] if hasattr(episode, "columns") else episode["observation"]
     assert pixels(column).dtype == np.uint8 and pixels(column).shape == (3, 4, 6, 3)
+
+
+def test_parquet_ragged_or_empty_images_get_the_same_report_both_ways(tmp_path, monkeypatch):
+    """An integer column with several variable dims is read as arrays in one conversion with the
+    fast paths on and row by row with them off: a ragged or empty row stays a list both ways."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from gyre_contract.core.models import RolloutStep
+    from gyre_contract.io.arrowschema import to_arrow_schema
+    from gyre_contract.io.validation import validate_file
+
+    schema = to_arrow_schema(RolloutStep, sample=_record(_image()))
+    images = [_image().tolist(), [[[1, 2, 3]], [[4, 5]]], [], [[]], _image().tolist()]
+    rows = [dict(_record(image, i), terminated=i == len(images) - 1)
+            for i, image in enumerate(images)]
+    path = tmp_path / "ragged.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    reports = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv("GYRE_FAST_PATHS", switch)
+        report = validate_file(path)
+        reports[switch] = (report.ok, report.to_dict())
+    assert reports["1"] == reports["0"]
+    assert not reports["1"][0]
