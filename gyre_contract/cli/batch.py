@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from gyre_contract.cli.common import import_named
+from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
@@ -64,9 +65,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
     fmap = FieldMap.load(args.map_path)
     model = load_model(args.model) if args.model else None
-    stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
-                     current_version=args.current_version, max_staleness=args.max_staleness,
-                     model=model)
+    with file_progress(args.rollouts, err, args.format):
+        stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
+                         current_version=args.current_version, max_staleness=args.max_staleness,
+                         model=model)
     report = BatchReport(stage, output=write_npz(args.out, stage.batch) if args.out else None)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()

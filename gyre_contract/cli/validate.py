@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from pydantic import BaseModel
 
 from gyre_contract.cli.common import import_named
+from gyre_contract.cli.progress import file_progress
 from gyre_contract.core.errors import InputError, SchemaError
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.io.shards import is_shard_source, validate_shards
@@ -79,9 +80,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             require_complete=args.require_complete, allow_partial_tail=args.allow_partial_tail,
             max_examples_per_group=args.max_examples)
     else:
-        report = validate_file(
-            args.rollouts, model, schema=schema, require_complete=args.require_complete,
-            allow_partial_tail=args.allow_partial_tail, max_examples_per_group=args.max_examples)
+        with file_progress(args.rollouts, err, args.format):
+            report = validate_file(
+                args.rollouts, model, schema=schema, require_complete=args.require_complete,
+                allow_partial_tail=args.allow_partial_tail,
+                max_examples_per_group=args.max_examples)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()
 
