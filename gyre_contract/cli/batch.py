@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.cli.common import import_named
+from gyre_contract.cli.common import import_named, replace_file
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
@@ -85,7 +85,7 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     if not target.endswith(".npz"):
         target += ".npz"  # what np.savez would do silently; say it
     try:
-        np.savez(target, **flat)
+        replace_file(target, lambda tmp: np.savez(tmp, **flat))
     except OSError as exc:
         raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,21 @@ def test_a_module_failing_on_import_is_one_line_exit_2(tmp_path, monkeypatch):
         code, _, err = call("validate", "x.jsonl", "--model", spec)
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert "failed" in err
+
+
+def test_output_files_are_replaced_atomically(tmp_path, monkeypatch):
+    """A write that fails leaves the old file as it was and no temporary file behind."""
+    from gyre_contract.cli import common
+
+    target = tmp_path / "schema.json"
+    target.write_text("old")
+
+    def broken(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        common.replace_file(target, broken)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["schema.json"]
+    common.replace_file(target, lambda tmp: Path(tmp).write_text("new"))
+    assert target.read_text() == "new"
