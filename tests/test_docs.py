@@ -27,7 +27,7 @@ CHECKED_DIRS = ("gyre_contract", "tests", "docs", "examples", "benchmarks")
 CHECKED_FILES = ("README.md", "CHANGELOG.md", "pyproject.toml")
 TEXT_SUFFIXES = frozenset({".py", ".md", ".toml", ".json", ".jsonl", ".txt", ".cfg", ".ini",
                            ".yml", ".yaml", ".sh", ".csv"})
-SKIPPED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".git"})
+SKIPPED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".git", "node_modules"})
 VENDORED_MARKERS = ("LICENSE", "LICENSE.md", "LICENSE.txt", "COPYING")
 """A folder under tests/data holding one of these is a vendored third-party copy, not ours."""
 

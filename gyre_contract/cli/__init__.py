@@ -14,7 +14,9 @@ import traceback
 from collections.abc import Sequence
 from typing import TextIO
 
+from gyre_contract import __version__
 from gyre_contract.cli.common import UsageError
+from gyre_contract.cli.conventions import deprecation_messages, finish_parser
 from gyre_contract.core.errors import ContractError, GyreError
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser", "main", "run"]
@@ -39,11 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 holds, 1 contract violated, 2 usage or unreadable input",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"gyre-contract {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         module = _command(name)
         if module is not None:
             module.add_parser(sub)
+    for name, command_parser in sub.choices.items():
+        finish_parser(name, command_parser)
     return parser
 
 
@@ -69,6 +75,8 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         if args.command is None:
             build_parser().print_help(out)
             return EXIT_INPUT
+        for message in deprecation_messages(args):
+            print(message, file=err)
         return args.run(args, out, err)
     except SystemExit as exc:  # --help and --version exit through argparse
         return int(exc.code or 0)

@@ -16,7 +16,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.cli.common import import_named
+from gyre_contract.cli.common import import_named, replace_file
+from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
@@ -38,14 +39,17 @@ def add_parser(sub: Any) -> None:
                    help="write the batch here (strings as fixed-width unicode, no object arrays)")
     p.add_argument("--loss", metavar="MODULE:FUNCTION",
                    help="call FUNCTION(batch) once on the batch (a dict of numpy arrays) and "
-                   "report the loss; fails on an exception or a non-finite loss. Only the module "
-                   "named here is imported (MODULE from the current directory or the installed "
-                   "packages, or a file path such as train.py:loss); nothing is ever imported "
-                   "because a data or map file says so")
+                   "report the loss; fails on an exception or a non-finite loss. This imports the "
+                   "module and so runs its top-level code (prefer MODULE:FUNCTION; a script "
+                   "path such as train.py:loss is imported under its own name, so its "
+                   "`if __name__ == '__main__':` block does not run). Only the module named "
+                   "here is imported; nothing is ever imported because a data or map file "
+                   "says so")
     p.add_argument("--max-len", type=int, metavar="N",
                    help="split episodes longer than N steps into rows of at most N")
     p.add_argument("--model", metavar="MODULE:CLASS",
-                   help="a pinned step model used to read the rollouts (default: RolloutStep)")
+                   help="a pinned step model used to read the rollouts (default: RolloutStep); "
+                   "imported, so its module's top-level code runs, as for validate --model")
     p.add_argument("--current-version", type=int, metavar="V",
                    help="the trainer's policy version (default: the newest in the batch)")
     p.add_argument("--max-staleness", type=int, metavar="K",
@@ -61,9 +65,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
     fmap = FieldMap.load(args.map_path)
     model = load_model(args.model) if args.model else None
-    stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
-                     current_version=args.current_version, max_staleness=args.max_staleness,
-                     model=model)
+    with file_progress(args.rollouts, err, args.format):
+        stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
+                         current_version=args.current_version, max_staleness=args.max_staleness,
+                         model=model)
     report = BatchReport(stage, output=write_npz(args.out, stage.batch) if args.out else None)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()
@@ -80,7 +85,7 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     if not target.endswith(".npz"):
         target += ".npz"  # what np.savez would do silently; say it
     try:
-        np.savez(target, **flat)
+        replace_file(target, lambda tmp: np.savez(tmp, **flat))
     except OSError as exc:
         raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,8 +30,12 @@ def emit(out: TextIO, fmt: str, data: Any, lines: Iterable[str]) -> None:
 def import_named(spec: str, option: str, kind: str) -> Any:
     """Import `module:NAME` or `file.py:NAME` that the user named on the command line.
 
-    Only that module is imported (the current folder is searched first, like `python -m`);
-    nothing a data, schema or map file says is ever imported. `kind` names NAME in messages.
+    Importing runs the module's top-level code, as `import` does: name a module that only
+    defines things (`models:CartPoleStep`). A script path is imported under its own module
+    name, never as `__main__`, so its `if __name__ == "__main__":` block does not run. Only that
+    module is imported (the current folder is searched first, like `python -m`); nothing a data,
+    schema or map file says is ever imported. `kind` names NAME in messages. A module that
+    fails while it is imported (an exception, `sys.exit`) is an InputError naming it (exit 2).
     """
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
@@ -55,6 +59,8 @@ def _import_module(name: str, option: str) -> Any:
         return importlib.import_module(name)
     except ImportError as exc:
         raise InputError(f"{option}: cannot import {name!r}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise InputError(f"{option}: importing {name!r} failed: {_failure(exc)}") from exc
     finally:
         if added:
             sys.path.remove(cwd)
@@ -64,11 +70,35 @@ def _import_file(path: str, option: str) -> Any:
     file = Path(path)
     if not file.is_file():
         raise InputError(f"{option}: no such file: {path}")
+    # its own name, never "__main__": the script's `if __name__ == "__main__":` block stays shut
     name = f"_gyre_user_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
         raise InputError(f"{option}: cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        del sys.modules[name]
+        raise InputError(f"{option}: importing {path} failed: {_failure(exc)}") from exc
     return module
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) while being imported"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def replace_file(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
+    """Write an output file atomically: `write(temporary)` in the same folder, then rename, so
+    a reader never sees half a file and a failed write leaves the old file as it was. The
+    temporary name keeps the file's suffix (np.savez would add `.npz` to any other)."""
+    target = Path(path)
+    temporary = target.with_name(f".{target.stem}.tmp-{os.getpid()}{target.suffix}")
+    try:
+        write(str(temporary))
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -16,7 +16,9 @@ def add_parser(sub: Any) -> None:
         "written under NEW; full: both. Exit 0 compatible, 1 breaking change, 2 bad input.")
     p.add_argument("old", help="the old schema version")
     p.add_argument("new", help="the new schema version")
-    p.add_argument("--mode", choices=MODES, default="backward")
+    p.add_argument("--mode", choices=MODES, default="backward",
+                   help="backward (default): NEW reads data written under OLD; forward: OLD "
+                   "reads data written under NEW; full: both")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 

@@ -1,4 +1,4 @@
-"""`gyre-contract demo [--out DIR] [--cycles N] [--seed S]`: all three stages on CartPole-v1."""
+"""`gyre-contract demo [--out-dir DIR] [--cycles N] [--seed S]`: all three stages on CartPole-v1."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
+from gyre_contract.cli.conventions import add_out_dir
 from gyre_contract.harness.demo import run_demo
 
 
@@ -16,9 +17,9 @@ def add_parser(sub: Any) -> None:
         description="Stage 1 (sampler alone), the schema diff, stage 2 (map + collate + one "
         "loss, no update) and stage 3 (train cycles of a small numpy learner), on a real "
         "environment. Needs the demo extra: pip install 'gyre-contract[demo]'.")
-    p.add_argument("--out", type=Path, default=None,
-                   help="keep rollouts.jsonl, map.json, runs.jsonl and runs.png here "
-                   "(default: a temporary folder, removed at the end)")
+    add_out_dir(p, default=None, type=Path,
+                help="keep rollouts.jsonl, map.json, runs.jsonl and runs.png here "
+                "(default: a temporary folder, removed at the end)")
     p.add_argument("--cycles", type=int, default=12,
                    help="stage 3 train cycles per run; stage 3 runs one configuration with 3 "
                    "seeds (default 12)")
@@ -37,8 +38,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.cycles < 1 or args.episodes < 1:
         print("error: --cycles and --episodes must be >= 1", file=err)
         return 2
-    if args.out is not None:
-        result = run_demo(out, out_dir=args.out, cycles=args.cycles, seed=args.seed,
+    if args.out_dir is not None:
+        result = run_demo(out, out_dir=args.out_dir, cycles=args.cycles, seed=args.seed,
                           episodes_per_cycle=args.episodes, notes=args.notes)
         return 0 if result.passed else 1
     with tempfile.TemporaryDirectory(prefix="gyre-demo-") as tmp:

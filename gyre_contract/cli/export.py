@@ -1,4 +1,4 @@
-"""`gyre-contract export [--out DIR] [--check]`: write the JSON Schemas, or fail on drift."""
+"""`gyre-contract export [--out-dir DIR] [--check]`: write the JSON Schemas, or fail on drift."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import argparse
 from typing import Any, TextIO
 
 from gyre_contract.cli.common import emit
+from gyre_contract.cli.conventions import add_out_dir
 from gyre_contract.schema.export import drifted_schemas, export_schemas
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="write the JSON Schemas of the contract's models",
-                       description="Write schemas/rollout_step.v1.json and "
-                       "schemas/train_batch.v1.json; --check fails (exit 1) on drift.")
-    p.add_argument("--out", default="schemas", help="output folder (default: schemas)")
+                       description="Write schemas/rollout_step.v1.json, "
+                       "schemas/train_batch.v1.json and the x-gyre vocabulary meta-schema "
+                       "schemas/gyre_vocabulary.v1.json; --check fails (exit 1) on drift.")
+    add_out_dir(p, default="schemas", help="the folder to write (default: schemas)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if the files differ from the models")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -22,12 +24,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.check:
-        stale = drifted_schemas(args.out)
-        lines = [f"drifted: {p} (run `gyre-contract export --out {args.out}`)" for p in stale]
+        stale = drifted_schemas(args.out_dir)
+        lines = [f"drifted: {p} (run `gyre-contract export --out-dir {args.out_dir}`)" for p in stale]
         report = {"ok": not stale, "drifted": [str(p) for p in stale]}
-        emit(out, args.format, report, lines or [f"schemas in {args.out} match the models"])
+        emit(out, args.format, report, lines or [f"schemas in {args.out_dir} match the models"])
         return 1 if stale else 0
-    written = export_schemas(args.out)
+    written = export_schemas(args.out_dir)
     emit(out, args.format, {"written": [str(p) for p in written]},
          [f"wrote {p}" for p in written])
     return 0

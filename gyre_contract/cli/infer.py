@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from gyre_contract.cli.common import replace_file
 from gyre_contract.core.errors import InputError
 from gyre_contract.schema.infer import infer_schema
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     text = json.dumps(doc, indent=2) + "\n"
     if args.out:
         try:
-            Path(args.out).write_text(text, encoding="utf-8")
+            replace_file(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         except OSError as exc:
             raise InputError(f"{args.out}: cannot write: {exc.strerror or exc}") from exc
         err.write(f"wrote {args.out} ({len(doc['properties'])} fields)\n")

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from pydantic import BaseModel
 
 from gyre_contract.cli.common import import_named
+from gyre_contract.cli.progress import file_progress
 from gyre_contract.core.errors import InputError, SchemaError
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.io.shards import is_shard_source, validate_shards
@@ -33,10 +34,12 @@ def add_parser(sub: Any) -> None:
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--model", metavar="MODULE:CLASS",
-        help="a pinned step model, e.g. examples.models:CartPoleStep or "
-        "path/to/models.py:CartPoleStep (default: the unpinned RolloutStep). Only the module "
-        "named here is imported (from the current directory or the installed packages): "
-        "nothing is ever imported because a data or schema file says so")
+        help="a pinned step model, e.g. examples.models:CartPoleStep (preferred) or "
+        "path/to/models.py:CartPoleStep (default: the unpinned RolloutStep). This imports the "
+        "module and so runs its top-level code; a script path is imported under its own name, "
+        "so its `if __name__ == '__main__':` block does not run. Only the module named here is "
+        "imported (from the current directory or the installed packages): nothing is ever "
+        "imported because a data or schema file says so")
     source.add_argument(
         "--schema", metavar="S.json",
         help="check each record against this JSON Schema (Draft 2020-12, local $ref only, "
@@ -77,9 +80,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             require_complete=args.require_complete, allow_partial_tail=args.allow_partial_tail,
             max_examples_per_group=args.max_examples)
     else:
-        report = validate_file(
-            args.rollouts, model, schema=schema, require_complete=args.require_complete,
-            allow_partial_tail=args.allow_partial_tail, max_examples_per_group=args.max_examples)
+        with file_progress(args.rollouts, err, args.format):
+            report = validate_file(
+                args.rollouts, model, schema=schema, require_complete=args.require_complete,
+                allow_partial_tail=args.allow_partial_tail,
+                max_examples_per_group=args.max_examples)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()
 

@@ -59,18 +59,33 @@ class Modalities(GyreModel):
 class AnyObservation:
     """An observation of the base models: a float32 tensor, or an object of named modalities.
 
-    Modalities are free-form (dtype inferred losslessly: ints → int64, floats → float32); in a
-    batch each modality starts with the batch dims.
+    Modalities are free-form (dtype inferred losslessly: an ndarray keeps its dtype, JSON ints
+    → int64, floats → float32); in a batch each modality starts with the batch dims. A tensor
+    observation is float32, except an integer ndarray (an image as uint8): it keeps its dtype,
+    so an image is never widened 4x in memory without a pin (docs/rollout-files.md#images).
     """
 
     def __init__(self, role: str, lead: tuple[str, ...] = ()) -> None:
         self.lead = lead
         self.spec = TensorSpec(F32, parse_shape([*lead, "*obs"]), role)
+        self._integer_specs: dict[str, TensorSpec] = {}
 
     def validate(self, value: Any) -> Any:
         if isinstance(value, dict):
             return {key: self._modality(key, item) for key, item in value.items()}
-        return self.spec.validate(value)
+        return self.spec_for(value).validate(value)
+
+    def spec_for(self, value: Any) -> TensorSpec:
+        """The spec a tensor observation is checked against: float32, or for an integer
+        ndarray (numpy, or a numpy integer scalar) the same shape in its own dtype."""
+        dtype = getattr(value, "dtype", None)
+        if not isinstance(value, (np.ndarray, np.generic)) or dtype is None or dtype.kind not in "iu":
+            return self.spec
+        name = str(dtype)
+        spec = self._integer_specs.get(name)
+        if spec is None:
+            spec = self._integer_specs[name] = TensorSpec(name, self.spec.shape, self.spec.role)
+        return spec
 
     def _modality(self, key: str, value: Any) -> Any:
         if isinstance(value, str) and not self.lead:
@@ -141,7 +156,7 @@ class JsonScalars:
 
     def json_schema(self, defs: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"type": "object",
-                "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
+                "additionalProperties": {"anyOf": [{"type": t} for t in ("string", "number", "boolean")]},
                 "description": "free-form JSON scalars", "x-gyre-role": "other"}
 
 

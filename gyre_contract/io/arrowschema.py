@@ -76,7 +76,7 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
         except SchemaError as err:
             problems.append(f"{wire}: {err}")
             continue
-        meta = _field_metadata(spec_of(model, wire), model.model_fields[attr])
+        meta = _field_metadata(spec_of(model, wire), model.model_fields[attr], value)
         fields.append(pa.field(wire, arrow_type, nullable=not required, metadata=meta))
     if problems:
         raise SchemaError(f"no Arrow schema for {model.__name__}: " + "; ".join(problems))
@@ -127,7 +127,7 @@ def _arrow_type(spec: Any, value: Any) -> Any:
                               "fixed layout; pin the model or pass sample=")
         if isinstance(value, dict):
             return pa.struct([pa.field(k, _free_type(v)) for k, v in value.items()])
-        return _tensor_type(spec.spec, value)
+        return _tensor_type(spec.spec_for(value), value)  # an integer ndarray keeps its dtype
     if isinstance(spec, type) and issubclass(spec, Modalities):
         return pa.struct([
             pa.field(wire, _arrow_type(spec_of(spec, wire),
@@ -195,13 +195,13 @@ def _dtype_name(dtype: np.dtype) -> str:
     return "string" if dtype.kind == "U" else str(dtype)
 
 
-def _field_metadata(spec: Any, info: Any) -> dict[bytes, bytes]:
+def _field_metadata(spec: Any, info: Any, value: Any = None) -> dict[bytes, bytes]:
     meta: dict[str, Any] = {}
     if isinstance(spec, TensorSpec):
         meta = {"x-gyre-dtype": spec.dtype if isinstance(spec.dtype, str) else list(spec.dtype),
                 "x-gyre-shape": [d.to_json() for d in spec.shape], "x-gyre-role": spec.role}
     elif isinstance(spec, AnyObservation):
-        meta = {"x-gyre-dtype": spec.spec.dtype, "x-gyre-shape": ["*obs"],
+        meta = {"x-gyre-dtype": spec.spec_for(value).dtype, "x-gyre-shape": ["*obs"],
                 "x-gyre-role": spec.spec.role, "x-gyre-modalities": "any"}
     elif isinstance(spec, type) and issubclass(spec, Modalities):
         meta = {"x-gyre-role": "observation", "x-gyre-modalities": spec.__name__}
@@ -310,7 +310,7 @@ def _mismatch(spec: Any, arrow_type: Any) -> str | None:
         if pa.types.is_struct(arrow_type):
             for child in arrow_type:
                 leaf, _ = peel(child.type)
-                if _leaf_kind(leaf) not in ("b", "i", "f", "U"):
+                if _leaf_kind(leaf) not in ("b", "i", "u", "f", "U"):
                     return f"has modality {child.name!r} of an unsupported type"
             return None
         return _tensor_mismatch(spec.spec, arrow_type)

@@ -30,6 +30,7 @@ from typing import IO, Any, TypeAlias
 import orjson
 
 from gyre_contract.core.errors import InputError, Problem, describe
+from gyre_contract.io.progress import reading_observer
 
 MAX_LINE_BYTES = 128 * 2**20
 """A longer line is reported (`line too long`) and skipped, so memory stays bounded."""
@@ -72,7 +73,10 @@ class LineSource:
         pending_size = 0
         skipped = -1  # >= 0 while inside an over-long line: bytes dropped so far
         read = self._handle.read
+        observer = reading_observer()
         while block := read(CHUNK_BYTES):
+            if observer is not None:
+                observer(len(block))
             parts: list[Any] = block.split(b"\n")
             last = parts.pop()
             if parts:

@@ -302,14 +302,67 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
         return [_json_value(v) for v in array.to_pylist()]
     if pa.types.is_struct(arrow_type):
         return _struct_values(array, spec, bulk)
-    _, sizes = peel(arrow_type)
-    if not bulk or not sizes or _has_nested_nulls(array, len(sizes)):
+    leaf, sizes = peel(arrow_type)
+    if not sizes or _has_nested_nulls(array, len(sizes)):
         return array.to_pylist()
-    if all(s is not None for s in sizes):
+    if bulk and all(s is not None for s in sizes):
         return _fixed_values(array, sizes)
-    if len(sizes) == 1:
+    if bulk and len(sizes) == 1:
         return _list_values(array)
-    return array.to_pylist()  # several variable dims: nested lists, cast by validation
+    if bulk and pa.types.is_integer(leaf):
+        return _nested_integer_values(array, len(sizes))
+    return _integer_rows(array.to_pylist(), leaf)  # nested lists, cast by validation
+
+
+def _nested_integer_values(array: Any, depth: int) -> list[Any]:
+    """Rows of an integer column with several variable dims (an unpinned image) as arrays, from
+    one conversion of the leaf values: the same arrays `_integer_rows` builds row by row from
+    Python lists, without the lists. A row that is not rectangular (or has an empty dim, whose
+    inner sizes are unknown) is left as a nested list for validation to report or cast."""
+    lengths = []
+    level = array
+    for _ in range(depth):
+        lengths.append(level.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
+        level = level.flatten()
+    leaf = _leaf_numpy(level)
+    starts = [np.concatenate(([0], np.cumsum(lens))) for lens in lengths]
+    rows: list[Any] = []
+    for i in range(len(array)):
+        begin, end, dims = i, i + 1, []
+        for lens, start in zip(lengths, starts):
+            inner = lens[begin:end]
+            if inner.size == 0 or (inner != inner[0]).any() or inner[0] == 0:
+                break
+            dims.append(int(inner[0]))
+            begin, end = int(start[begin]), int(start[end])
+        if len(dims) < depth:
+            rows.append(array[i].as_py())
+            continue
+        rows.append(leaf[begin:end].reshape(dims))
+    return rows
+
+
+def _integer_rows(rows: list[Any], leaf: Any) -> list[Any]:
+    """Rows of an integer column as arrays of its dtype, as the bulk conversion gives them.
+
+    An integer ndarray keeps its dtype in validation (a uint8 image stays uint8), so nested
+    lists from a `uint8` column must not be left for validation to read as JSON ints (int64,
+    or float32 in an unpinned tensor observation). A ragged or empty row stays a list, as
+    `_nested_integer_values` leaves it: validation reports or casts it.
+    """
+    import pyarrow as pa
+
+    if not pa.types.is_integer(leaf):
+        return rows
+    dtype = np.dtype(leaf.to_pandas_dtype())
+    out: list[Any] = []
+    for row in rows:
+        try:
+            arr = None if row is None else np.array(row, dtype=dtype)
+        except ValueError:
+            arr = None
+        out.append(row if arr is None or arr.size == 0 else arr)
+    return out
 
 
 def _json_value(text: Any) -> Any:

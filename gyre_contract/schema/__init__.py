@@ -12,7 +12,7 @@ Names load on first use (PEP 562). `diff` and `compat` here are the functions.
 from gyre_contract.core.deprecation import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".export": ("json_schema", "export_schemas"),
+    ".export": ("json_schema", "export_schemas", "vocabulary_schema"),
     ".fieldtable": ("field_table", "field_table_from_model",
                     "Field", "FieldTable"),
     ".loading": ("load_schema",),

@@ -5,16 +5,22 @@ so the output is stable, carries the `x-gyre-*` keys, and a plain validator in a
 enforces what JSON Schema can express (types, ranks, fixed dims, integer ranges, no nulls,
 no unknown keys). What only gyre-contract checks: lossless float narrowing, bool-in-list, dim
 binding across fields, logprob <= 0 for discrete actions, and every episode and batch rule.
+
+The `x-gyre-*` keywords are annotations, declared by a vocabulary meta-schema written next to
+the schemas (`gyre_vocabulary.v1.json`), so that a strict validator (ajv's default mode rejects
+unknown keywords) can register them from it and check their form; see docs/contract.md §5.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from gyre_contract.core.dims import DTYPES
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import (
     AnyObservation,
@@ -28,6 +34,13 @@ from gyre_contract.core.tensor import TensorSpec, tensor_spec_of
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 EXPORTED: tuple[type[GyreModel], ...] = (RolloutStepV1, TrainBatchV1)
+VOCABULARY_ID = "urn:gyre-contract:vocab:x-gyre:1"
+"""The `$vocabulary` URI of the x-gyre keywords (annotations: not required to validate)."""
+META_SCHEMA_ID = "urn:gyre-contract:meta:1"
+"""The `$id` of the meta-schema declaring the x-gyre keywords (dialect: draft 2020-12 + x-gyre)."""
+META_SCHEMA_FILE = "gyre_vocabulary.v1.json"
+_DRAFT_VOCABULARIES = ("core", "applicator", "unevaluated", "validation", "meta-data",
+                       "format-annotation", "content")
 
 
 def schema_id(model: type[GyreModel]) -> str:
@@ -49,6 +62,8 @@ def json_schema(model: type[GyreModel]) -> dict[str, Any]:
         "$id": schema_id(model),
         "title": model.__name__,
         "description": _first_line(model.__doc__),
+        "$comment": f"x-gyre-* keywords: annotations declared by {META_SCHEMA_FILE} "
+                    f"({META_SCHEMA_ID}); register them in a strict validator (docs/contract.md §5)",
         "x-gyre-kind": model.gyre_kind,
         "x-gyre-version": model.gyre_version,
     }
@@ -60,6 +75,51 @@ def json_schema(model: type[GyreModel]) -> dict[str, Any]:
     if defs:
         doc["$defs"] = dict(sorted(defs.items()))
     return doc
+
+
+def gyre_keywords() -> dict[str, dict[str, Any]]:
+    """Each x-gyre keyword our schemas and Parquet metadata use, with the JSON Schema of its value."""
+    dtype = {"enum": list(DTYPES)}
+    dims = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    return {
+        "x-gyre-kind": {"type": "string", "minLength": 1,
+                        "description": "the model's kind: rollout_step or train_batch"},
+        "x-gyre-version": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+$",
+                           "description": "the model's semver string"},
+        "x-gyre-batch-dims": {**dims, "description": "a batch's leading dims, e.g. [B, T]"},
+        "x-gyre-varying-dims": {**dims, "description": "dims that may change between steps"},
+        "x-gyre-dtype": {"anyOf": [dtype, {"type": "array", "items": dtype, "minItems": 1}],
+                         "description": "a dtype, or the list of accepted dtypes"},
+        "x-gyre-shape": {"type": "array",
+                         "items": {"anyOf": [{"type": "string", "minLength": 1},
+                                             {"type": "integer", "minimum": 0}]},
+                         "description": "the shape: dim names, fixed sizes, *rest"},
+        "x-gyre-role": {"type": "string", "minLength": 1,
+                        "description": "the field's role (docs/contract.md §2)"},
+    }
+
+
+def vocabulary_schema() -> dict[str, Any]:
+    """The meta-schema declaring the x-gyre keywords: draft 2020-12 plus their value schemas.
+
+    `$vocabulary` lists the draft's vocabularies and ours with `false` (annotations only, so a
+    validator that does not know it still validates); `$dynamicAnchor: meta` makes the keyword
+    schemas apply to every subschema when a document is checked against this meta-schema.
+    """
+    vocabularies = {f"https://json-schema.org/draft/2020-12/vocab/{name}": True
+                    for name in _DRAFT_VOCABULARIES}
+    vocabularies[VOCABULARY_ID] = False
+    return {
+        "$schema": DRAFT,
+        "$id": META_SCHEMA_ID,
+        "$vocabulary": vocabularies,
+        "$dynamicAnchor": "meta",
+        "title": "gyre-contract x-gyre vocabulary, v1",
+        "description": "JSON Schema draft 2020-12 plus the x-gyre-* annotation keywords of "
+                       "gyre-contract's schemas (docs/contract.md §5).",
+        "allOf": [{"$ref": DRAFT}],
+        "properties": gyre_keywords(),
+    }
 
 
 def _object_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any]:
@@ -108,25 +168,41 @@ def render(doc: dict[str, Any]) -> str:
 def export_schemas(
     out_dir: str | Path, models: tuple[type[GyreModel], ...] = EXPORTED
 ) -> list[Path]:
-    """Write one file per model into `out_dir`; return the paths written."""
+    """Write one file per model and the vocabulary meta-schema into `out_dir`, each replaced
+    atomically; return the paths written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for model in models:
-        path = out / file_name(model)
-        path.write_text(render(json_schema(model)), encoding="utf-8")
+    for name, text in _documents(models):
+        path = out / name
+        _write_atomically(path, text)
         written.append(path)
     return written
+
+
+def _documents(models: tuple[type[GyreModel], ...]) -> list[tuple[str, str]]:
+    docs = [(file_name(model), render(json_schema(model))) for model in models]
+    return [*docs, (META_SCHEMA_FILE, render(vocabulary_schema()))]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def drifted_schemas(
     out_dir: str | Path, models: tuple[type[GyreModel], ...] = EXPORTED
 ) -> list[Path]:
-    """Files in `out_dir` that are missing or differ from what the models generate now."""
+    """Files in `out_dir` that are missing or differ from what the models generate now
+    (the vocabulary meta-schema included)."""
     out = Path(out_dir)
     stale = []
-    for model in models:
-        path = out / file_name(model)
-        if not path.is_file() or path.read_text(encoding="utf-8") != render(json_schema(model)):
+    for name, text in _documents(models):
+        path = out / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
             stale.append(path)
     return stale

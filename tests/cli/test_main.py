@@ -17,11 +17,11 @@ def call(*argv: str) -> tuple[int, str, str]:
 
 
 def test_export_and_check(tmp_path):
-    code, out, _ = call("export", "--out", str(tmp_path))
+    code, out, _ = call("export", "--out-dir", str(tmp_path))
     assert code == 0 and "rollout_step.v1.json" in out
-    assert call("export", "--out", str(tmp_path), "--check")[0] == 0
+    assert call("export", "--out-dir", str(tmp_path), "--check")[0] == 0
     (tmp_path / "train_batch.v1.json").write_text("{}")
-    code, out, _ = call("export", "--out", str(tmp_path), "--check", "--format", "json")
+    code, out, _ = call("export", "--out-dir", str(tmp_path), "--check", "--format", "json")
     assert code == 1 and json.loads(out)["drifted"] == [str(tmp_path / "train_batch.v1.json")]
 
 

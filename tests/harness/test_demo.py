@@ -16,7 +16,7 @@ from gyre_contract.harness.runlog import RunLog
 
 def test_demo_passes_every_stage_and_keeps_its_files(tmp_path):
     out, err = io.StringIO(), io.StringIO()
-    code = run(["demo", "--out", str(tmp_path), "--cycles", "6", "--episodes", "8",
+    code = run(["demo", "--out-dir", str(tmp_path), "--cycles", "6", "--episodes", "8",
                 "--seed", "3"], out, err)
     text = out.getvalue()
     assert code == 0, text + err.getvalue()
@@ -52,7 +52,7 @@ def test_stage3_repeats_one_configuration_with_different_seeds(tmp_path):
 
 def test_stage1_shows_an_episode_before_validating_and_runs_carry_notes(tmp_path):
     out, err = io.StringIO(), io.StringIO()
-    code = run(["demo", "--out", str(tmp_path), "--cycles", "3", "--episodes", "4",
+    code = run(["demo", "--out-dir", str(tmp_path), "--cycles", "3", "--episodes", "4",
                 "--notes", "demo check"], out, err)
     text = out.getvalue()
     # 3 cycles of 4 episodes are too few for stage 3's learning check; stages 1 and 2 must pass

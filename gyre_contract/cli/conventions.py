@@ -1,0 +1,107 @@
+"""What every command shares on its command line: exit codes in its help, help for `--format`,
+`-o FILE` / `--out-dir DIR`, and old spellings that keep working with a deprecation message.
+
+`finish_parser` runs on each command's parser after the command built it, so that a command
+(even one added later) cannot forget its exit codes or leave `--format` without help text;
+`tests/cli/test_conventions.py` checks every flag of every command has help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from gyre_contract.core.deprecation import REMOVAL
+
+EXIT_CODES: dict[str, str] = {
+    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted; "
+              "2 usage, or a folder that cannot be written",
+    "validate": "0 the contract holds; 1 any problem (each with its line); 2 usage, a missing "
+                "or unreadable file, a directory, a bad --model or --schema",
+    "diff": "0 nothing missing; 1 something missing (--strict: or any conversion); 2 usage or "
+            "unusable input (bad JSON, a remote $ref, a $ref cycle, a schema over the limits)",
+    "compat": "0 compatible; 1 a breaking change; 2 usage or unusable input",
+    "infer": "0 the schema is written; 2 usage, or a file that cannot be read or described "
+             "(no records, not an object, too deeply nested)",
+    "batch": "0 the batch holds; 1 a missing field, a batch that breaks §4, stale policy "
+             "versions, a loss that raises or is not finite; 2 usage, an unusable map or file",
+    "runs": "0 the run log reads; 1 a bad line of the run log (named); 2 usage or an "
+            "unreadable or empty file",
+    "demo": "0 every stage passes; 1 a stage fails; 2 usage or a missing extra",
+    "show": "0 the episode holds; 1 it breaks a rule (marked); 2 usage, an unreadable file or "
+            "no such episode",
+}
+DEFAULT_EXIT_CODES = "0 the contract holds; 1 it is violated; 2 usage or unusable input"
+
+FORMAT_HELP = {
+    "text": "text for people (default)",
+    "json": "JSON on stdout: exactly the report's to_dict(), for scripts",
+    "markdown": "a Markdown table, for a pull request",
+}
+
+
+def exit_codes_epilog(command: str) -> str:
+    """The `exit codes: ...` line a command's --help ends with."""
+    return f"exit codes: {EXIT_CODES.get(command, DEFAULT_EXIT_CODES)}"
+
+
+def finish_parser(command: str, parser: argparse.ArgumentParser) -> None:
+    """Give `parser` the shared conventions: its exit codes after any epilog it has (an
+    example stays), one per line, and help for a `--format` that has none."""
+    epilog = parser.epilog or ""
+    if "exit codes:" in epilog:
+        epilog = epilog[:epilog.index("exit codes:")].rstrip()
+    parser.epilog = "\n\n".join(part for part in (epilog, exit_codes_epilog(command)) if part)
+    parser.formatter_class = ParagraphFormatter
+    for action in parser._actions:
+        if "--format" in action.option_strings and not action.help:
+            choices = list(action.choices or ("text", "json"))
+            action.help = "output: " + "; ".join(
+                f"{c}: {FORMAT_HELP.get(c, c)}" for c in choices)
+
+
+class ParagraphFormatter(argparse.HelpFormatter):
+    """argparse's help layout, but a description or epilog keeps its paragraphs (blank lines):
+    an example and the exit codes stay apart."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n\n".join(textwrap.fill(" ".join(part.split()), width, initial_indent=indent,
+                                          subsequent_indent=indent, break_on_hyphens=False,
+                                          break_long_words=False)
+                           for part in text.split("\n\n") if part.strip())
+
+
+class DeprecatedSpelling(argparse.Action):
+    """An old spelling of an option: stores into the new option's dest and notes a message that
+    the command line prints on stderr (`deprecation_messages`), never on stdout."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, replacement: str,
+                 **kwargs: Any) -> None:
+        self.replacement = replacement
+        kwargs.setdefault("help", f"deprecated spelling of {replacement} (removed in {REMOVAL})")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        notes = list(getattr(namespace, "deprecation_messages", []))
+        notes.append(f"warning: {option_string} is deprecated, use {self.replacement} "
+                     f"(the old spelling goes away in {REMOVAL})")
+        namespace.deprecation_messages = notes
+
+
+def add_out_dir(parser: argparse.ArgumentParser, *, default: Any, help: str,
+                type: Any = str) -> None:
+    """`--out-dir DIR` (a folder), plus `--out DIR`, its deprecated spelling: `-o` and `--out`
+    name a file everywhere else."""
+    parser.add_argument("--out-dir", dest="out_dir", metavar="DIR", default=default, type=type,
+                        help=help)
+    parser.add_argument("--out", dest="out_dir", metavar="DIR", type=type,
+                        action=DeprecatedSpelling, replacement="--out-dir")
+
+
+def deprecation_messages(args: argparse.Namespace) -> list[str]:
+    """The deprecation messages parsing `args` noted (printed on stderr by the CLI)."""
+    return list(getattr(args, "deprecation_messages", []))

@@ -1,0 +1,144 @@
+"""The conventions every command follows: --version, help for every flag, exit codes in every
+command's help, `-o` a file and `--out-dir` a folder (old `--out DIR` still works, with a
+deprecation message on stderr), and `--model`/`--loss` importing a script without its main block.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gyre_contract
+from gyre_contract.cli import build_parser, run
+from gyre_contract.cli.conventions import DeprecatedSpelling
+
+
+def call(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def commands() -> dict:
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    return dict(subparsers.choices)
+
+
+def test_version():
+    code, out, _ = call("--version")
+    assert code == 0 and out.strip() == f"gyre-contract {gyre_contract.__version__}"
+    done = subprocess.run([sys.executable, "-m", "gyre_contract", "--version"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and gyre_contract.__version__ in done.stdout
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_flag_has_help_and_the_help_lists_exit_codes(name):
+    parser = commands()[name]
+    for action in parser._actions:
+        assert action.help and action.help.strip(), f"{name} {action.option_strings or action.dest}"
+    text = parser.format_help()
+    assert "exit codes: 0 " in text and " 1 " in text.split("exit codes:")[1] \
+        or "exit codes: 0 " in text and "2 " in text.split("exit codes:")[1], text
+    assert "--format" not in text or "text" in text.split("--format", 1)[1]
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_o_means_a_file_and_out_dir_a_folder(name):
+    for action in commands()[name]._actions:
+        if "--out" in action.option_strings and "-o" not in action.option_strings:
+            assert isinstance(action, DeprecatedSpelling), f"{name} --out must be -o FILE"
+        if "--out-dir" in action.option_strings:
+            assert action.metavar == "DIR"
+        if "-o" in action.option_strings:
+            assert action.metavar != "DIR"
+
+
+def test_export_out_dir_and_the_old_spelling(tmp_path):
+    code, out, err = call("export", "--out-dir", str(tmp_path / "a"), "--format", "json")
+    assert code == 0 and err == ""
+    assert len(json.loads(out)["written"]) == 3
+    code, out, err = call("export", "--out", str(tmp_path / "b"), "--format", "json")
+    assert code == 0 and json.loads(out)["written"][0].startswith(str(tmp_path / "b"))
+    assert err.startswith("warning: --out is deprecated, use --out-dir") and "Traceback" not in err
+    assert call("export", "--out-dir", str(tmp_path / "b"), "--check")[0] == 0
+
+
+def test_demo_takes_out_dir_and_the_old_spelling():
+    parser = build_parser()
+    assert parser.parse_args(["demo", "--out-dir", "d"]).out_dir.name == "d"
+    args = parser.parse_args(["demo", "--out", "d"])
+    assert args.out_dir.name == "d" and args.deprecation_messages
+
+
+MODEL_SCRIPT = textwrap.dedent('''
+    from pathlib import Path
+
+    from gyre_contract import RolloutStep
+
+    class MyStep(RolloutStep):
+        """A step model defined in a script."""
+
+    def loss(batch):
+        return 0.5
+
+    Path(__file__).with_name("imported.txt").write_text("top-level code runs on import")
+
+    if __name__ == "__main__":
+        Path(__file__).with_name("main_block_ran.txt").write_text("the main block ran")
+''')
+
+
+@pytest.mark.parametrize("option", ["--model", "--loss"])
+def test_a_script_is_imported_without_running_its_main_block(tmp_path, monkeypatch, option):
+    script = tmp_path / "sampler_script.py"
+    script.write_text(MODEL_SCRIPT)
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text(json.dumps({"observation": [0.1], "action": 0, "reward": 1.0, "step": 0,
+                                    "episode_id": "a", "terminated": True, "truncated": False,
+                                    "policy_version": 0}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    if option == "--model":
+        code, out, err = call("validate", str(rollouts), "--model", f"{script}:MyStep")
+        assert code == 0, out + err
+    else:
+        fmap = tmp_path / "map.json"
+        fmap.write_text(json.dumps({"gyre_field_map": 1, "fields": {
+            "obs": {"from": "observation"}, "reward": {"from": "reward"}}}))
+        call("batch", str(rollouts), "--map", str(fmap), "--loss", f"{script}:loss")
+    assert (tmp_path / "imported.txt").exists()
+    assert not (tmp_path / "main_block_ran.txt").exists()
+
+
+def test_a_module_failing_on_import_is_one_line_exit_2(tmp_path, monkeypatch):
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "raises.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.chdir(tmp_path)
+    for spec in ("exits.py:X", "raises.py:X", "raises:X"):
+        code, _, err = call("validate", "x.jsonl", "--model", spec)
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert "failed" in err
+
+
+def test_output_files_are_replaced_atomically(tmp_path, monkeypatch):
+    """A write that fails leaves the old file as it was and no temporary file behind."""
+    from gyre_contract.cli import common
+
+    target = tmp_path / "schema.json"
+    target.write_text("old")
+
+    def broken(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        common.replace_file(target, broken)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["schema.json"]
+    common.replace_file(target, lambda tmp: Path(tmp).write_text("new"))
+    assert target.read_text() == "new"
