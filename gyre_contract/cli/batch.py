@@ -21,6 +21,7 @@ from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.stages import BatchReport, half_way
+from gyre_contract.io.atomic import atomic_write
 from gyre_contract.trainer.fieldmap import FieldMap
 
 
@@ -79,10 +80,7 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     target = os.fspath(path)
     if not target.endswith(".npz"):
         target += ".npz"  # what np.savez would do silently; say it
-    try:
-        np.savez(target, **flat)
-    except OSError as exc:
-        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    atomic_write(target, lambda f: np.savez(f, **flat))  # never half a file, old one kept
     return target
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
 from typing import Any, TextIO
 
 from gyre_contract.core.errors import InputError, SchemaError
+from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.schema.diffing import diff, parse_batch_dims
 from gyre_contract.schema.diffreport import FORMATS
 
@@ -58,11 +58,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     text = report.render(args.format, color=_is_tty(out))
     out.write(text if text.endswith("\n") else text + "\n")
     if args.write_map:
-        path = Path(args.write_map)
-        try:
-            path.write_text(json.dumps(report.field_map(), indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write the map: {exc.strerror or exc}") from exc
+        path = write_text_atomic(args.write_map, json.dumps(report.field_map(), indent=2) + "\n")
         err.write(f"wrote {path}\n")
     return report.exit_code(strict=args.strict)
 

@@ -35,6 +35,7 @@ from gyre_contract.io.arrowschema import (
     type_text,
 )
 from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.checking import StepChecker, check_items, unread_report
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.report import FileReport
@@ -65,20 +66,26 @@ def write_parquet(
     else `RolloutStep`; the first record settles what an unpinned model leaves open. A key the
     model does not have, a `None` value or a value the column type cannot hold is refused with
     ContractError (`steps[i].field`) before the batch holding it is written. The file is
-    written to `path + ".tmp"` and renamed, so a reader never sees half a file; with
-    `fsync=True` it is on disk before the rename.
+    written to a temporary file in the same folder and renamed (`io.atomic`), so a reader never
+    sees half a file and a failed write leaves the previous file; with `fsync=True` it is on
+    disk before the rename.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    name = os.fspath(path)
-    tmp = name + ".tmp"
     steps = iter(steps)
     first = next(steps, None)
     if first is not None:
         steps = itertools.chain([first], steps)
     if model is None:
         model = type(first) if isinstance(first, RolloutStepV1) else RolloutStep
+    with atomic_path(path, fsync=fsync) as tmp:  # a reader never sees half a file
+        count = _write_rows(pa, pq, tmp, steps, model, rows_per_group)
+    return count
+
+
+def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[BaseModel],
+                rows_per_group: int) -> int:
     pinned = is_pinned(model)
     writer = None
     schema = None
@@ -99,25 +106,10 @@ def write_parquet(
             schema = to_arrow_schema(model) if pinned else pa.schema(
                 [], metadata=schema_metadata(model))
             writer = _writer(pq, tmp, schema)
-        writer.close()
-        writer = None
-        if fsync:
-            _fsync(tmp)
-        os.replace(tmp, name)
     finally:
         if writer is not None:
             writer.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return count
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _writer(pq: Any, path: str, schema: Any) -> Any:

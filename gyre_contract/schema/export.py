@@ -25,6 +25,7 @@ from gyre_contract.core.models import (
     TrainBatchV1,
 )
 from gyre_contract.core.tensor import TensorSpec, tensor_spec_of
+from gyre_contract.io.atomic import write_text_atomic
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 EXPORTED: tuple[type[GyreModel], ...] = (RolloutStepV1, TrainBatchV1)
@@ -114,7 +115,7 @@ def export_schemas(
     written = []
     for model in models:
         path = out / file_name(model)
-        path.write_text(render(json_schema(model)), encoding="utf-8")
+        write_text_atomic(path, render(json_schema(model)))  # a kill never leaves half a file
         written.append(path)
     return written
 
@@ -122,11 +123,23 @@ def export_schemas(
 def drifted_schemas(
     out_dir: str | Path, models: tuple[type[GyreModel], ...] = EXPORTED
 ) -> list[Path]:
-    """Files in `out_dir` that are missing or differ from what the models generate now."""
+    """Files in `out_dir` that are missing or differ from what the models generate now.
+
+    Compared as bytes, size first: a file that is not UTF-8, or huge, is simply drifted.
+    """
     out = Path(out_dir)
     stale = []
     for model in models:
         path = out / file_name(model)
-        if not path.is_file() or path.read_text(encoding="utf-8") != render(json_schema(model)):
+        if not _same_bytes(path, render(json_schema(model)).encode("utf-8")):
             stale.append(path)
     return stale
+
+
+def _same_bytes(path: Path, expected: bytes) -> bool:
+    try:
+        if not path.is_file() or path.stat().st_size != len(expected):
+            return False
+        return path.read_bytes() == expected
+    except OSError:
+        return False
