@@ -38,6 +38,7 @@ from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.checking import StepChecker, check_items, unread_report
 from gyre_contract.io.episodes import Episode
+from gyre_contract.io.lines import Parsed, hidden_problems
 from gyre_contract.io.report import FileReport
 
 __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet",
@@ -242,14 +243,40 @@ def iter_parquet_records(
     if problems:
         raise ContractError(problems)
     row = 0
+    json_columns = [f.name for f in handle.schema_arrow
+                    if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json"]
     try:
         for batch in handle.iter_batches(batch_size=batch_rows):
-            for record in records_from_arrow(batch, model):
+            hidden = _hidden_json_problems(batch, json_columns)
+            for i, record in enumerate(records_from_arrow(batch, model)):
                 row += 1
-                yield row, record
+                if i in hidden:  # what JSON Lines refuses, a JSON column refuses too
+                    yield Parsed(row, None, [p.at_line(row) for p in hidden[i]])
+                else:
+                    yield row, record
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(f"cannot read {os.fspath(path)} after row {row}: "
                          f"{str(err).splitlines()[0]}") from None
+
+
+def _hidden_json_problems(batch: Any, names: list[str]) -> dict[int, list[Problem]]:
+    """Per row index: duplicate keys and integers beyond 64 bits in JSON-encoded columns
+    (`info`), which orjson would silently drop or round, as `lines.hidden_problems` finds them."""
+    found: dict[int, list[Problem]] = {}
+    for name in names:
+        for i, text in enumerate(batch.column(name).to_pylist()):
+            if text is None:
+                continue
+            raw = text.encode("utf-8", "surrogatepass")
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue  # validation reports a value that is not an object
+            if isinstance(value, dict):
+                problems = hidden_problems(raw, value)
+                if problems:
+                    found.setdefault(i, []).extend(p.under(name) for p in problems)
+    return found
 
 
 def records_from_arrow(batch: Any, model: type[BaseModel] = RolloutStep) -> list[dict[str, Any]]:
@@ -289,7 +316,11 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
 
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()  # a dictionary-encoded column reads as its values
     arrow_type = array.type
+    if pa.types.is_null(arrow_type):
+        return [None] * len(array)
     if isinstance(spec, JsonScalars):
         return [_json_value(v) for v in array.to_pylist()]
     if pa.types.is_struct(arrow_type):
