@@ -16,6 +16,7 @@ from typing import TextIO
 
 from gyre_contract.cli.common import UsageError
 from gyre_contract.core.errors import ContractError, GyreError
+from gyre_contract.core.text import printable
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser", "main", "run"]
 
@@ -90,15 +91,8 @@ def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}"
     if not (isinstance(exc, ContractError) and len(exc.problems) > 1):  # one problem per line
-        text = _printable(text)
+        text = printable(text)
     print(f"error: {text}", file=err)
-
-
-def _printable(text: str) -> str:
-    """Names from data may hold line breaks or lone surrogates: escape them, keep one line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

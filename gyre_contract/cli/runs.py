@@ -15,7 +15,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("runs", help="summarize a run log (runs.jsonl) per configuration",
                        description="Read runs.jsonl and show, per configuration, the min / median "
                        "/ max of rollout, train and total seconds and of steps per second. "
-                       "A bad line exits 1, naming its line number.")
+                       "A bad line exits 1, naming its line number; a torn line (not JSON: a writer "
+                       "cut off) is skipped and listed as a warning.")
     p.add_argument("runs", metavar="RUNS.jsonl", help="the run log")
     p.add_argument("--plot", metavar="P.png",
                    help="also draw rollout and train time per run (needs matplotlib)")
@@ -24,14 +25,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    records = RunLog(args.runs).read()
+    records, torn = RunLog(args.runs).scan()  # a torn line is skipped and reported
     if not records:
         raise InputError(f"no runs in {args.runs}")
     plot = None
     if args.plot:
         _require_matplotlib()
         plot = str(plot_runs(records, args.plot))
-    report = RunsReport.of(args.runs, records, plot)
+    report = RunsReport.of(args.runs, records, plot, torn)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()
 
