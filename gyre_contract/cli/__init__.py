@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -95,6 +96,43 @@ def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
     print(f"error: {text}", file=err)
 
 
+class ReaderGoneStdout:
+    """stdout that goes quiet when its reader has gone (`gyre-contract validate F | head -1`).
+
+    On BrokenPipeError the stream is pointed at /dev/null and the command carries on, so it
+    exits with its own verdict (0 holds, 1 violated), never 2 with "Broken pipe" or a traceback.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def _reader_gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self.stream.fileno())  # what is still buffered goes nowhere
+        finally:
+            os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
-    sys.exit(run(argv))
+    out = ReaderGoneStdout(sys.stdout)
+    code = run(argv, stdout=out)  # type: ignore[arg-type]
+    out.flush()
+    sys.exit(code)
