@@ -66,10 +66,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     batch_dims = parse_batch_dims(args.batch_dims) if args.batch_dims else None
     report = diff(args.sampler, args.trainer, batch_dims=batch_dims,
                   renames=parse_renames(args.rename), gamma=args.gamma, lam=args.lam)
+    path = None
+    if args.write_map:  # first: a failed write is one error line, not a report and then one
+        path = write_text_atomic(args.write_map, json.dumps(report.field_map(), indent=2) + "\n")
     text = report.render(args.format, color=_is_tty(out))
     out.write(text if text.endswith("\n") else text + "\n")
-    if args.write_map:
-        path = write_text_atomic(args.write_map, json.dumps(report.field_map(), indent=2) + "\n")
+    if path is not None:
         err.write(f"wrote {path}\n")
     return report.exit_code(strict=args.strict)
 

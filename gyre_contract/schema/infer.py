@@ -206,11 +206,11 @@ def _infer_npz(path: Path) -> dict[str, Any]:
     import numpy as np
 
     try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy named .npz
-            raise InputError(f"{path}: cannot read as .npz: it holds one array (.npy), not a "
-                             "zip of arrays")
-        with data:
+        with path.open("rb") as handle:  # ours to close, whatever np.load raises
+            data = np.load(handle, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy named .npz
+                raise InputError(f"{path}: cannot read as .npz: it holds one array (.npy), "
+                                 "not a zip of arrays")
             arrays = {}
             for key in data.files:
                 array = data[key]
@@ -218,6 +218,7 @@ def _infer_npz(path: Path) -> dict[str, Any]:
                     raise InputError(f"{path}: cannot read as .npz: member {key!r} is not a "
                                      ".npy array")
                 arrays[key] = (array.dtype, array.shape)
+            data.close()
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         if isinstance(exc, InputError):
             raise
