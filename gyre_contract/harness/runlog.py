@@ -24,6 +24,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, Val
 from gyre_contract.core.errors import ContractError, InputError, Problem, describe
 from gyre_contract.core.report import Report
 from gyre_contract.core.text import printable
+from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.lines import hidden_problems
 from gyre_contract.io.writer import ends_with_newline, open_for_append
 
@@ -463,7 +464,8 @@ def plot_runs(records: Sequence[RunRecord], path: str | Path) -> Path:
         ax.set_xticks(range(len(keys)), _labels(keys), rotation=20, ha="right")
         ax.set_ylim(bottom=0)
     out = Path(path)
-    fig.savefig(out, dpi=100)
+    with atomic_path(out, fsync=False) as tmp:  # never half a picture over the previous one
+        fig.savefig(tmp, dpi=100, format=out.suffix.lstrip(".").lower() or "png")
     return out
 
 
