@@ -8,6 +8,7 @@ or the whole new one, never a part. The temporary file is removed when the write
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -41,6 +42,8 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator
                 _fsync_file(tmp)
             os.chmod(tmp, 0o644 & ~_umask())
             os.replace(tmp, target)
+            if fsync:
+                _fsync_folder(folder)  # the rename itself survives a power cut
         except InputError:
             raise
         except OSError as exc:
@@ -73,6 +76,20 @@ def _fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # a folder that cannot be opened for reading: the file itself is on disk
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: this file system cannot sync a folder
+            raise
     finally:
         os.close(fd)
 
