@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from gyre_contract import __version__
 from gyre_contract.cli.common import UsageError
 from gyre_contract.cli.conventions import deprecation_messages, finish_parser
 from gyre_contract.core.errors import ContractError, GyreError
+from gyre_contract.core.text import printable
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser", "main", "run"]
 
@@ -98,17 +100,47 @@ def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}"
     if not (isinstance(exc, ContractError) and len(exc.problems) > 1):  # one problem per line
-        text = _printable(text)
+        text = printable(text)
     print(f"error: {text}", file=err)
 
 
-def _printable(text: str) -> str:
-    """Names from data may hold line breaks or lone surrogates: escape them, keep one line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+class ReaderGoneStdout:
+    """stdout that goes quiet when its reader has gone (`gyre-contract validate F | head -1`).
+
+    On BrokenPipeError the stream is pointed at /dev/null and the command carries on, so it
+    exits with its own verdict (0 holds, 1 violated), never 2 with "Broken pipe" or a traceback.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def _reader_gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self.stream.fileno())  # what is still buffered goes nowhere
+        finally:
+            os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
-    sys.exit(run(argv))
+    out = ReaderGoneStdout(sys.stdout)
+    code = run(argv, stdout=out)  # type: ignore[arg-type]
+    out.flush()
+    sys.exit(code)

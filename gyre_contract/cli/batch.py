@@ -16,12 +16,13 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.cli.common import import_named, replace_file
+from gyre_contract.cli.common import import_named
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.stages import BatchReport, half_way
+from gyre_contract.io.atomic import atomic_write
 from gyre_contract.trainer.fieldmap import FieldMap
 
 
@@ -84,10 +85,7 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     target = os.fspath(path)
     if not target.endswith(".npz"):
         target += ".npz"  # what np.savez would do silently; say it
-    try:
-        replace_file(target, lambda tmp: np.savez(tmp, **flat))
-    except OSError as exc:
-        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    atomic_write(target, lambda f: np.savez(f, **flat))  # never half a file, old one kept
     return target
 
 

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -89,16 +89,3 @@ def _failure(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"it called sys.exit({exc.code!r}) while being imported"
     return f"{type(exc).__name__}: {exc}"
-
-
-def replace_file(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
-    """Write an output file atomically: `write(temporary)` in the same folder, then rename, so
-    a reader never sees half a file and a failed write leaves the old file as it was. The
-    temporary name keeps the file's suffix (np.savez would add `.npz` to any other)."""
-    target = Path(path)
-    temporary = target.with_name(f".{target.stem}.tmp-{os.getpid()}{target.suffix}")
-    try:
-        write(str(temporary))
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)

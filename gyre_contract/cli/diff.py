@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.core.errors import InputError, SchemaError
+from gyre_contract.core.errors import SchemaError
+from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.schema.diffing import diff, parse_batch_dims
 from gyre_contract.schema.diffreport import FORMATS
 
@@ -32,10 +32,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 also when a conversion is needed")
     p.add_argument("--write-map", metavar="FILE",
                    help="write the field map (map.json) that realises the report")
-    p.add_argument("--gamma", type=float, default=0.99, help="discount in the written map")
-    p.add_argument("--lam", type=float, default=0.95, help="GAE lambda in the written map")
+    p.add_argument("--gamma", type=unit_interval, default=0.99,
+                   help="discount in the written map, a number in [0, 1]")
+    p.add_argument("--lam", type=unit_interval, default=0.95,
+                   help="GAE lambda in the written map, a number in [0, 1]")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
+
+
+def unit_interval(text: str) -> float:
+    """An argparse type: a finite number in [0, 1] (what a map's gamma and lam must be), so a
+    bad value stops at the flag (exit 2) instead of writing a map that `batch` refuses."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also false for NaN
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return value
 
 
 def parse_renames(items: list[str]) -> dict[str, str]:
@@ -49,20 +63,15 @@ def parse_renames(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    for option, value in (("--gamma", args.gamma), ("--lam", args.lam)):
-        if not math.isfinite(value):
-            raise InputError(f"{option} must be a finite number, got {value}")
     batch_dims = parse_batch_dims(args.batch_dims) if args.batch_dims else None
     report = diff(args.sampler, args.trainer, batch_dims=batch_dims,
                   renames=parse_renames(args.rename), gamma=args.gamma, lam=args.lam)
+    path = None
+    if args.write_map:  # first: a failed write is one error line, not a report and then one
+        path = write_text_atomic(args.write_map, json.dumps(report.field_map(), indent=2) + "\n")
     text = report.render(args.format, color=_is_tty(out))
     out.write(text if text.endswith("\n") else text + "\n")
-    if args.write_map:
-        path = Path(args.write_map)
-        try:
-            path.write_text(json.dumps(report.field_map(), indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write the map: {exc.strerror or exc}") from exc
+    if path is not None:
         err.write(f"wrote {path}\n")
     return report.exit_code(strict=args.strict)
 

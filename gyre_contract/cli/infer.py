@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.cli.common import replace_file
-from gyre_contract.core.errors import InputError
+from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.schema.infer import infer_schema
 
 
@@ -27,10 +25,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     doc = infer_schema(args.file)
     text = json.dumps(doc, indent=2) + "\n"
     if args.out:
-        try:
-            replace_file(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"{args.out}: cannot write: {exc.strerror or exc}") from exc
+        write_text_atomic(args.out, text)  # the previous file stays whole if this fails
         err.write(f"wrote {args.out} ({len(doc['properties'])} fields)\n")
     else:
         out.write(text)

@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
                        "config: a label or an object), the min / median / max over its runs "
                        "(repeats, such as different seeds) of rollout, train and total seconds, "
                        "steps per second, and the final value of each numeric metric the runs "
-                       "recorded (loss, mean episode length, ...). Exit codes: 0 the log reads; "
+                       "recorded (loss, mean episode length, ...). A torn line (not JSON: a "
+                       "writer cut off) is skipped and listed as a warning. Exit codes: 0 the log reads; "
                        "1 a bad line, named by its line number; 2 a missing or empty file, or "
                        "bad usage.")
     p.add_argument("runs", metavar="RUNS.jsonl", help="the run log")
@@ -36,7 +37,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.curve is not None and not args.plot:
         raise UsageError("error: --curve needs --plot P.png")
-    records = RunLog(args.runs).read()
+    records, torn = RunLog(args.runs).scan()  # a torn line is skipped and reported
     if not records:
         raise InputError(f"no runs in {args.runs}")
     plot = None
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              f"curves: {known}")
         _require_matplotlib()
         plot = str(plot_runs(records, args.plot, curve=args.curve))
-    report = RunsReport.of(args.runs, records, plot, curve=args.curve)
+    report = RunsReport.of(args.runs, records, plot, torn, curve=args.curve)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()
 

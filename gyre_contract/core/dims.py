@@ -83,7 +83,10 @@ def parse_dim(spec: int | str) -> Dim:
         if spec < 0:
             raise SchemaError(f"a fixed dim must be >= 0; got {spec}")
         return Dim(size=spec)
-    if spec.isdigit():
+    if spec.isdigit():  # ASCII digits only: "²" is a digit to str.isdigit, not to int
+        if not spec.isascii() or len(spec) > 19:
+            raise SchemaError(f"a fixed dim is an integer of at most 19 ASCII digits; got "
+                              f"{spec[:40]!r}")
         return Dim(size=int(spec))
     variadic = spec.startswith("*")
     name = spec[1:] if variadic else spec

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from gyre_contract.core.text import printable
+
 _MAX_SHOWN_CHARS = 40
 
 
@@ -34,7 +36,7 @@ class Problem:
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line is not None else ""
         path = f"{self.path}: " if self.path else ""
-        return f"{where}{path}{self.message}: expected {self.expected}, got {self.got}"
+        return printable(f"{where}{path}{self.message}: expected {self.expected}, got {self.got}")
 
     def under(self, prefix: str) -> Problem:
         """The same problem seen from a containing object (`steps[3]` + `reward`)."""

@@ -25,6 +25,7 @@ from gyre_contract.harness.runlog import RunLog, format_summary, summarize
 from gyre_contract.harness.runplot import plot_runs
 from gyre_contract.harness.stages import full_loop, half_way
 from gyre_contract.io import show_episode, validate_file, write_steps
+from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep
 from gyre_contract.schema import diff, json_schema
 
@@ -232,12 +233,12 @@ def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model
     say.heading("Diff: sampler schema vs trainer schema",
                 "no trainer field is missing; the written map turns rollouts into the batch")
     sampler, trainer = out_dir / "sampler.json", out_dir / "trainer.json"
-    sampler.write_text(_json_text(json_schema(step_model)), encoding="utf-8")
-    trainer.write_text(_json_text(json_schema(batch_model)), encoding="utf-8")
+    write_text_atomic(sampler, _json_text(json_schema(step_model)))
+    write_text_atomic(trainer, _json_text(json_schema(batch_model)))
     report = diff(sampler, trainer, gamma=GAMMA, lam=LAM)
     say(report.to_text())
     map_path = out_dir / "map.json"
-    map_path.write_text(json.dumps(report.field_map(), indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(map_path, json.dumps(report.field_map(), indent=2) + "\n")
     ok = report.exit_code() == 0
     say.verdict(ok, f"map written to {map_path}")
     result.stages["diff"] = ok

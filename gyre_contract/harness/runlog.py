@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,6 +35,9 @@ from pydantic import (
 
 from gyre_contract.core.errors import ContractError, InputError, Problem, describe
 from gyre_contract.core.report import Report
+from gyre_contract.core.text import printable
+from gyre_contract.io.lines import hidden_problems
+from gyre_contract.io.writer import ends_with_newline, open_for_append
 
 TIMES = ("rollout_s", "train_s", "total_s")
 """The timed quantities of a run, in seconds."""
@@ -98,6 +102,12 @@ MAX_RUN_KEYS = 100
 MAX_RUN_METRICS = 1000
 """A run's `metrics` or `curves` with more names is one `too many metrics` problem; `RunTimer`
 refuses the cycle that would go beyond it, so a run log it writes always reads back."""
+MAX_CONFIG_DEPTH = 64
+"""A run's `config` nested deeper is one `config nested too deeply` problem."""
+
+TORN = "invalid JSON"
+"""What a run-log line that is not JSON got (a torn line: a writer cut off mid-line);
+`RunLog.scan` skips such lines and says so."""
 
 _EXPECTED = {
     "run_id": "a non-empty string",
@@ -281,37 +291,73 @@ class RunLog:
         self.path = Path(path)
 
     def append(self, record: RunRecord) -> None:
-        """Appends one record as one line, written with a single call."""
+        """Appends one record as one line, written with a single call.
+
+        When the log ends in a partial line (a writer killed, a full disk), a newline goes
+        first: the torn line stays alone (`scan` reports it) and this record stays whole.
+        """
         line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
-        with self.path.open("ab") as f:
-            f.write(line)
+        fd = open_for_append(self.path)
+        try:
+            if not ends_with_newline(fd):
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
     def read(self) -> list[RunRecord]:
-        """Every record; blank lines skipped; bad lines raise one `ContractError` listing all."""
+        """Every record; blank lines skipped; bad lines (torn ones too) raise one
+        `ContractError` listing all."""
+        records, torn, problems = self._parse()
+        if torn or problems:
+            raise ContractError(sorted(torn + problems, key=lambda p: p.line or 0))
+        return records
+
+    def scan(self) -> tuple[list[RunRecord], list[Problem]]:
+        """Every good record, and the torn lines (not JSON: a writer cut off mid-line), skipped.
+
+        Why: one append cut short by a kill or a full disk must not make the whole log
+        unreadable. Any other bad line still raises one `ContractError` listing all of them.
+        """
+        records, torn, problems = self._parse()
+        if problems:
+            raise ContractError(problems)
+        return records, torn
+
+    def _parse(self) -> tuple[list[RunRecord], list[Problem], list[Problem]]:
         try:
             data = self.path.read_bytes()
         except OSError as e:
             raise InputError(f"cannot read run log {self.path}: {e.strerror}") from e
         records: list[RunRecord] = []
+        torn: list[Problem] = []
         problems: list[Problem] = []
         for number, line in enumerate(data.splitlines(), start=1):
             if not line.strip():
                 continue
             record, line_problems = parse_run_line(line)
-            problems += [p.at_line(number) for p in line_problems]
+            found = [p.at_line(number) for p in line_problems]
+            if found and found[0].got.startswith(TORN):
+                torn += found
+            else:
+                problems += found
             if record is not None:
                 records.append(record)
-        if problems:
-            raise ContractError(problems)
-        return records
+        return records, torn, problems
 
 
 def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
-    """One JSONL line as a `RunRecord`, or the problems that stop it."""
+    """One JSONL line as a `RunRecord`, or the problems that stop it.
+
+    Strict like a rollout line: a duplicate key or an integer beyond 64 bits is a problem, and
+    `config` may nest at most `MAX_CONFIG_DEPTH` levels. A line that is not JSON is torn.
+    """
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as e:
-        return None, [Problem("", "a JSON object", f"invalid JSON ({e.msg})", "bad line")]
+        return None, [Problem("", "a JSON object", f"{TORN} ({e.msg})", "bad line")]
     if not isinstance(value, dict):
         return None, [Problem("", "a JSON object", describe(value), "bad line")]
     if len(value) > MAX_RUN_KEYS:  # one problem, not one per unknown key (bounded memory)
@@ -322,10 +368,33 @@ def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
         if isinstance(value.get(name), dict) and len(value[name]) > MAX_RUN_METRICS:
             return None, [Problem(name, f"at most {MAX_RUN_METRICS} metrics",
                                   f"{len(value[name])} metrics", "too many metrics")]
+    depth = _depth(value.get("config"))
+    if depth > MAX_CONFIG_DEPTH:
+        return None, [Problem("config", f"at most {MAX_CONFIG_DEPTH} nested levels",
+                              f"{depth} levels", "config nested too deeply")]
+    hidden = hidden_problems(line, value)
+    if hidden:
+        return None, hidden
     try:
         return RunRecord.model_validate(value), []
     except ValidationError as e:
         return None, [_problem(error) for error in e.errors()]
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of lists and objects (0 for a scalar), without recursion."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        node, level = todo.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(
+            node, list) else None
+        if children is None:
+            deepest = max(deepest, level)
+            continue
+        deepest = max(deepest, level + 1)
+        if level + 1 <= MAX_CONFIG_DEPTH:
+            todo += [(child, level + 1) for child in children]
+    return deepest
 
 
 def _problem(error: Any) -> Problem:
@@ -428,7 +497,7 @@ def format_summary(summaries: Sequence[ConfigSummary]) -> str:
         for i, (name, spread, show) in enumerate(named):
             first = i == 0
             rows.append((
-                s.label if first else "", str(s.runs) if first else "", name,
+                printable(s.label) if first else "", str(s.runs) if first else "", name,
                 *(show(v) for v in (spread.min, spread.median, spread.max)),
             ))
     widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
@@ -455,37 +524,58 @@ class RunsReport(Report):
     summaries: list[ConfigSummary]
     plot: str | None = None
     curve: str | None = None
+    torn: list[Problem] = field(default_factory=list)
 
     @classmethod
     def of(cls, path: str | Path, records: Sequence[RunRecord], plot: str | None = None,
-           curve: str | None = None) -> RunsReport:
-        """Summarize `records`, read from the run log at `path`."""
+           torn: Sequence[Problem] = (), curve: str | None = None) -> RunsReport:
+        """Summarize `records`, read from the run log at `path` (`torn`: lines skipped)."""
         return cls(path=str(path), runs=len(records), summaries=summarize(records), plot=plot,
-                   curve=curve)
+                   curve=curve, torn=list(torn))
 
     @property
     def ok(self) -> bool:
         return True
 
+    @property
+    def warnings(self) -> list[Any]:
+        """The torn lines skipped (`RunLog.scan`), as text."""
+        return [str(p) for p in self.torn]
+
     def to_dict(self) -> dict[str, Any]:
+        """Strict JSON: a value that overflows a float (a median of two huge times) is null."""
         return {"path": self.path, "runs": self.runs,
-                "configs": [s.to_dict() for s in self.summaries], "plot": self.plot,
-                "curve": self.curve}
+                "configs": [_finite(s.to_dict()) for s in self.summaries], "plot": self.plot,
+                "curve": self.curve, "warnings": self.warnings}
 
     def to_text(self) -> str:
         """A heading line, then the per-configuration table (and the plot's path)."""
         noun = "configuration" if len(self.summaries) == 1 else "configurations"
         runs = "run" if self.runs == 1 else "runs"
-        lines = [f"{self.path}: {self.runs} {runs}, {len(self.summaries)} {noun}", "",
+        lines = [printable(f"{self.path}: {self.runs} {runs}, {len(self.summaries)} {noun}"), "",
                  format_summary(self.summaries)]
         if self.plot:
             lines += ["", f"plot: {self.plot}" + (f" (curve: {self.curve})" if self.curve else "")]
+        if self.torn:
+            lines += ["", f"skipped {len(self.torn)} torn line(s):"]
+            lines += [f"  {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float replaced by None (strict JSON has no Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def _number(value: float) -> str:
     """Milliseconds resolution for times; large rates as whole numbers with separators."""
-    return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+    if abs(value) < 1000:
+        return f"{value:.3f}"
+    return f"{value:,.0f}" if abs(value) < 1e15 else f"{value:.3g}"  # never a 300-digit cell
 
 
 def _value(value: float) -> str:

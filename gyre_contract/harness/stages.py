@@ -182,11 +182,15 @@ def _call_loss(loss_fn: LossFn, batch: dict[str, Any]) -> float:
     """Call the loss once; its failure or a non-finite value fails the stage."""
     try:
         raw = loss_fn(batch)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit(0) in a loss is its code failing too
         raise ContractError(Problem("loss", "a loss computed from the batch",
                                     f"{type(exc).__name__}: {exc}",
                                     "loss_fn raised on the batch")) from exc
-    value = _scalar(raw)
+    try:
+        value = _scalar(raw)
+    except OverflowError:  # an int beyond float range (10**400)
+        raise ContractError(Problem("loss", "a finite number", _loss_text(raw),
+                                    "the loss is not finite")) from None
     if not math.isfinite(value):
         raise ContractError(Problem("loss", "a finite number", repr(value),
                                     "the loss is not finite"))

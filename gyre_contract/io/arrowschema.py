@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -236,8 +237,14 @@ def arrow_schema_problems(schema: Any, model: type[BaseModel] = RolloutStep) -> 
     is still cast losslessly row by row, exactly as a JSON Lines value is.
     """
     problems = _metadata_problems(schema.metadata or {}, model)
-    problems += _struct_problems(model, {f.name: f for f in schema}, "")
+    problems += _struct_problems(model, _by_name(schema), "")
     return problems
+
+
+def _by_name(fields: Any) -> dict[str, Any]:
+    """Columns by name; a name used more than once maps to its count (a duplicated column)."""
+    counts = Counter(f.name for f in fields)
+    return {f.name: f if counts[f.name] == 1 else counts[f.name] for f in fields}
 
 
 def _metadata_problems(meta: Mapping[bytes, bytes], model: type[BaseModel]) -> list[Problem]:
@@ -255,13 +262,19 @@ def _metadata_problems(meta: Mapping[bytes, bytes], model: type[BaseModel]) -> l
 
 def _struct_problems(model: type[BaseModel], columns: Mapping[str, Any], prefix: str
                      ) -> list[Problem]:
-    problems = []
-    known = []
+    problems = [Problem(f"{prefix}{name}", "each column once", f"{count} columns named {name!r}",
+                        "duplicated column") for name, count in columns.items()
+                if isinstance(count, int)]
+    duplicated = {name for name, column in columns.items() if isinstance(column, int)}
+    columns = {name: column for name, column in columns.items() if name not in duplicated}
+    known = [*duplicated]
     for wire, _, required in _fields(model):
         known.append(wire)
         path = f"{prefix}{wire}"
         spec = spec_of(model, wire)
         column = columns.get(wire)
+        if wire in duplicated:
+            continue
         if column is None:
             if required:
                 problems.append(Problem(path, _expected(spec), "no such column",
@@ -284,7 +297,11 @@ def _column_problems(spec: Any, arrow_type: Any, path: str) -> list[Problem]:
     if isinstance(spec, type) and issubclass(spec, Modalities):
         if not pa.types.is_struct(arrow_type):
             return [_type_problem(spec, arrow_type, path, "is not a struct of modalities")]
-        return _struct_problems(spec, {f.name: f for f in arrow_type}, path + ".")
+        return _struct_problems(spec, _by_name(arrow_type), path + ".")
+    if pa.types.is_null(arrow_type):
+        return []  # every row null: absent where optional, reported per row where required
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type  # read decoded, like the plain column
     why = _mismatch(spec, arrow_type)
     return [_type_problem(spec, arrow_type, path, why)] if why else []
 

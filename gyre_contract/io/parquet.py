@@ -35,8 +35,10 @@ from gyre_contract.io.arrowschema import (
     type_text,
 )
 from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.checking import StepChecker, check_items, unread_report
 from gyre_contract.io.episodes import Episode
+from gyre_contract.io.lines import Parsed, hidden_problems
 from gyre_contract.io.report import FileReport
 
 __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet",
@@ -65,20 +67,26 @@ def write_parquet(
     else `RolloutStep`; the first record settles what an unpinned model leaves open. A key the
     model does not have, a `None` value or a value the column type cannot hold is refused with
     ContractError (`steps[i].field`) before the batch holding it is written. The file is
-    written to `path + ".tmp"` and renamed, so a reader never sees half a file; with
-    `fsync=True` it is on disk before the rename.
+    written to a temporary file in the same folder and renamed (`io.atomic`), so a reader never
+    sees half a file and a failed write leaves the previous file; with `fsync=True` it is on
+    disk before the rename.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    name = os.fspath(path)
-    tmp = name + ".tmp"
     steps = iter(steps)
     first = next(steps, None)
     if first is not None:
         steps = itertools.chain([first], steps)
     if model is None:
         model = type(first) if isinstance(first, RolloutStepV1) else RolloutStep
+    with atomic_path(path, fsync=fsync) as tmp:  # a reader never sees half a file
+        count = _write_rows(pa, pq, tmp, steps, model, rows_per_group)
+    return count
+
+
+def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[BaseModel],
+                rows_per_group: int) -> int:
     pinned = is_pinned(model)
     writer = None
     schema = None
@@ -99,25 +107,10 @@ def write_parquet(
             schema = to_arrow_schema(model) if pinned else pa.schema(
                 [], metadata=schema_metadata(model))
             writer = _writer(pq, tmp, schema)
-        writer.close()
-        writer = None
-        if fsync:
-            _fsync(tmp)
-        os.replace(tmp, name)
     finally:
         if writer is not None:
             writer.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return count
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _writer(pq: Any, path: str, schema: Any) -> Any:
@@ -250,14 +243,40 @@ def iter_parquet_records(
     if problems:
         raise ContractError(problems)
     row = 0
+    json_columns = [f.name for f in handle.schema_arrow
+                    if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json"]
     try:
         for batch in handle.iter_batches(batch_size=batch_rows):
-            for record in records_from_arrow(batch, model):
+            hidden = _hidden_json_problems(batch, json_columns)
+            for i, record in enumerate(records_from_arrow(batch, model)):
                 row += 1
-                yield row, record
+                if i in hidden:  # what JSON Lines refuses, a JSON column refuses too
+                    yield Parsed(row, None, [p.at_line(row) for p in hidden[i]])
+                else:
+                    yield row, record
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(f"cannot read {os.fspath(path)} after row {row}: "
                          f"{str(err).splitlines()[0]}") from None
+
+
+def _hidden_json_problems(batch: Any, names: list[str]) -> dict[int, list[Problem]]:
+    """Per row index: duplicate keys and integers beyond 64 bits in JSON-encoded columns
+    (`info`), which orjson would silently drop or round, as `lines.hidden_problems` finds them."""
+    found: dict[int, list[Problem]] = {}
+    for name in names:
+        for i, text in enumerate(batch.column(name).to_pylist()):
+            if text is None:
+                continue
+            raw = text.encode("utf-8", "surrogatepass")
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue  # validation reports a value that is not an object
+            if isinstance(value, dict):
+                problems = hidden_problems(raw, value)
+                if problems:
+                    found.setdefault(i, []).extend(p.under(name) for p in problems)
+    return found
 
 
 def records_from_arrow(batch: Any, model: type[BaseModel] = RolloutStep) -> list[dict[str, Any]]:
@@ -297,7 +316,11 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
 
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()  # a dictionary-encoded column reads as its values
     arrow_type = array.type
+    if pa.types.is_null(arrow_type):
+        return [None] * len(array)
     if isinstance(spec, JsonScalars):
         return [_json_value(v) for v in array.to_pylist()]
     if pa.types.is_struct(arrow_type):

@@ -25,6 +25,7 @@ from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import AnyObservation, field_specs
 from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.text import printable
 from gyre_contract.io.episodes import modality_values
 
 _INDEX = re.compile(r"\[\d+\]")
@@ -75,7 +76,7 @@ class ProblemGroup:
         """The group as report text: a heading with its count, then the examples."""
         head = f"{self.path}: {self.message}" if self.path else self.message
         times = "once" if self.count == 1 else f"{self.count} times"
-        lines = [f"{indent}{head} ({times})"]
+        lines = [printable(f"{indent}{head} ({times})")]
         lines += [f"{indent}  {p}" for p in self.examples]
         if self.count > len(self.examples):
             lines.append(f"{indent}  ... and {self.count - len(self.examples)} more")
@@ -145,7 +146,7 @@ class FileReport(Report):
         }
 
     def to_text(self) -> str:
-        out = [f"{self.path}: checked against {self.checked_against}", ""]
+        out = [printable(f"{self.path}: checked against {self.checked_against}"), ""]
         out += field_table_lines(self.fields)
         if self.more_fields:
             out.append(f"  ... and {self.more_fields} more keys not in the model, not listed")
@@ -190,7 +191,7 @@ def field_table_lines(fields: list[FieldSummary]) -> list[str]:
     if not fields:
         return ["fields: none"]
     rows = [("field", "dtype", "shape", "declared", "records")]
-    rows += [(f.name, f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
+    rows += [(printable(f.name), f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(r[:4], widths)) + "  " + r[4].rjust(7)

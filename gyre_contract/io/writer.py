@@ -8,6 +8,7 @@ and the OS only ever receives whole lines.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,7 +46,9 @@ def write_steps(
     OS; with `fsync=True` it is also on disk. A process killed during a `write` call can leave
     at most one partial last line, which the reader reports as a truncated line. With
     `append=True` the file is opened in O_APPEND mode, so on a local Linux file system lines
-    from several processes appending at once never interleave within a line.
+    from several processes appending at once never interleave within a line; and when the file
+    ends in a partial line (a writer killed, a full disk), a newline goes first, so the torn
+    line stays a line of its own (reported by readers) and the new records stay whole.
     """
     if is_parquet(path):
         if append:
@@ -53,13 +56,17 @@ def write_steps(
                              "file per shard")
         return write_parquet(path, steps, fsync=fsync)
     count = 0
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     try:
-        fd = os.open(path, flags, 0o644)
+        if append:
+            fd = open_for_append(path)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as err:
         raise InputError(f"cannot open {os.fspath(path)} for writing: {err.strerror}") from None
     buffer = bytearray()
     try:
+        if append and not ends_with_newline(fd):
+            buffer += b"\n"  # a torn last line (a writer cut off) stays alone, ours stays whole
         for index, step in enumerate(steps):
             buffer += _serialise(step, index)
             count += 1
@@ -124,6 +131,29 @@ def _unwritable(value: Any, path: str) -> list[Problem]:
     if isinstance(value, (list, tuple)):
         return [p for i, v in enumerate(value) for p in _unwritable(v, f"{path}[{i}]")]
     return []
+
+
+def ends_with_newline(fd: int) -> bool:
+    """True when the regular file `fd` is empty or ends in a newline (so an append starts a line).
+
+    Anything that is not a regular file (a pipe, a terminal) cannot be torn this way: True.
+    """
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+        return True
+    try:
+        return os.pread(fd, 1, info.st_size - 1) == b"\n"
+    except OSError:  # opened write-only (see `open_for_append`): cannot tell, add nothing
+        return True
+
+
+def open_for_append(path: str | os.PathLike[str]) -> int:
+    """An O_APPEND descriptor that can also read the last byte (write-only if it must be)."""
+    flags = os.O_CREAT | os.O_APPEND
+    try:
+        return os.open(path, flags | os.O_RDWR, 0o644)
+    except PermissionError:
+        return os.open(path, flags | os.O_WRONLY, 0o644)
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gyre_contract.core.errors import SchemaError
 from gyre_contract.core.report import Report
+from gyre_contract.core.text import printable
 from gyre_contract.schema.dtyperules import dtypes_of, narrowing, readable
 from gyre_contract.schema.fieldtable import (
     Dim,
@@ -117,12 +118,13 @@ class CompatReport(Report):
 
     def to_text(self) -> str:
         """One line per change (BREAKING or ok, its rule, the field, why), then the summary."""
-        lines = [f"gyre-contract compat ({self.mode}): {self.old.name} -> {self.new.name}"]
+        lines = [printable(f"gyre-contract compat ({self.mode}): {self.old.name} -> {self.new.name}")]
         if self.changes:
             width = max(len(c.rule) for c in self.changes)
             for c in self.changes:
                 mark = "BREAKING" if c.breaking(self.mode) else "ok      "
-                lines.append(f"  {mark}  {c.rule.ljust(width)}  {c.field}: {c.message}")
+                line = f"  {mark}  {c.rule.ljust(width)}  {c.field}: {c.message}"
+                lines.append(printable(line))
         else:
             lines.append("  no changes")
         lines.append(f"summary: {self.summary_line()}")

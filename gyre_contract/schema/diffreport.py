@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gyre_contract.core.report import Report
+from gyre_contract.core.text import printable
 from gyre_contract.schema.fieldtable import Dim, Dtype, FieldTable, dtype_text, shape_text
 
 SAME_REASON = "same name, dtype and shape"
@@ -313,12 +314,12 @@ def _side_line(label: str, table: FieldTable, layout: Layout | None) -> str:
     facts.append(_plural(len(table), "field"))
     if layout is not None and layout.batch_dims:
         facts.append(layout.text)
-    return f"  {label}: {table.name} ({', '.join(facts)})"
+    return printable(f"  {label}: {table.name} ({', '.join(facts)})")
 
 
 def render_text(report: DiffReport, color: bool = False) -> str:
     """The report as an aligned table grouped by tier (ANSI colours with `color`)."""
-    rows = [(e, _cells(e)) for e in report.entries]
+    rows = [(e, tuple(printable(c) for c in _cells(e))) for e in report.entries]
     widths = [max([len(h)] + [len(c[i]) for _, c in rows]) for i, h in enumerate(_HEADER[:4])]
     lines = ["gyre-contract diff",
              _side_line("sampler", report.sampler, None),
@@ -340,11 +341,11 @@ def render_text(report: DiffReport, color: bool = False) -> str:
         lines.append("")
         lines.append(_paint(f"WARNINGS ({len(report.warnings)})", _COLORS["warning"], color))
         for w in report.warnings:
-            lines.append(f"  ! {w.code}: {w.message}")
+            lines.append(printable(f"  ! {w.code}: {w.message}"))
     lines.append("")
     summary = report.summary_line()
     code = "31;1" if report.counts()["missing"] else "32"
-    lines.append(_paint(f"summary: {summary}", code, color))
+    lines.append(_paint(printable(f"summary: {summary}"), code, color))
     return "\n".join(lines) + "\n"
 
 

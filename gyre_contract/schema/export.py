@@ -14,7 +14,6 @@ unknown keywords) can register them from it and check their form; see docs/contr
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from gyre_contract.core.models import (
     TrainBatchV1,
 )
 from gyre_contract.core.tensor import TensorSpec, tensor_spec_of
+from gyre_contract.io.atomic import write_text_atomic
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 EXPORTED: tuple[type[GyreModel], ...] = (RolloutStepV1, TrainBatchV1)
@@ -175,7 +175,7 @@ def export_schemas(
     written = []
     for name, text in _documents(models):
         path = out / name
-        _write_atomically(path, text)
+        write_text_atomic(path, text)  # a kill never leaves half a file
         written.append(path)
     return written
 
@@ -185,24 +185,27 @@ def _documents(models: tuple[type[GyreModel], ...]) -> list[tuple[str, str]]:
     return [*docs, (META_SCHEMA_FILE, render(vocabulary_schema()))]
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def drifted_schemas(
     out_dir: str | Path, models: tuple[type[GyreModel], ...] = EXPORTED
 ) -> list[Path]:
     """Files in `out_dir` that are missing or differ from what the models generate now
-    (the vocabulary meta-schema included)."""
+    (the vocabulary meta-schema included).
+
+    Compared as bytes, size first: a file that is not UTF-8, or huge, is simply drifted.
+    """
     out = Path(out_dir)
     stale = []
     for name, text in _documents(models):
         path = out / name
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        if not _same_bytes(path, text.encode("utf-8")):
             stale.append(path)
     return stale
+
+
+def _same_bytes(path: Path, expected: bytes) -> bool:
+    try:
+        if not path.is_file() or path.stat().st_size != len(expected):
+            return False
+        return path.read_bytes() == expected
+    except OSError:
+        return False

@@ -343,6 +343,9 @@ class _Walker:
         shape = leaf.shape
         varying = tuple(d for d in shape if isinstance(d, str) and d.lstrip("*") in self.varying) \
             if shape is not None else ()
+        if name in self.fields:  # `obs` -> `x` and a literal "obs.x" would silently be one
+            raise SchemaError(f"{self.where}: {pointer}: two fields named {name!r} (nested, and "
+                              "a name holding a dot); rename one")
         self.fields[name] = Field(
             name=name, dtype=leaf.dtype, shape=shape, role=match.role, required=required,
             description=description if isinstance(description, str) else "", varying=varying,
@@ -532,7 +535,12 @@ def _gyre_shape(value: Any, where: str, pointer: str) -> tuple[Dim, ...]:
                 (isinstance(dim, int) and dim < 0) or (isinstance(dim, str) and not dim):
             raise SchemaError(f"{where}: {pointer}/x-gyre-shape: a dim is an int >= 0, a name or "
                               f"*name, got {describe(dim)}")
-        dims.append(int(dim) if isinstance(dim, str) and dim.isdigit() else dim)
+        if isinstance(dim, str) and dim.isdigit():  # "²" is a digit to isdigit, not to int
+            dim = int(dim) if dim.isascii() and len(dim) <= 19 else -1
+        if isinstance(dim, int) and not 0 <= dim < 2**63:
+            raise SchemaError(f"{where}: {pointer}/x-gyre-shape: a fixed dim is an integer "
+                              f"below 2**63 in ASCII digits, got {describe(value[len(dims)])}")
+        dims.append(dim)
     return tuple(dims)
 
 

@@ -8,6 +8,7 @@ name listed in `x-gyre-varying-dims`.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,19 @@ def infer_schema(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
+        raise InputError(_not_a_file(path))
     if path.suffix == ".npz":
         return _infer_npz(path)
     return _infer_jsonl(path)
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path` cannot be read as a file: missing, a directory, or not a regular file."""
+    if path.is_dir():
+        return f"{path}: is a directory, not a rollout file or .npz batch"
+    if path.exists():
+        return f"{path}: not a regular file (a FIFO, device or socket); infer reads files only"
+    return f"{path}: no such file"
 
 
 def _schema_head(path: Path, kind: str | None) -> dict[str, Any]:
@@ -196,10 +206,23 @@ def _infer_npz(path: Path) -> dict[str, Any]:
     import numpy as np
 
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: (data[k].dtype, data[k].shape) for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read as .npz: {exc}") from exc
+        with path.open("rb") as handle:  # ours to close, whatever np.load raises
+            data = np.load(handle, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy named .npz
+                raise InputError(f"{path}: cannot read as .npz: it holds one array (.npy), "
+                                 "not a zip of arrays")
+            arrays = {}
+            for key in data.files:
+                array = data[key]
+                if not isinstance(array, np.ndarray):  # numpy hands back a member's raw bytes
+                    raise InputError(f"{path}: cannot read as .npz: member {key!r} is not a "
+                                     ".npy array")
+                arrays[key] = (array.dtype, array.shape)
+            data.close()
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{path}: cannot read as .npz: {exc}") from None
     if not arrays:
         raise InputError(f"{path}: no arrays")
     lead = _common_lead([shape for _, shape in arrays.values()])

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from gyre_contract.core.dims import DTYPES, FLOAT_EXACT_INT, INT_DTYPES
-from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+from gyre_contract.core.errors import (
+    ContractError,
+    FieldMapError,
+    MissingFieldError,
+    Problem,
+    describe,
+)
 from gyre_contract.trainer.advantages import TRUNCATION_MODES, discounted_returns, gae
 
 OpFunction = Callable[..., Any]
@@ -236,7 +242,11 @@ def _per_step(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
 
 def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
     """True on an episode's first step (step == 0): SB3 `episode_starts`, RLDS `is_first`."""
-    return (inputs[0] == 0) & _need(columns, "mask")
+    step, mask = np.asarray(inputs[0]), _need(columns, "mask")
+    if step.shape != mask.shape:  # e.g. policy_version: one value per episode, not per step
+        raise FieldMapError(f"episode_start needs a per-step column [B, T] {list(mask.shape)} "
+                            f"(the step index), got {describe(step)}")
+    return (step == 0) & mask
 
 
 def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: float,

@@ -128,7 +128,7 @@ def test_a_module_failing_on_import_is_one_line_exit_2(tmp_path, monkeypatch):
 
 def test_output_files_are_replaced_atomically(tmp_path, monkeypatch):
     """A write that fails leaves the old file as it was and no temporary file behind."""
-    from gyre_contract.cli import common
+    from gyre_contract.io.atomic import atomic_path
 
     target = tmp_path / "schema.json"
     target.write_text("old")
@@ -137,8 +137,9 @@ def test_output_files_are_replaced_atomically(tmp_path, monkeypatch):
         Path(tmp).write_text("half")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError):
-        common.replace_file(target, broken)
+    with pytest.raises(OSError), atomic_path(target) as tmp:
+        broken(tmp)
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["schema.json"]
-    common.replace_file(target, lambda tmp: Path(tmp).write_text("new"))
+    with atomic_path(target) as tmp:
+        Path(tmp).write_text("new")
     assert target.read_text() == "new"

@@ -193,4 +193,5 @@ def test_compat_report_protocol_matches_the_cli() -> None:
 @pytest.mark.parametrize("option", ["--gamma", "--lam"])
 def test_diff_refuses_a_non_finite_discount(option: str) -> None:
     code, out, err = cli("diff", STEP, BATCH, option, "nan")
-    assert (code, out) == (2, "") and err == f"error: {option} must be a finite number, got nan\n"
+    assert (code, out) == (2, "")
+    assert err == f"gyre-contract diff: argument {option}: must be a number in [0, 1], got 'nan'\n"
