@@ -370,7 +370,7 @@ def test_torchrl_reward_is_b_t_1_under_next() -> None:
     assert (reward.tier, reward.sampler_fields) == ("needs_conversion", ("reward",))
     assert reward.conversion.entry == {"op": "unsqueeze", "from": "reward", "axis": -1}
     assert r.entry("next.observation").tier == "renamed"
-    assert r.entry("sample_log_prob").sampler_fields == ("logprob",)
+    assert r.entry("action_log_prob").sampler_fields == ("logprob",)
     unsqueeze = [{"op": "unsqueeze", "axis": -1}]
     fields = r.field_map()["fields"]
     assert fields["next.done"] == {"op": "any", "from": ["terminated", "truncated"],
