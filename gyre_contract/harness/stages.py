@@ -171,7 +171,7 @@ def half_way(
                                          max_staleness=max_staleness)
         batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays)
+        batch = schema.check(arrays, columns["mask"])
         if max_staleness is not None:
             stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
             if stale:
@@ -445,7 +445,7 @@ def full_loop(
                     columns = fmap.collated(episodes, max_len=max_len)
                     batch = _row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns))
+                    arrays = schema.check(fmap.apply(columns), columns["mask"])
                 metrics = _metrics(train_fn(arrays))
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]

@@ -53,13 +53,17 @@ class TrainerSchema:
     def batch_dims(self) -> tuple[str, ...]:
         return self.layout.batch_dims
 
-    def check(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The trainer's batch from mapped arrays, or ContractError listing every misfit."""
+    def check(self, arrays: Mapping[str, Any], mask: Any = None) -> dict[str, np.ndarray]:
+        """The trainer's batch from mapped arrays, or ContractError listing every misfit.
+
+        `mask` (the collated `[B, T]` mask) fixes the sizes of the batch dims, so a map that
+        left a time-major trainer's arrays batch-major is caught even when the sizes agree.
+        """
         flat = flatten_batch(arrays)
         if self.layout.kind == "flat":
             flat = self._real_steps(flat)
         problems: list[Problem] = []
-        bound: dict[str, int] = {}
+        bound = self._sizes(mask)
         for f in self.table:
             if f.name not in flat:
                 if f.required:
@@ -71,6 +75,17 @@ class TrainerSchema:
         if problems:
             raise ContractError(problems)
         return flat
+
+    def _sizes(self, mask: Any) -> dict[str, int]:
+        """The batch dims' sizes the collated mask implies (none without a mask)."""
+        if mask is None:
+            return {}
+        rows, steps = np.shape(mask)
+        dims = self.batch_dims
+        if self.layout.kind == "flat":
+            return {dims[0]: int(np.count_nonzero(mask))}
+        sizes = (steps, rows) if self.layout.kind == "time_major" else (rows, steps)
+        return dict(zip(dims[:2], sizes, strict=False))
 
     def _real_steps(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Rows of a flat layout: the map's [B, T] columns at the real steps only."""
@@ -183,5 +198,5 @@ def _shape_misfit(shape: tuple[Dim, ...] | None, got: tuple[int, ...],
             return f"size {size} where the trainer schema wants {want}"
         if isinstance(want, str) and want != UNKNOWN_DIM:
             if bound.setdefault(want, size) != size:
-                return f"dim {want} is {size} here but {bound[want]} in another field"
+                return f"dim {want} is {size} here but {bound[want]} in the batch"
     return ""

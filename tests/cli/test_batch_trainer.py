@@ -112,3 +112,14 @@ def test_trainer_schema_from_our_own_batch_model():
 
     schema = trainer_schema(TrainBatch)
     assert schema.batch_dims == ("B", "T") and "mask" in schema.table
+
+
+def test_a_time_major_trainer_fed_batch_major_arrays_is_caught(tmp_path):
+    trainer = tmp_path / "tm.json"
+    trainer.write_text(json.dumps({"type": "object", "required": ["rewards"], "properties": {
+        "rewards": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}}))
+    fmap = tmp_path / "m.json"
+    fmap.write_text(json.dumps({"gyre_field_map": 1, "fields": {"rewards": {"from": "reward"}}}))
+    code, _, err = cli("batch", ROLLOUTS, "--map", fmap, "--trainer", trainer, "--batch-dims",
+                       "T,N")
+    assert code == 1 and "rewards" in err and "dim T is 8 here but 40 in the batch" in err
