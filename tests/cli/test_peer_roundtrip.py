@@ -92,3 +92,40 @@ def test_sb3_gets_discrete_actions_as_m_by_1(tmp_path, reference) -> None:
     mask = reference["cols"]["mask"]
     assert batch["actions"].shape == (int(mask.sum()), 1)
     np.testing.assert_array_equal(batch["actions"][:, 0], reference["cols"]["action"][mask])
+
+
+def llm_records() -> list[dict]:
+    """Three LLM episodes (one generation per step, token counts varying), one truncated."""
+    out = []
+    for k, (eid, gens) in enumerate({"a": [2, 4], "b": [5], "c": [3, 1]}.items()):
+        for t, n in enumerate(gens):
+            last = t == len(gens) - 1
+            out.append({"observation": {"token_ids": [1, 2, 3], "text": f"{eid}{t}"},
+                        "action": list(range(10, 10 + n)),
+                        "logprob": [-0.25 * (i + 1) - 0.125 * k for i in range(n)],
+                        "value": 0.5, "next_value": 0.25, "reward": float(last), "step": t,
+                        "episode_id": eid, "terminated": last and eid != "b",
+                        "truncated": last and eid == "b", "policy_version": 3})
+    return out
+
+
+def test_trl_gets_one_row_per_generation_with_its_token_mask(tmp_path) -> None:
+    from gyre_contract.harness.stages import half_way
+    from gyre_contract.io.writer import write_steps
+    from gyre_contract.pinned import LLMStep
+
+    path = tmp_path / "llm.jsonl"
+    write_steps(path, llm_records())
+    trainer = PEERS / "trl_grpo.json"
+    r = diff(LLMStep, trainer, batch_dims="B")
+    assert r.exit_code() == 0 and r.entry("ref_per_token_logps").tier == "optional_missing"
+    batch = half_way(path, r.field_map(), model=LLMStep, trainer=trainer, batch_dims="B").batch
+    gens = [len(rec["action"]) for rec in llm_records()]
+    # rows in the [B, T] mask order: episode by episode, step by step
+    assert batch["completion_ids"].shape == (len(gens), max(gens))
+    assert batch["completion_mask"].sum(axis=1).tolist() == gens
+    cols = collate(list(read_episodes(path, LLMStep)), fields=["reward", "value", "terminated",
+                                                              "truncated"])
+    adv, _ = gae(cols["reward"], cols["value"], cols["terminated"], cols["truncated"],
+                 cols["mask"], cols["next_value"], gamma=0.99, lam=0.95)
+    np.testing.assert_allclose(batch["advantages"], adv[cols["mask"]], rtol=1e-6)
