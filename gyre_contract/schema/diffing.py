@@ -217,7 +217,8 @@ class _Engine:
         scored = []
         for s in self._candidates(t):
             fit_d = compare_dtype(s.dtype, t.dtype)
-            fit_s = compare_shape(self._s_shape(s), t_step, s.varying)
+            fit_s = compare_shape(self._s_shape(s), t_step, s.varying,
+                                  unknown_as_one=t.role == "action")
             if not (fit_d.ok and fit_s.ok):
                 scored.append((0.0, s))
                 continue
@@ -260,7 +261,7 @@ class _Engine:
                 note: str) -> Entry:
         s_step = self._s_shape(s)
         fit_d = compare_dtype(s.dtype, t.dtype)
-        fit_s = compare_shape(s_step, t_step, s.varying)
+        fit_s = compare_shape(s_step, t_step, s.varying, unknown_as_one=t.role == "action")
         base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
                     sampler_shape=s.shape, trainer_shape=t.shape)
         if fit_d.ok and not fit_s.ok and self._summable(t, s, s_step, t_step, stripped):

@@ -71,3 +71,13 @@ def test_a_padded_trainer_without_a_mask_gets_one_and_a_warning() -> None:
     for trainer, dims in ((BATCH, None), (PEERS / "sb3_rollout_samples.json", "M")):
         assert "padding_unmasked" not in [w.code for w in diff(STEP, trainer,
                                                                 batch_dims=dims).warnings]
+
+
+def test_a_scalar_action_becomes_m_by_1_for_an_unknown_trailing_dim() -> None:
+    from gyre_contract.pinned import CartPoleStep
+
+    old_sb3 = {"type": "object", "required": ["actions"], "properties": {"actions": {
+        "type": "array", "items": {"type": "array", "items": {"type": "number"}}}}}
+    e = diff(CartPoleStep, old_sb3, batch_dims="M").entry("actions")
+    assert e.tier == "needs_conversion"
+    assert e.conversion.entry == {"op": "unsqueeze", "from": "action", "axis": -1}
