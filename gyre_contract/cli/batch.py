@@ -23,6 +23,7 @@ from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.stages import BatchReport, half_way
 from gyre_contract.io.atomic import atomic_write
+from gyre_contract.schema.trainerbatch import trainer_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 
 
@@ -55,6 +56,13 @@ def add_parser(sub: Any) -> None:
                    help="the trainer's policy version (default: the newest in the batch)")
     p.add_argument("--max-staleness", type=int, metavar="K",
                    help="fail when a row's policy version is older than current - K")
+    p.add_argument("--trainer", metavar="T.json",
+                   help="validate the batch against this trainer schema (ours or foreign) instead "
+                   "of TrainBatch, and write it under the trainer's own keys (nested names "
+                   "joined with '.')")
+    p.add_argument("--batch-dims", metavar="DIMS",
+                   help="the trainer schema's leading batch dims when it names none "
+                   "(x-gyre-batch-dims): B,T, T,B (time-major), M or T*N (flat: real steps only)")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
@@ -64,12 +72,15 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise InputError(f"--max-len must be at least 1, got {args.max_len}")
     # The loss module first: it may register the custom ops the map uses.
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
+    if args.batch_dims is not None and args.trainer is None:
+        raise InputError("--batch-dims goes with --trainer (the trainer schema's batch dims)")
+    trainer = trainer_schema(args.trainer, args.batch_dims) if args.trainer else None
     fmap = FieldMap.load(args.map_path)
     model = load_model(args.model) if args.model else None
     with file_progress(args.rollouts, err, args.format):
         stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
                          current_version=args.current_version, max_staleness=args.max_staleness,
-                         model=model)
+                         model=model, trainer=trainer)
     report = BatchReport(stage, output=write_npz(args.out, stage.batch) if args.out else None)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()

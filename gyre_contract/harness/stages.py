@@ -6,7 +6,8 @@ batch → validated `TrainBatch` → the user's loss, called once, with no param
 Every result is a `Report` (gyre_contract/core/report.py). A stage that fails raises
 `ContractError` instead of returning, so a report that exists always holds (`ok` is True).
 Model arguments follow one rule: `model=` is the rollout-step model, `batch_model=` the
-batch model.
+batch model; `trainer=` is instead a trainer's own batch schema (any JSON Schema, with
+`batch_dims=` when it names none), so a trainer runs on its own keys, unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from gyre_contract.core.validate import staleness_problems, validate_batch
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
 from gyre_contract.io import read_episodes
+from gyre_contract.schema.fieldtable import SchemaInput
+from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
 
@@ -52,6 +55,13 @@ class HalfWayReport(Report):
     loss: float | None
     seconds: dict[str, float]
     batch: dict[str, Any] = field(repr=False)
+    trainer: str | None = None
+
+    @property
+    def padding(self) -> float:
+        """The fraction of the collated `[B, T]` batch that is padding (not data)."""
+        cells = self.rows * self.time_steps
+        return 1.0 - self.steps / cells if cells else 0.0
 
     @property
     def ok(self) -> bool:
@@ -68,6 +78,8 @@ class HalfWayReport(Report):
             "time_steps": self.time_steps,
             "steps": self.steps,
             "episodes": self.episodes,
+            "padding": self.padding,
+            "trainer": self.trainer,
             "policy_versions": self.policy_versions,
             "loss": self.loss,
             "seconds": self.seconds,
@@ -76,14 +88,18 @@ class HalfWayReport(Report):
     def to_text(self) -> str:
         """The batch's table of fields, its size and the loss."""
         versions = self.policy_versions
-        span = f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+        span = (f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else
+                str(versions[0]) if versions else "not recorded")
         loss = "not computed (no loss function given)" if self.loss is None else (
             f"{self.loss:.6g} (one call, no update)")
+        what = "a valid TrainBatch" if self.trainer is None else \
+            f"valid against the trainer schema {self.trainer}"
         return "\n".join([
-            "stage 2 (half way): the batch is a valid TrainBatch",
+            f"stage 2 (half way): the batch is {what}",
             format_table(self.fields),
             f"B={self.rows} rows from {self.episodes} episodes, T={self.time_steps}, "
-            f"{self.steps} real steps of {self.rows * self.time_steps}, policy versions {span}",
+            f"{self.steps} real steps of {self.rows * self.time_steps} "
+            f"({self.padding:.1%} padding), policy versions {span}",
             f"loss: {loss}",
         ])
 
@@ -127,29 +143,44 @@ def half_way(
     max_staleness: int | None = None,
     model: Any = None,
     batch_model: Any = None,
+    trainer: SchemaInput | TrainerSchema | None = None,
+    batch_dims: tuple[str, ...] | str | None = None,
 ) -> HalfWayReport:
     """Stage 2: map, collate, validate, then call `loss_fn(batch)` once with no update.
 
     `episodes_or_path` is a rollout file (read with `read_episodes(path, model)`, `model`
     defaulting to `RolloutStep`) or episodes already read; the batch is validated as
     `batch_model` (default `TrainBatch`); `step_model=` is the deprecated name of `model=`.
-    Raises ContractError when the batch breaks docs/contract.md §4 (a missing field, a wrong
-    shape or dtype, stale policy versions), when `loss_fn` raises, or when the
-    loss is not one finite number.
+    With `trainer=` (a JSON Schema path or dict, ours or foreign; `batch_dims=` when it has no
+    `x-gyre-batch-dims`) the batch is checked against that schema instead and keyed by its
+    names, nested ones joined with `.` (see `trainer_schema`). Raises ContractError when the
+    batch breaks docs/contract.md §4 or the trainer schema (a missing field, a wrong shape or
+    dtype, stale policy versions), when `loss_fn` raises, or when the loss is not one finite
+    number; SchemaError when the trainer schema cannot describe a batch.
     """
     clock = time.perf_counter()
+    schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
     episodes = _episodes(episodes_or_path, model)
-    arrays = fmap.build(episodes, max_len=max_len)
+    columns = fmap.collated(episodes, max_len=max_len)
+    arrays = fmap.apply(columns)
     built = time.perf_counter()
-    validated_batch = validate_batch(arrays, batch_model or TrainBatch,
-                                     current_version=current_version, max_staleness=max_staleness)
-    batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+    if schema is None:
+        validated_batch = validate_batch(arrays, batch_model or TrainBatch,
+                                         current_version=current_version,
+                                         max_staleness=max_staleness)
+        batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+    else:
+        batch = schema.check(arrays, columns["mask"])
+        if max_staleness is not None:
+            stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
+            if stale:
+                raise ContractError(stale)
     validated = time.perf_counter()
     loss = None if loss_fn is None else _call_loss(loss_fn, batch)
     done = time.perf_counter()
-    mask = np.asarray(batch["mask"])
-    versions = sorted({int(v) for v in np.asarray(batch["policy_version"]).tolist()})
+    mask = np.asarray(columns["mask"])
+    versions = sorted({int(v) for v in np.asarray(columns.get("policy_version", [])).tolist()})
     return HalfWayReport(
         fields=inspect_batch(batch),
         rows=int(mask.shape[0]),
@@ -161,7 +192,36 @@ def half_way(
         seconds={"read_and_build": built - clock, "validate": validated - built,
                  "loss": done - validated},
         batch=batch,
+        trainer=None if schema is None else schema.name,
     )
+
+
+@dataclass(frozen=True)
+class _RowKeys:
+    """The per-row keys of a collated batch, for checks a trainer's own batch may not hold."""
+
+    mask: np.ndarray
+    policy_version: np.ndarray
+    episode_id: np.ndarray | None
+
+
+def _row_keys(columns: Mapping[str, Any]) -> _RowKeys:
+    versions = columns.get("policy_version")
+    return _RowKeys(np.asarray(columns["mask"]),
+                    np.asarray(versions if versions is not None else [], dtype=np.int64),
+                    columns.get("episode_id"))
+
+
+def _trainer(trainer: SchemaInput | TrainerSchema | None, batch_dims: Any,
+             batch_model: Any) -> TrainerSchema | None:
+    """The trainer schema to check against, or None for a batch model (default TrainBatch)."""
+    if trainer is None:
+        if batch_dims is not None:
+            raise ValueError("batch_dims= goes with trainer=, the trainer's schema")
+        return None
+    if batch_model is not None:
+        raise ValueError("give trainer= (a trainer's schema) or batch_model=, not both")
+    return trainer_schema(trainer, batch_dims)
 
 
 def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
@@ -349,13 +409,16 @@ def full_loop(
     clock: Callable[[], float] = time.perf_counter,
     model: Any = None,
     batch_model: Any = None,
+    trainer: SchemaInput | TrainerSchema | None = None,
+    batch_dims: tuple[str, ...] | str | None = None,
 ) -> LoopReport:
     """Stage 3: `cycles` rounds of sample → map → collate → validate → train, timed and checked.
 
     Each cycle calls `sample_fn(version)` under the rollout timer. It returns episodes
     (`Episode` objects or mappings of columns) or step records (§3 dicts, validated and grouped
     here as `model`, default `RolloutStep`). Then, under the train timer, the field map builds
-    the batch, validated as `batch_model` (default `TrainBatch`), and `train_fn(batch)` runs.
+    the batch, validated as `batch_model` (default `TrainBatch`) or against `trainer=` (a
+    trainer's own schema, keyed by its names, as in `half_way`), and `train_fn(batch)` runs.
     One `train_fn` call is one update: the version goes up by 1 (when the returned metrics
     hold `policy_version`, it must be exactly that). The first
     failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
@@ -367,6 +430,7 @@ def full_loop(
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
     fmap = field_map if hasattr(field_map, "to_train_batch") else _field_map(field_map)
+    schema = _trainer(trainer, batch_dims, batch_model)
     version = start_version
     reports: list[CycleReport] = []
     batch_shape: tuple[int, int] = (0, 0)
@@ -377,10 +441,16 @@ def full_loop(
             counts = _episode_counts(episodes, cycle)
             timer.count(steps=counts.n_steps, episodes=counts.n_ended)
             with timer.train():
-                batch = fmap.to_train_batch(episodes, max_len=max_len,
-                                            batch_model=batch_model or TrainBatch)
-                _check_batch(batch, counts, version, max_staleness, cycle)
-                arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+                if schema is None:
+                    batch = fmap.to_train_batch(episodes, max_len=max_len,
+                                                batch_model=batch_model or TrainBatch)
+                    _check_batch(batch, counts, version, max_staleness, cycle)
+                    arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+                else:
+                    columns = fmap.collated(episodes, max_len=max_len)
+                    batch = _row_keys(columns)
+                    _check_batch(batch, counts, version, max_staleness, cycle)
+                    arrays = schema.check(fmap.apply(columns), columns["mask"])
                 metrics = _metrics(train_fn(arrays))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)

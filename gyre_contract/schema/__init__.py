@@ -4,7 +4,8 @@ Modules, lowest first (each imports only those above it): `export` (models -> JS
 `loading` (strict JSON, local `$ref`s, limits), `roles`, `fieldtable` (any schema -> one row per
 field), `infer` (a schema from a JSON Lines or `.npz` file), `dtyperules` and `shaperules` (what
 fits, what casts lose), `diffreport` (the diff's report and its renderings), `converters` and
-`diffwarnings` (parts of the diff), `diffing` (the `diff` engine), `compatibility` (`compat`).
+`diffwarnings` (parts of the diff), `diffing` (the `diff` engine), `compatibility` (`compat`),
+`trainerbatch` (a mapped batch checked against a trainer's own schema).
 
 Names load on first use (PEP 562). `diff` and `compat` here are the functions.
 """
@@ -20,4 +21,5 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".diffing": ("diff",),
     ".diffreport": ("DiffReport",),
     ".compatibility": ("compat", "CompatReport"),
+    ".trainerbatch": ("trainer_schema", "TrainerSchema"),
 })

@@ -153,7 +153,9 @@ class _Engine:
         self.used: set[str] = set()
         self.prefix_roles: dict[str, set[str]] | None = None  # dotted prefix -> roles under it
         self.converters = Converters(s_tab, t_tab, self.by_role, gamma, lam)
-        self.notes = DiffWarnings(self.layout, t_tab, self.converters.have)
+        same_kind = (s_tab.kind is not None and s_tab.kind == t_tab.kind) or \
+            (bool(s_tab.title) and s_tab.title == t_tab.title)
+        self.notes = DiffWarnings(self.layout, t_tab, self.converters.have, same_kind)
         self.warnings = self.notes.items  # the one list every warning goes to, in order found
         self._check_renames()
 
@@ -168,7 +170,7 @@ class _Engine:
 
     def run(self) -> DiffReport:
         """Match every trainer field, list the unused sampler fields, add the warnings."""
-        entries = [self.match(t) for t in self.t_tab]
+        entries = [_optional(self.match(t), t) for t in self.t_tab]
         for s in self.s_tab:
             if s.name not in self.used:
                 entries.append(Entry("unused", None, (s.name,), s.role, s.dtype, None,
@@ -199,7 +201,8 @@ class _Engine:
             return self._group_entry(t, *group, stripped)
         else:
             source = self._by_role(t, t_step)
-        if source is not None and not source.required and t.role in _COMPUTED_ROLES:
+        if (source is not None and not source.required and t.role in _COMPUTED_ROLES
+                and not (self.notes.same_kind and source is same)):
             derived = self._derive(t, t_step, stripped)
             if derived.tier != "missing":
                 note = f"the sampler's {source.name} is optional, so it is computed here"
@@ -214,7 +217,8 @@ class _Engine:
         scored = []
         for s in self._candidates(t):
             fit_d = compare_dtype(s.dtype, t.dtype)
-            fit_s = compare_shape(self._s_shape(s), t_step, s.varying)
+            fit_s = compare_shape(self._s_shape(s), t_step, s.varying,
+                                  unknown_as_one=t.role == "action")
             if not (fit_d.ok and fit_s.ok):
                 scored.append((0.0, s))
                 continue
@@ -257,7 +261,7 @@ class _Engine:
                 note: str) -> Entry:
         s_step = self._s_shape(s)
         fit_d = compare_dtype(s.dtype, t.dtype)
-        fit_s = compare_shape(s_step, t_step, s.varying)
+        fit_s = compare_shape(s_step, t_step, s.varying, unknown_as_one=t.role == "action")
         base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
                     sampler_shape=s.shape, trainer_shape=t.shape)
         if fit_d.ok and not fit_s.ok and self._summable(t, s, s_step, t_step, stripped):
@@ -505,6 +509,9 @@ class _Engine:
                  text: str, reason: str, manual: str, t_step: tuple[Dim, ...] | None,
                  stripped: int) -> Entry:
         self.used.update(s for s in sources if s in self.s_tab)
+        for name in sources:  # a map the diff writes must run on any data the schema allows
+            if name in self.s_tab:
+                self.notes.optional_source(t, self.s_tab[name])
         if op_entry is not None and op_entry.get("op") in ("gae", "discounted_return"):
             self.used.update(f.name for f in self.by_role.get("next_value", ()))
         out_dtype, out_shape = derived_output(t.role)
@@ -547,6 +554,15 @@ class _Engine:
                      None, t.shape, conversion, "; ".join(filter(None, [reason, note])))
 
 
+
+
+def _optional(entry: Entry, t: Field) -> Entry:
+    """A missing trainer field its schema marks optional is reported, not breaking."""
+    if entry.tier != "missing" or t.required:
+        return entry
+    return replace(entry, tier="optional_missing",
+                   reason=f"{entry.reason}; optional in the trainer's schema: the trainer runs "
+                   f"without it")
 
 
 def _roles_agree(s: Field, t: Field) -> bool:

@@ -20,7 +20,10 @@ SAME_REASON = "same name, dtype and shape"
 """The reason of a `same` entry (renderers drop it from the `why` column)."""
 UNUSED_REASON = "produced by the sampler, read by no trainer field"
 """The reason of an `unused` entry (renderers drop it from the `why` column)."""
-TIERS: tuple[str, ...] = ("same", "renamed", "needs_conversion", "missing", "unused")
+TIERS: tuple[str, ...] = ("same", "renamed", "needs_conversion", "missing", "optional_missing",
+                          "unused")
+"""The tiers in report order. `optional_missing`: an optional trainer field with no source,
+reported but not breaking (the trainer runs without it)."""
 REPORT_VERSION = 1
 DEFAULT_GAMMA = 0.99
 DEFAULT_LAM = 0.95
@@ -161,6 +164,8 @@ class DiffReport(Report):
         c = self.counts()
         parts = [f"{c['same']} same", f"{c['renamed']} renamed",
                  f"{c['needs_conversion']} need conversion", f"{c['missing']} missing",
+                 *([f"{c['optional_missing']} optional without source"]
+                   if c["optional_missing"] else []),
                  f"{c['unused']} unused", _plural(len(self.warnings), "warning")]
         if c["missing"]:
             verdict = f"contract broken: {_plural(c['missing'], 'trainer field')} with no source"
@@ -217,7 +222,7 @@ class DiffReport(Report):
         fields: dict[str, Any] = {}
         left_out: list[str] = []
         for e in self.entries:
-            if e.trainer_field is None or e.tier == "missing":
+            if e.trainer_field is None or e.tier in ("missing", "optional_missing"):
                 continue
             entry = e.conversion.entry if e.conversion else {"from": e.sampler_fields[0]}
             if entry is None:
@@ -227,6 +232,12 @@ class DiffReport(Report):
         if self.layout.kind == "flat" and "mask" not in fields and "mask" not in self.trainer:
             fields["mask"] = {"op": "mask", "comment": "not a trainer field: the trainer reads "
                               "a flat batch, select its steps with batch[key][batch['mask']]"}
+        key = padding_mask_key(self.trainer, self.layout)
+        if key is not None and key not in fields:
+            fields[key] = {"op": "mask", "comment": "not a trainer field: the padding of the "
+                           "[B, T] batch, which the trainer must leave out of its loss"}
+            if self.layout.kind == "time_major":
+                fields[key]["then"] = [{"op": "transpose", "axes": [1, 0]}]
         doc: dict[str, Any] = {"gyre_field_map": 1}
         comment = f"written by gyre-contract diff {self.sampler.name} {self.trainer.name}"
         missing = [e.trainer_field for e in self.tier("missing") if e.trainer_field]
@@ -237,6 +248,23 @@ class DiffReport(Report):
         doc["comment"] = comment
         doc["fields"] = fields
         return doc
+
+
+def padding_mask_key(trainer: FieldTable, layout: Layout) -> str | None:
+    """The key the written map adds for a padded layout whose trainer schema has no mask.
+
+    None when the layout is not padded (per step, flat) or the trainer reads a mask of its own.
+    TorchRL-style schemas (nested `next.*` entries of a TensorDict) get `collector.mask`, the
+    entry TorchRL's losses find on their own (`LossModule.loss_mask_key = "auto"`); others get
+    `mask`.
+    """
+    if layout.kind not in ("batch", "time_major"):
+        return None
+    if any(f.role == "mask" for f in trainer):
+        return None
+    if any(f.name.startswith("next.") for f in trainer):
+        return "collector.mask"
+    return "mask"
 
 
 def _plural(n: int, word: str) -> str:
@@ -261,16 +289,18 @@ def _shape_json(shape: tuple[Dim, ...] | None) -> list[int | str] | None:
 # Rendering
 
 _TIER_TITLES = {"same": "SAME", "renamed": "RENAMED", "needs_conversion": "NEEDS CONVERSION",
-                "missing": "MISSING", "unused": "UNUSED"}
+                "missing": "MISSING", "optional_missing": "OPTIONAL, NO SOURCE",
+                "unused": "UNUSED"}
 _TIER_HELP = {
     "same": "same name, dtype and shape",
     "renamed": "another name, same role, dtype and shape",
     "needs_conversion": "a source exists but needs a cast, reshape, transpose or converter",
     "missing": "no source and no converter: the contract is broken",
+    "optional_missing": "optional trainer fields with no source: reported, not breaking",
     "unused": "produced by the sampler, read by nobody",
 }
 _COLORS = {"same": "32", "renamed": "36", "needs_conversion": "33", "missing": "31;1",
-           "unused": "2", "warning": "33"}
+           "optional_missing": "35", "unused": "2", "warning": "33"}
 _HEADER = ("trainer field", "from sampler", "dtype", "shape", "why")
 
 

@@ -1,14 +1,14 @@
 """The diff's warnings: semantic losses no tier shows (docs/contract.md §6), each with a stable
 `code` (`narrowing_cast`, `int_to_float`, `optional_source`, `truncation_collapsed`,
 `recomputed_logprob`, `no_bootstrap_value`, `map_incomplete`, `flat_layout`, `no_batch_dims`,
-`ambiguous_match`, `summed_elements`).
+`ambiguous_match`, `summed_elements`, `padding_unmasked`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from gyre_contract.schema.diffreport import DiffWarning, Entry, Layout
+from gyre_contract.schema.diffreport import DiffWarning, Entry, Layout, padding_mask_key
 from gyre_contract.schema.dtyperules import MANTISSA, DtypeFit, dtype_kind, dtypes_of, lossless
 from gyre_contract.schema.fieldtable import Field, FieldTable, shape_text
 from gyre_contract.schema.roles import is_recomputed_logprob
@@ -18,13 +18,15 @@ class DiffWarnings:
     """Collects the warnings of one diff in the order found; `finish` adds the report-wide ones."""
 
     def __init__(self, layout: Layout, t_tab: FieldTable,
-                 have: Callable[[str], Field | None]) -> None:
+                 have: Callable[[str], Field | None], same_kind: bool = False) -> None:
         self.layout = layout
+        self.same_kind = same_kind
+        """Sampler and trainer are the same kind of document: optional maps to optional."""
         self.t_tab = t_tab
         self.have = have
         self.items: list[DiffWarning] = []
         self.optional: list[tuple[str, str]] = []
-        """(trainer field, sampler source) pairs where a required field reads an optional one."""
+        """(trainer field, sampler source) pairs the written map reads from an optional one."""
 
     def ambiguous_role(self, t: Field) -> None:
         """A trainer field whose name means different roles in different libraries."""
@@ -57,8 +59,11 @@ class DiffWarnings:
             f"overflow (the map refuses values that do not fit)"))
 
     def optional_source(self, t: Field, s: Field) -> None:
-        """Note a required trainer field read from an optional sampler field (one warning at the end)."""
-        if t.required and not s.required:
+        """Note a trainer field the map reads from an optional sampler field (one warning at
+        the end): the map fails on rollouts without it. Between two documents of one kind an
+        optional field read by an optional one is no surprise and is not noted."""
+        if not s.required and (t.required or not self.same_kind) and \
+                (t.name, s.name) not in self.optional:
             self.optional.append((t.name, s.name))
 
     def _unknown_batch_dims(self, entries: list[Entry]) -> None:
@@ -75,17 +80,35 @@ class DiffWarnings:
                 f"lead with batch dims, say which: --batch-dims B,T (or T,B for time-major, M "
                 f"for a flat batch)"))
 
+    def _padding(self, entries: list[Entry]) -> None:
+        """A padded [B, T] layout whose trainer schema reads no mask: padding would be data."""
+        key = padding_mask_key(self.t_tab, self.layout)
+        if key is None:
+            return
+        read = [e.trainer_field for e in entries if e.trainer_field and e.tier in
+                ("same", "renamed", "needs_conversion")]
+        where = ("TorchRL's losses read it on their own (loss_mask_key \"auto\")"
+                 if key == "collector.mask" else "mask the loss with it")
+        self.items.append(DiffWarning(
+            "padding_unmasked", tuple(read),
+            f"the trainer reads a padded batch {shape_text(self.layout.batch_dims)} and its "
+            f"schema has no mask: episodes of different lengths leave padding in every field "
+            f"it reads, which would be trained on as data. The written map adds {key} (True on "
+            f"real steps): {where}"))
+
     def finish(self, entries: list[Entry]) -> None:
         """The warnings about the whole report, added after every field is matched."""
         if self.optional:
             pairs = ", ".join(t if t == s else f"{t} <- {s}" for t, s in self.optional)
+            inputs = list(dict.fromkeys(s for _, s in self.optional))
+            one = len(inputs) == 1
             self.items.append(DiffWarning(
-                "optional_source", tuple(t for t, _ in self.optional),
-                f"the trainer requires {pairs}, but the sampler's schema marks "
-                f"{'that source' if len(self.optional) == 1 else 'those sources'} optional: "
-                f"rollouts without {'it' if len(self.optional) == 1 else 'them'} fail to map "
-                f"(nothing is filled in)"))
+                "optional_source", tuple(dict.fromkeys(t for t, _ in self.optional)),
+                f"the written map reads {pairs}, but the sampler's schema marks "
+                f"{', '.join(inputs)} optional: rollouts without {'it' if one else 'them'} "
+                f"fail to map (nothing is filled in)"))
         self._unknown_batch_dims(entries)
+        self._padding(entries)
         if self.layout.kind == "flat":
             self.items.append(DiffWarning(
                 "flat_layout", (),

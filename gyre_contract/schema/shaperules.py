@@ -76,8 +76,11 @@ class ShapeFit:
 
 
 def compare_shape(s: tuple[Dim, ...] | None, t: tuple[Dim, ...] | None,
-                  varying: tuple[str, ...] = ()) -> ShapeFit:
-    """Per-step shapes: equal, a trailing singleton to add/remove, a varying dim to pad, or not."""
+                  varying: tuple[str, ...] = (), *, unknown_as_one: bool = False) -> ShapeFit:
+    """Per-step shapes: equal, a trailing singleton to add/remove, a varying dim to pad, or not.
+
+    `unknown_as_one`: a trailing dim of no fixed size may be a new dim of 1 (the diff asks it
+    for actions: SB3 reads a Discrete action as `[M, 1]`, its schema says `[M, ?]`)."""
     if s is None or t is None:
         return ShapeFit(True)
     if shapes_match(s, t):
@@ -87,6 +90,11 @@ def compare_shape(s: tuple[Dim, ...] | None, t: tuple[Dim, ...] | None,
         return ShapeFit(True)
     if t and t[-1] == 1 and shapes_match(s, t[:-1]) and not (s and is_variadic(s[-1])):
         return ShapeFit(True, "unsqueeze", "add a trailing dim of 1")
+    if unknown_as_one and t and t[-1] == UNKNOWN_DIM and shapes_match(s, t[:-1]) and \
+            not (s and is_variadic(s[-1])):
+        return ShapeFit(True, "unsqueeze", "add a trailing dim of 1 (the trainer's last dim "
+                        "has no fixed size; a scalar per step becomes [1], as SB3 reads a "
+                        "Discrete action [M, 1])")
     if s and s[-1] == 1 and shapes_match(s[:-1], t):
         return ShapeFit(True, "squeeze", "drop the trailing dim of 1")
     return ShapeFit(False, why=f"per-step shape {shape_text(s)} cannot become {shape_text(t)}")

@@ -253,7 +253,9 @@ def _bootstrap(
     if missing.size == 0:
         return bootstrap, []
     ends = [f"{names[b]} ends " + ("truncated" if ends_truncated[b] else
-                                    "neither terminated nor truncated (cut or open)")
+                                    "neither terminated nor truncated (open, or cut by max_len "
+                                    "where the next row's first value is its bootstrap and "
+                                    "the rollouts record no value)")
             for b in missing]
     expected = ("a finite next_value to bootstrap from (record next_value on the last step, "
                 "or pass truncation=\"terminal\" to treat the row end as terminal)")

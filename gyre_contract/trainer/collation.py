@@ -339,8 +339,11 @@ def _oldest_versions(eps: list[_Episode], rows: list[_Row]) -> np.ndarray:
 
 
 def _next_values(eps: list[_Episode], rows: list[_Row]) -> np.ndarray:
-    """The bootstrap value after each row: next row's first value when cut, else recorded."""
-    out = np.full(len(rows), np.nan, dtype=np.float32)
+    """The bootstrap value after each row: next row's first value when cut, else recorded.
+
+    Its dtype is the episodes' `value` (else `next_value`) dtype, never promoted; float32 when
+    neither is a float column (then every entry is NaN, unknown)."""
+    out = np.full(len(rows), np.nan, dtype=_value_dtype(eps))
     for b, row in enumerate(rows):
         cols = eps[row.episode].columns
         if row.stop < eps[row.episode].length and "value" in cols:
@@ -348,3 +351,13 @@ def _next_values(eps: list[_Episode], rows: list[_Row]) -> np.ndarray:
         elif "next_value" in cols:
             out[b] = cols["next_value"][row.stop - 1]
     return out
+
+
+def _value_dtype(eps: list[_Episode]) -> np.dtype:
+    """The float dtype of the episodes' `value` (else `next_value`) column, float32 if none."""
+    for name in ("value", "next_value"):
+        col = eps[0].columns.get(name)
+        dtype = getattr(col, "dtype", None)
+        if dtype is not None and dtype.kind == "f":
+            return np.dtype(dtype)
+    return np.dtype(np.float32)

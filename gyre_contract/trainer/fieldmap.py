@@ -261,8 +261,14 @@ class FieldMap:
 
     def build(self, episodes: Iterable[Any], *, max_len: int | None = None) -> dict[str, Any]:
         """Collate only the columns the map reads, then apply the map; not validated."""
+        return self.apply(self.collated(episodes, max_len=max_len))
+
+    def collated(self, episodes: Iterable[Any], *, max_len: int | None = None
+                 ) -> dict[str, Any]:
+        """The collated `[B, T, ...]` columns the map reads, with `mask` and the per-row keys
+        (what `apply` runs on; the mask tells a report how much of the batch is padding)."""
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
-        return self.apply(collate(episodes, max_len=max_len, fields=wanted))
+        return collate(episodes, max_len=max_len, fields=wanted)
 
 
 def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,

@@ -340,3 +340,58 @@ def test_run_notes_say_how_the_batch_was_made(field_map: FieldMap, tmp_path: Pat
             "bootstrapped from next_value; mask from padding")
     assert first.notes == made + "; lr 3e-4"
     assert second.notes == made
+
+
+FOREIGN_TRAINER = {  # a trainer reading its own names, time-major, no x-gyre keys
+    "type": "object", "required": ["observations", "actions", "advantages", "log_probs"],
+    "properties": {
+        "observations": {"type": "array", "items": {"type": "array", "items": {
+            "type": "array", "items": {"type": "number"}}}},
+        "actions": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+        "advantages": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "log_probs": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "valid": {"type": "array", "items": {"type": "array", "items": {"type": "boolean"}}}}}
+FOREIGN_MAP = {"gyre_field_map": 1, "fields": {
+    "observations": {"from": "observation", "then": [{"op": "transpose", "axes": [1, 0, 2]}]},
+    "actions": {"from": "action", "then": [{"op": "transpose", "axes": [1, 0]}]},
+    "advantages": {"op": "gae", "from": ["reward", "value", "terminated", "truncated",
+                                         "next_value"], "gamma": 0.99, "lam": 0.95,
+                   "then": [{"op": "transpose", "axes": [1, 0]}]},
+    "log_probs": {"from": "logprob", "then": [{"op": "transpose", "axes": [1, 0]}]},
+    "valid": {"op": "mask", "then": [{"op": "transpose", "axes": [1, 0]}]}}}
+
+
+def foreign_train_step(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A trainer that was never renamed: its own keys, time-major [T, B]."""
+    valid = batch["valid"]
+    assert batch["observations"].shape[:2] == valid.shape and "obs" not in batch
+    loss = -float((batch["log_probs"] * batch["advantages"])[valid].mean())
+    return {"loss": loss, "masked": int(valid.sum())}
+
+
+def test_full_loop_runs_a_trainer_with_its_own_names() -> None:
+    sampler = Sampler()
+    report = full_loop(sampler, foreign_train_step, FOREIGN_MAP, cycles=2,
+                       trainer=FOREIGN_TRAINER, batch_dims="T,B")
+    assert report.policy_version == 2
+    assert [c.metrics["masked"] for c in report.cycles] == [c.n_steps for c in report.cycles]
+    with pytest.raises(ValueError, match="not both"):
+        full_loop(sampler, foreign_train_step, FOREIGN_MAP, cycles=1,
+                  trainer=FOREIGN_TRAINER, batch_dims="T,B", batch_model=TrainBatch)
+
+
+def test_full_loop_with_a_trainer_schema_still_catches_a_stale_episode() -> None:
+    sampler = Sampler()
+    kept: list[Episode] = []
+
+    def sample(version: int) -> list[Episode]:
+        episodes = sampler(version)
+        if version == 0:
+            kept.append(episodes.pop())
+        if version == 1:
+            episodes.append(kept[0])
+        return episodes
+
+    with pytest.raises(ContractError, match="stale policy version"):
+        full_loop(sample, foreign_train_step, FOREIGN_MAP, cycles=2, trainer=FOREIGN_TRAINER,
+                  batch_dims="T,B")

@@ -72,7 +72,10 @@ def test_half_way_reports_keys_shapes_dtypes_and_loss(episodes):
     text = report.to_text().splitlines()
     assert text[0] == "stage 2 (half way): the batch is a valid TrainBatch"
     assert text[-2] == (f"B={report.rows} rows from 6 episodes, T=4, {report.steps} real steps "
-                        f"of {report.rows * 4}, policy versions 4")
+                        f"of {report.rows * 4} ({report.padding:.1%} padding), policy "
+                        f"versions 4")
+    assert report.padding == pytest.approx(1 - report.steps / (report.rows * 4))
+    assert data["padding"] == report.padding and data["trainer"] is None
     assert text[-1].startswith("loss: ") and text[-1].endswith(" (one call, no update)")
 
 

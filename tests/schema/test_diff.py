@@ -182,10 +182,10 @@ def test_five_hundred_fields_sort_into_the_right_tiers() -> None:
                        "maxItems": 3} for i in range(500)}
     other = {(f"obs_{i}" if i % 2 else f"f{i}"): v for i, v in enumerate(props.values())}
     a = {"type": "object", "properties": props}
-    b = {"type": "object", "properties": other}
+    b = {"type": "object", "properties": other, "required": list(other)}
     r = diff(a, b)
     assert r.counts() == {"same": 250, "renamed": 0, "needs_conversion": 0, "missing": 250,
-                          "unused": 250}
+                          "optional_missing": 0, "unused": 250}
     assert {e.trainer_field for e in r.tier("missing")} == {f"obs_{i}" for i in range(1, 500, 2)}
 
 
@@ -213,7 +213,8 @@ def test_strings_never_become_numbers() -> None:
 
 
 def doc(**fields) -> dict:
-    return {"type": "object", "properties": {
+    """A schema of required fields: name=(dtype, shape)."""
+    return {"type": "object", "required": list(fields), "properties": {
         k: {"x-gyre-dtype": d, "x-gyre-shape": s} for k, (d, s) in fields.items()}}
 
 
@@ -250,8 +251,9 @@ def test_time_major_with_a_trailing_singleton_is_one_entry_with_then() -> None:
         "then": [{"op": "unsqueeze", "axis": -1}, {"op": "transpose", "axes": [1, 0, 2]}]}
     assert "map_incomplete" not in codes(r)
     cols = {"reward": np.array([[1.0, 2.0], [3.0, 0.0]]), "terminated": np.array([[0, 1], [0, 0]], bool),
-            "truncated": np.array([[0, 0], [1, 0]], bool)}
+            "truncated": np.array([[0, 0], [1, 0]], bool), "mask": np.ones((2, 2), bool)}
     out = FieldMap.from_dict(r.field_map()).apply(cols)
+    assert out["mask"].shape == (2, 2)  # padding_unmasked: the map adds the mask, time-major
     assert out["rewards"].dtype == np.float32 and out["rewards"].shape == (2, 2, 1)
     np.testing.assert_array_equal(out["rewards"][..., 0], [[1, 3], [2, 0]])
     np.testing.assert_array_equal(out["dones"][..., 0], [[False, True], [True, False]])
@@ -334,8 +336,9 @@ def test_cleanrl_collapses_truncation_into_done() -> None:
     assert r.layout.kind == "time_major"
     assert set(tiers(r).values()) == {"needs_conversion"}
     assert r.entry("dones").conversion.text.startswith("any(terminated, truncated)")
-    assert codes(r) == ["ambiguous_match", "optional_source", "truncation_collapsed"]
-    collapsed = r.warnings[2]
+    assert codes(r) == ["ambiguous_match", "optional_source", "padding_unmasked",
+                        "truncation_collapsed"]
+    collapsed = r.warnings[3]
     assert collapsed.message == (
         "the trainer reads only dones, not terminated/truncated, while the sampler records "
         "truncated: time-limit cuts will be trained as terminal (no bootstrap from next_value)")
@@ -370,7 +373,7 @@ def test_torchrl_reward_is_b_t_1_under_next() -> None:
     assert (reward.tier, reward.sampler_fields) == ("needs_conversion", ("reward",))
     assert reward.conversion.entry == {"op": "unsqueeze", "from": "reward", "axis": -1}
     assert r.entry("next.observation").tier == "renamed"
-    assert r.entry("sample_log_prob").sampler_fields == ("logprob",)
+    assert r.entry("action_log_prob").sampler_fields == ("logprob",)
     unsqueeze = [{"op": "unsqueeze", "axis": -1}]
     fields = r.field_map()["fields"]
     assert fields["next.done"] == {"op": "any", "from": ["terminated", "truncated"],
@@ -416,13 +419,15 @@ def test_verl_ref_log_prob_is_never_the_logprob(llm_model) -> None:
     check_report(r)
 
 
-@pytest.mark.parametrize(("peer", "ref", "recomputed"), [
-    ("openrlhf_experience", "base_action_log_probs", "action_log_probs"),
-    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps"),
+@pytest.mark.parametrize(("peer", "ref", "recomputed", "tier"), [
+    ("openrlhf_experience", "base_action_log_probs", "action_log_probs", "missing"),
+    # optional in TRL's batch (only with a KL term): reported, not breaking
+    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps", "optional_missing"),
 ])
-def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str) -> None:
+def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str, tier: str) -> None:
     r = diff(json_schema(llm_model), f"{PEERS}/{peer}.json", batch_dims="B")
-    assert r.entry(ref).tier == "missing"
+    assert r.entry(ref).tier == tier
+    assert r.exit_code() == (tier == "missing")
     assert [w.fields for w in r.warnings if w.code == "recomputed_logprob"] == [(recomputed,)]
     check_report(r)
 
@@ -498,7 +503,8 @@ def test_two_varying_dims_sum_over_both_and_the_map_computes_it() -> None:
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     real = np.zeros_like(x, bool)
     real[:, :, :2, :3] = True
-    out = FieldMap.from_dict(r.field_map()).apply({"logprob": x, "logprob_mask": real})
+    out = FieldMap.from_dict(r.field_map()).apply({"logprob": x, "logprob_mask": real,
+                                                   "mask": np.ones((2, 3), bool)})
     np.testing.assert_array_equal(out["logprob"], x[:, :, :2, :3].sum(axis=(2, 3)))
 
 

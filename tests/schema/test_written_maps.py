@@ -67,7 +67,7 @@ def build(report: DiffReport, episodes: list[Episode]) -> dict:
     """Apply the map the report writes; it must leave nothing out."""
     assert "map_incomplete" not in [w.code for w in report.warnings]
     fmap = FieldMap.from_dict(report.field_map())
-    assert set(fmap.fields) - {"mask"} == set(report.trainer.names())
+    assert set(fmap.fields) - {"mask", "collector.mask"} == set(report.trainer.names())
     return fmap.build(episodes)
 
 

@@ -120,7 +120,9 @@ def test_many_rows_without_next_value_make_one_short_problem():
 def test_open_row_without_next_value_is_an_error():
     arrays = pack([row([1.0], [0.0])])
     with pytest.raises(ContractError, match=re.escape(
-            "row 0 ends neither terminated nor truncated (cut or open) with no bootstrap value")):
+            "row 0 ends neither terminated nor truncated (open, or cut by max_len where the next "
+            "row's first value is its bootstrap and the rollouts record no value) with no "
+            "bootstrap value")):
         run_gae(arrays, gamma=0.9, lam=0.9)
     with pytest.raises(ContractError, match=re.escape("row 0 ends neither")):
         discounted_returns(arrays["reward"], arrays["terminated"], arrays["truncated"],

@@ -75,6 +75,15 @@ def test_next_value_is_nan_where_unknown():
     assert np.isnan(out["next_value"]).all() and out["next_value"].dtype == np.float32
 
 
+def test_next_value_keeps_the_value_dtype_never_promoted():
+    cols = columns("a", 5, end="truncated", next_value=7.0)
+    cols["value"] = cols["value"].astype(np.float64) + 1e-12
+    cols["next_value"] = cols["next_value"].astype(np.float64)
+    out = collate([Episode("a", cols)], max_len=2)
+    assert out["next_value"].dtype == np.float64
+    assert out["next_value"][0] == cols["value"][2]  # exact: no round trip through float32
+
+
 def test_policy_version_of_a_row_is_its_oldest():
     cols = columns("a", 4)
     cols["policy_version"] = np.array([3, 4, 4, 5])

@@ -69,11 +69,13 @@ PEERS = {
         ""),
     "torchrl_ppo": schema(
         "TorchRL ClipPPOLoss + GAE input TensorDict",
-        "TensorDict [B, T] env-major, time dim last; reward/done/value keep a trailing 1. "
+        "TensorDict [B, T] env-major, time dim last; reward/done/value keep a trailing 1; "
+        "padding is masked by ('collector', 'mask'), which ClipPPOLoss reads on its own. "
         "Batch dims: B,T.",
         [("observation", "number", [N, N, N], True, "root obs s_t"),
          ("action", "integer", [N, N], True, "discrete action"),
-         ("sample_log_prob", "number", [N, N], True, "ProbabilisticActor(return_log_prob=True)"),
+         ("action_log_prob", "number", [N, N], True,
+          "ProbabilisticActor(return_log_prob=True); TorchRL >= 0.10 default key"),
          ("state_value", "number", [N, N, 1], True, "tensor_keys.value"),
          ("advantage", "number", [N, N, 1], True, "written by GAE"),
          ("value_target", "number", [N, N, 1], True, "written by GAE"),
@@ -87,7 +89,8 @@ PEERS = {
         "Stable-Baselines3 RolloutBufferSamples",
         "swap_and_flatten: [N*T] env-major, then minibatches [M]. Batch dims: M.",
         [("observations", "number", [N, N], True, ""),
-         ("actions", "number", [N, N], True, "RolloutBuffer casts actions to float32"),
+         ("actions", "number", [N, 1], True,
+          "RolloutBuffer stores float32 [M, action_dim]: [M, 1] for a Discrete space"),
          ("old_values", "number", [N], True, "flattened values"),
          ("old_log_prob", "number", [N], True, "flattened log_probs (behaviour)"),
          ("advantages", "number", [N], True, ""),

@@ -1,0 +1,202 @@
+"""A trainer's own batch: the mapped arrays checked against the trainer's schema, ours or foreign.
+
+`trainer_schema(source, batch_dims)` reads any JSON Schema (with or without `x-gyre-*` keys), a
+Pydantic batch model or a field table, through the field table of `fieldtable`, and refuses one
+that cannot describe a batch (no properties, no batch dims) with `SchemaError`.
+`TrainerSchema.check(arrays)` then takes what a field map built (`[B, T, ...]` columns under the
+trainer's keys) and returns the batch the trainer reads, keys as the schema names them (nested
+names joined with `.`), or raises one `ContractError` listing every field that does not fit.
+
+Nothing is filled or promoted: a required field the map did not build is a problem, a dtype is
+compared as it is. A flat layout (`x-gyre-batch-dims` of one dim, `M` or `T*N`) holds real
+steps only: the map's `mask` entry selects them (time-major order for `T*N`), and a flat batch
+without one is refused, since padding would become data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gyre_contract.core.errors import ContractError, Problem, SchemaError
+from gyre_contract.schema.diffing import layout_of, parse_batch_dims
+from gyre_contract.schema.diffreport import Layout
+from gyre_contract.schema.fieldtable import (
+    UNKNOWN_DIM,
+    Dim,
+    Field,
+    FieldTable,
+    SchemaInput,
+    as_table,
+    shape_text,
+)
+
+_JSON_KINDS = {"number": "fiu", "integer": "iu", "bool": "b", "string": "US"}
+"""JSON types of a foreign schema and the numpy dtype kinds each accepts."""
+
+
+@dataclass(frozen=True)
+class TrainerSchema:
+    """A trainer's batch schema: its field table, batch dims and layout."""
+
+    table: FieldTable
+    layout: Layout
+
+    @property
+    def name(self) -> str:
+        return self.table.name or self.table.title or "trainer schema"
+
+    @property
+    def batch_dims(self) -> tuple[str, ...]:
+        return self.layout.batch_dims
+
+    def check(self, arrays: Mapping[str, Any], mask: Any = None) -> dict[str, np.ndarray]:
+        """The trainer's batch from mapped arrays, or ContractError listing every misfit.
+
+        `mask` (the collated `[B, T]` mask) fixes the sizes of the batch dims, so a map that
+        left a time-major trainer's arrays batch-major is caught even when the sizes agree.
+        """
+        flat = flatten_batch(arrays)
+        if self.layout.kind == "flat":
+            flat = self._real_steps(flat)
+        problems: list[Problem] = []
+        bound = self._sizes(mask)
+        for f in self.table:
+            if f.name not in flat:
+                if f.required:
+                    problems.append(Problem(f.name, _expected(f), "missing",
+                                            "the trainer schema requires it; the map builds no "
+                                            "such key"))
+                continue
+            problems += _field_problems(f, flat[f.name], self.batch_dims, bound)
+        if problems:
+            raise ContractError(problems)
+        return flat
+
+    def _sizes(self, mask: Any) -> dict[str, int]:
+        """The batch dims' sizes the collated mask implies (none without a mask)."""
+        if mask is None:
+            return {}
+        rows, steps = np.shape(mask)
+        dims = self.batch_dims
+        if self.layout.kind == "flat":
+            return {dims[0]: int(np.count_nonzero(mask))}
+        sizes = (steps, rows) if self.layout.kind == "time_major" else (rows, steps)
+        return dict(zip(dims[:2], sizes, strict=False))
+
+    def _real_steps(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Rows of a flat layout: the map's [B, T] columns at the real steps only."""
+        if "mask" not in flat:
+            raise ContractError(Problem(
+                "mask", "the map's mask entry ({\"op\": \"mask\"})", "missing",
+                f"the trainer reads a flat batch {shape_text(self.batch_dims)}: real steps are "
+                f"selected with the mask, without one padding would become data"))
+        mask = flat["mask"]
+        time_major = "time-major" in self.layout.text
+        keep_mask = "mask" in self.table
+        out: dict[str, np.ndarray] = {}
+        for key, arr in flat.items():
+            if key == "mask" and not keep_mask:
+                continue
+            if arr.shape[:2] != mask.shape:
+                out[key] = arr
+            elif time_major:
+                out[key] = np.swapaxes(arr, 0, 1)[mask.T]
+            else:
+                out[key] = arr[mask]
+        return out
+
+
+def trainer_schema(source: SchemaInput | TrainerSchema,
+                   batch_dims: tuple[str, ...] | list[str] | str | None = None) -> TrainerSchema:
+    """A trainer schema from a path, a dict, a Pydantic batch model or a field table.
+
+    `batch_dims` (`"B,T"`, `("T", "N")`, `"M"`) overrides the schema's `x-gyre-batch-dims`.
+    Raises SchemaError when the schema cannot describe a batch: no properties, no batch dims.
+    """
+    if isinstance(source, TrainerSchema):
+        if batch_dims is None:
+            return source
+        source = source.table
+    if isinstance(batch_dims, str):
+        batch_dims = parse_batch_dims(batch_dims)
+    table = as_table(source, tuple(batch_dims) if batch_dims is not None else None)
+    name = table.name or table.title or "the trainer schema"
+    if not len(table):
+        raise SchemaError(f"{name}: the trainer schema has no properties, so it cannot describe "
+                          f"a batch")
+    if not table.batch_dims:
+        raise SchemaError(f"{name}: the trainer schema names no batch dims (x-gyre-batch-dims), "
+                          f"so it cannot describe a batch; say which lead its arrays: "
+                          f"--batch-dims B,T (T,B time-major, M or T*N flat)")
+    return TrainerSchema(table, layout_of(table.batch_dims))
+
+
+def flatten_batch(batch: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """Nested mappings become dotted keys (`next.reward`); values become numpy arrays."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in batch.items():
+        if isinstance(value, Mapping):
+            out.update(flatten_batch(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = np.asarray(value)
+    return out
+
+
+def _expected(f: Field) -> str:
+    return f"{f.dtype_text}{shape_text(f.shape)}"
+
+
+def _got(arr: np.ndarray) -> str:
+    return f"{arr.dtype}{list(arr.shape)}"
+
+
+def _field_problems(f: Field, arr: np.ndarray, batch_dims: tuple[str, ...],
+                    bound: dict[str, int]) -> list[Problem]:
+    problems = []
+    if not _dtype_fits(f.dtype, arr.dtype):
+        problems.append(Problem(f.name, _expected(f), _got(arr), "wrong dtype (never cast here: "
+                                "add a cast to the map)"))
+    why = _shape_misfit(f.shape, arr.shape, batch_dims, bound)
+    if why:
+        problems.append(Problem(f.name, _expected(f), _got(arr), why))
+    return problems
+
+
+def _dtype_fits(want: Any, got: np.dtype) -> bool:
+    if want is None or want == "object":
+        return True
+    wants = (want,) if isinstance(want, str) else tuple(want)
+    for w in wants:
+        kinds = _JSON_KINDS.get(w)
+        if kinds is not None and got.kind in kinds:
+            return True
+        if kinds is None and str(got) == w:
+            return True
+    return False
+
+
+def _shape_misfit(shape: tuple[Dim, ...] | None, got: tuple[int, ...],
+                  batch_dims: tuple[str, ...], bound: dict[str, int]) -> str:
+    """Why `got` does not fit `shape` ("" when it does); named dims bind across fields."""
+    if shape is None:
+        return ""
+    dims = list(shape)
+    for i, name in enumerate(batch_dims[:len(dims)]):
+        if dims[i] == UNKNOWN_DIM:
+            dims[i] = name
+    variadic = [i for i, d in enumerate(dims) if isinstance(d, str) and d.startswith("*")]
+    head = dims[:variadic[0]] if variadic else dims
+    if (len(got) < len(head)) if variadic else (len(got) != len(dims)):
+        return f"rank {len(got)}, the trainer schema wants {len(dims)}" + \
+            (" or more" if variadic else "")
+    for want, size in zip(head, got, strict=False):
+        if isinstance(want, int) and want != size:
+            return f"size {size} where the trainer schema wants {want}"
+        if isinstance(want, str) and want != UNKNOWN_DIM:
+            if bound.setdefault(want, size) != size:
+                return f"dim {want} is {size} here but {bound[want]} in the batch"
+    return ""
