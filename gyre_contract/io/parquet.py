@@ -66,7 +66,8 @@ def write_parquet(
     model does not have, a `None` value or a value the column type cannot hold is refused with
     ContractError (`steps[i].field`) before the batch holding it is written. The file is
     written to `path + ".tmp"` and renamed, so a reader never sees half a file; with
-    `fsync=True` it is on disk before the rename.
+    `fsync=True` it is on disk before the rename. Every page carries a CRC checksum, verified
+    when the file is read (`open_parquet`).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -122,7 +123,7 @@ def _fsync(path: str) -> None:
 
 def _writer(pq: Any, path: str, schema: Any) -> Any:
     try:
-        return pq.ParquetWriter(path, schema)
+        return pq.ParquetWriter(path, schema, write_page_checksum=True)
     except OSError as err:
         raise InputError(f"cannot open {path} for writing: {err}") from None
 
@@ -217,7 +218,11 @@ def _check_writable(records: list[dict[str, Any]], schema: Any, start: int) -> N
 # -- reading ---------------------------------------------------------------------------------
 
 def open_parquet(path: str | os.PathLike[str]) -> Any:
-    """A `pyarrow.parquet.ParquetFile`, or InputError (exit 2) when it cannot be read as one."""
+    """A `pyarrow.parquet.ParquetFile`, or InputError (exit 2) when it cannot be read as one.
+
+    Page checksums (which `write_parquet` writes) are verified as pages are read: a page whose
+    bytes changed on disk is an InputError naming the file, never data read as if it were
+    good. A file written without checksums is read as before."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -227,7 +232,7 @@ def open_parquet(path: str | os.PathLike[str]) -> Any:
     if not os.path.exists(name):
         raise InputError(f"no such file: {name}")
     try:
-        return pq.ParquetFile(name)
+        return pq.ParquetFile(name, page_checksum_verification=True)
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(f"cannot read {name} as Parquet: {str(err).splitlines()[0]}") from None
 
