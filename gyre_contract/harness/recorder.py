@@ -196,7 +196,8 @@ class Recorder:
         self, obs: Any, output: dict[str, Any], t: _Transition, episode_id: str, version: int,
         *, bootstrap_open: bool,
     ) -> dict[str, Any]:
-        record: dict[str, Any] = {"observation": _plain(obs), "action": _plain(output["action"])}
+        record: dict[str, Any] = {"observation": _observation(obs),
+                                  "action": _plain(output["action"])}
         for key in ("logprob", "entropy", "value"):
             if key in output:
                 record[key] = _plain(output[key])
@@ -208,7 +209,7 @@ class Recorder:
         record["policy_version"] = version
         done = t.terminated or t.truncated
         if done or bootstrap_open:
-            record["next_observation"] = _plain(t.final_obs)
+            record["next_observation"] = _observation(t.final_obs)
         needs_bootstrap = not t.terminated and (t.truncated or bootstrap_open)
         if needs_bootstrap and self.value_fn is not None:
             record["next_value"] = float(self.value_fn(t.final_obs))
@@ -285,10 +286,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _observation(obs: Any) -> Any:
+    """An observation as the record holds it: a Tuple space's tuple becomes named modalities
+    `"0"`, `"1"`, ... (its components may differ in dtype and shape), anything else `_plain`."""
+    if isinstance(obs, tuple):
+        return {str(i): _plain(part) for i, part in enumerate(obs)}
+    return _plain(obs)
+
+
 def _index(tree: Any, i: int) -> Any:
-    """Row `i` of a batched value (an array, or a dict of them for Dict observations)."""
+    """Row `i` of a batched value: an array, a dict of them (a Dict space), or a tuple of them (a
+    Tuple space: env `i`'s tuple, never the tuple's `i`-th component)."""
     if isinstance(tree, Mapping):
         return {key: _index(value, i) for key, value in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_index(value, i) for value in tree)
     return tree[i]
 
 
@@ -360,10 +372,33 @@ class _VectorDriver:
         return info["final_obs"][i]
 
 
+def check_observation_space(space: Any) -> None:
+    """Refuse (TypeError) an observation space the record cannot hold as it is: a Tuple nested
+    in a Tuple or Dict, or a Dict in a Tuple. A Tuple is recorded as modalities "0", "1", ...; a
+    Dict as modalities named by its keys; one level of either, of tensors (or text)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Tuple):
+        inner = list(space.spaces)
+    elif isinstance(space, spaces.Dict):
+        inner = [s for s in space.spaces.values() if isinstance(s, spaces.Tuple)]
+    else:
+        return
+    if any(isinstance(s, (spaces.Tuple, spaces.Dict)) for s in inner):
+        raise TypeError(f"observation space {space} nests a Tuple or Dict inside a Tuple or "
+                        "Dict; a record holds a tensor or one level of named modalities "
+                        "(a Tuple's components as '0', '1', ...): flatten it first, e.g. with "
+                        "gymnasium.wrappers.FlattenObservation")
+
+
 def _make_driver(env: Any) -> _SingleDriver | _VectorDriver:
     import gymnasium
     from gymnasium.vector import AutoresetMode, VectorEnv
 
+    if isinstance(env, (VectorEnv, gymnasium.Env)):
+        space = getattr(env, "single_observation_space", None) if isinstance(env, VectorEnv) \
+            else getattr(env, "observation_space", None)
+        check_observation_space(space)
     if isinstance(env, VectorEnv):
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         names = {
