@@ -372,7 +372,7 @@ class _VectorDriver:
         return info["final_obs"][i]
 
 
-def check_observation_space(space: Any) -> None:
+def _check_observation_space(space: Any) -> None:
     """Refuse (TypeError) an observation space the record cannot hold as it is: a Tuple nested
     in a Tuple or Dict, or a Dict in a Tuple. A Tuple is recorded as modalities "0", "1", ...; a
     Dict as modalities named by its keys; one level of either, of tensors (or text)."""
@@ -398,7 +398,7 @@ def _make_driver(env: Any) -> _SingleDriver | _VectorDriver:
     if isinstance(env, (VectorEnv, gymnasium.Env)):
         space = getattr(env, "single_observation_space", None) if isinstance(env, VectorEnv) \
             else getattr(env, "observation_space", None)
-        check_observation_space(space)
+        _check_observation_space(space)
     if isinstance(env, VectorEnv):
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         names = {
