@@ -313,6 +313,11 @@ class EpisodeTracker:
         else:
             state.step, state.line = step, line
 
+    def forget(self, episode_id: str) -> None:
+        """Drop what is remembered of an ended episode (its id): for a caller that never reuses
+        an id, such as `Recorder`, memory then holds only the open episodes. Its counts stay."""
+        self._ended.pop(episode_id, None)
+
     def finish(self, require_complete: bool = False) -> list[Problem]:
         """Problems known only at the end: open episodes, when completeness is required."""
         if not require_complete:

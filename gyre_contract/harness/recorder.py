@@ -52,6 +52,8 @@ class Recorder:
     counts from 0 within each episode, and `policy_version` is read from the caller (an int, or a
     callable read once per env step) so a sampler running behind the trainer says so.
 
+    Every record is validated, and the episode rules are applied to what it records (a policy
+    whose action is an int on one step and a float on the next raises ContractError).
     Done steps carry `next_observation` (the true final observation). Truncated steps that are not
     terminated, and the last recorded step of an episode left open by `record_steps`, also carry
     `next_value = value_fn(next_observation)` when a `value_fn` is given: that is the bootstrap the
@@ -76,6 +78,7 @@ class Recorder:
         self.model = model
         self._policy_version = policy_version
         self._driver = _make_driver(env)
+        self._tracker = EpisodeTracker(model)  # the episode rules hold for what it records too
         self.num_envs = self._driver.num_envs
         self._obs: Any = None
         self._interrupted = False
@@ -181,11 +184,16 @@ class Recorder:
                 {key: index(value, t.env_index) for key, value in output.items()},
                 t, episode_id, version, bootstrap_open=last,
             )
-            results.append((record, validate_step(record, self.model)))
+            step = validate_step(record, self.model)
+            problems = self._tracker.add(step)
+            if problems:
+                raise ContractError(problems)
+            results.append((record, step))
             self._steps[t.env_index] += 1
             self.n_steps += 1
             if t.terminated or t.truncated:
                 self._count_end(t)
+                self._tracker.forget(episode_id)  # ids are never reused: memory stays bounded
                 self._episode_ids[t.env_index] = None
                 if restart(t.env_index):
                     self._begin_episode(t.env_index)

@@ -255,6 +255,16 @@ def test_pinned_models_have_no_kind_to_track(cartpole_record, cartpole_model, ll
     assert kind_fields(LLMStep) == kind_fields(llm_model) == ()
 
 
+def test_tracker_forgets_an_ended_episode_when_asked(cartpole_record, cartpole_model):
+    """What `Recorder` does with each id it ended (it never reuses one): memory stays bounded."""
+    tracker = EpisodeTracker(cartpole_model)
+    for record in episode(cartpole_record, 2):
+        tracker.add(validate_step(record, cartpole_model))
+    assert (tracker.episodes, tracker.terminated) == (1, 1)
+    tracker.forget("ep-0")
+    assert (tracker.episodes, tracker.terminated, tracker.open_episodes) == (0, 1, [])
+
+
 def episode_messages_problems(steps: list[dict], model=None) -> list:
     with pytest.raises(ContractError) as info:
         validate_episode(steps, model) if model else validate_episode(steps)

@@ -448,3 +448,15 @@ def test_a_nested_tuple_space_is_refused_clearly(space: gym.Space) -> None:
     vec = SyncVectorEnv([lambda: NestedTuple(space)])
     with pytest.raises(TypeError, match="nests a Tuple or Dict"):
         Recorder(vec, lambda obs: np.zeros(1, np.int64), policy_version=0)
+
+
+def test_a_policy_whose_action_changes_dtype_within_an_episode_is_refused() -> None:
+    """`collect_episodes` once cast it to the first step's dtype without a word."""
+    actions = iter([np.array([1]), np.array([0.5])] * 50)
+    recorder = Recorder(gym.make("Pendulum-v1"), lambda obs: next(actions), policy_version=0,
+                        seed=SEED)
+    with pytest.raises(ContractError) as err:
+        recorder.collect_episodes(1)
+    assert [(p.rule, str(p)) for p in err.value.problems] == [
+        ("episode.dtype_fixed", "action: dtype changed within the episode: expected int64 as "
+                                "earlier in the episode, got float32[1]")]
