@@ -259,13 +259,14 @@ def _has_choices(spec: Any) -> bool:
     return isinstance(spec, type) and issubclass(spec, BaseModel) and bool(kind_fields(spec))
 
 
-def step_kinds(model: Any, step: Any) -> dict[str, tuple[str, Any]]:
-    """Path -> (kind, value) of the fields of a validated step whose kind may vary: a dtype
-    name (`int64`, `float32`, `string`, ...) or `MODALITIES`, and each modality's dtype under
-    `field.modality`. What the episode rules `episode.structure_fixed` and
-    `episode.dtype_fixed` compare from step to step."""
+def step_kinds(model: Any, step: Any, fields: tuple[tuple[str, str], ...] | None = None
+               ) -> dict[str, tuple[str, Any]]:
+    """Path -> (kind, value) of the fields of a validated step whose kind may vary (`fields`,
+    default `kind_fields(model)`): a dtype name (`int64`, `float32`, `string`, ...) or
+    `MODALITIES`, and each modality's dtype under `field.modality`. What the episode rules
+    `episode.structure_fixed` and `episode.dtype_fixed` compare from step to step."""
     out: dict[str, tuple[str, Any]] = {}
-    for wire, attr in kind_fields(model):
+    for wire, attr in kind_fields(model) if fields is None else fields:
         value = getattr(step, attr, None)
         if value is not None:
             _add_kinds(wire, value, out)
@@ -286,12 +287,20 @@ def _add_kinds(path: str, value: Any, out: dict[str, tuple[str, Any]]) -> None:
 
 
 def _kind(value: Any) -> str:
-    if isinstance(value, str):
+    if value.__class__ is str:
         return "string"
     dtype = getattr(value, "dtype", None)
-    if isinstance(dtype, np.dtype):
-        return "string" if dtype.kind == "U" else dtype.name
-    return type(value).__name__
+    if not isinstance(dtype, np.dtype):
+        return type(value).__name__
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # `dtype.name` is slow; few dtypes are ever seen
+        name = "string" if dtype.kind == "U" else dtype.name
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}
 
 
 def first_kinds(state: OpenEpisode | None, kinds: dict[str, tuple[str, Any]]) -> dict[str, str]:

@@ -209,7 +209,8 @@ class EpisodeTracker:
         if eid in self._ended:
             return run("episode", "step", StepInEpisode(step, None, True, self._ended[eid], {}))
         dims = self._dims(step)
-        kinds = step_kinds(self.model, step) if kind_fields(self.model) else {}
+        fields = kind_fields(self.model)
+        kinds = step_kinds(self.model, step, fields) if fields else {}
         state = self._open.get(eid)
         problems = run("episode", "step", StepInEpisode(step, state, False, None, dims, kinds))
         if step.terminated or step.truncated:
