@@ -20,6 +20,7 @@ from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.dims import scalar_reason
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
+from gyre_contract.core.fields import kind_fields, step_kinds
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import (
     AnyObservation,
@@ -39,8 +40,6 @@ from gyre_contract.core.rules import (
     StepInEpisode,
     field_rule,
     first_kinds,
-    kind_fields,
-    step_kinds,
 )
 from gyre_contract.core.switches import fast_paths_enabled, switch_set
 from gyre_contract.core.tensor import TensorSpec

@@ -248,7 +248,7 @@ def test_observation_keeps_its_structure_and_modality_dtypes(cartpole_record):
 
 
 def test_pinned_models_have_no_kind_to_track(cartpole_record, cartpole_model, llm_model):
-    from gyre_contract.core.rules import kind_fields
+    from gyre_contract.core.fields import kind_fields
     from gyre_contract.pinned import CartPoleStep, LLMStep
 
     assert kind_fields(cartpole_model) == kind_fields(CartPoleStep) == ()
