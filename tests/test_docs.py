@@ -324,9 +324,10 @@ def start_small_ray(monkeypatch) -> None:
 @pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
     """Every ```python block of the page runs, in order, in one fresh namespace, in a temporary
-    working directory holding a copy of `examples/`, `schemas/` and the peer schemas (paths are from the repository's
-    root). `$ gyre-contract` lines of console blocks run too, in order, as later snippets read
-    what they write (`map.json`). A DeprecationWarning fails the test (warnings are errors)."""
+    working directory holding a copy of `examples/`, `schemas/` and the peer schemas (paths are
+    from the repository's root). `$ gyre-contract` lines of console blocks run too, in order, as
+    later snippets read what they write (`map.json`). A DeprecationWarning fails the test
+    (warnings are errors)."""
     import shutil
     import warnings
 

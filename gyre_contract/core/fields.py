@@ -231,3 +231,72 @@ def _dim_problem(path: str, name: str, bound: Any, got: Any, value: Any) -> Prob
                    got=f"{name}={format_size(got)} ({describe(value)})")
 
 
+# -- the kind of a field's value: what may change from step to step ---------------------------
+
+MODALITIES = "modalities"
+"""The kind of an observation made of named modalities (any other kind is a dtype name)."""
+
+
+def kind_fields(model: Any) -> tuple[tuple[str, str], ...]:
+    """(wire, attribute) of each field of `model` whose kind may differ from step to step: a
+    choice of dtypes (`int64 | float32`), an observation that is a tensor or modalities, or
+    modalities holding such a field. Empty for a model where every field has one kind."""
+    return model_info(model).derived("kind_fields", _kind_fields)
+
+
+def _kind_fields(model: Any) -> tuple[tuple[str, str], ...]:
+    info = model_info(model)
+    return tuple((wire, info.attr(wire)) for wire, spec in field_specs(model).items()
+                 if _has_choices(spec))
+
+
+def _has_choices(spec: Any) -> bool:
+    if isinstance(spec, AnyObservation):
+        return True
+    if isinstance(spec, TensorSpec):
+        return len(spec.dtypes) > 1
+    return isinstance(spec, type) and issubclass(spec, BaseModel) and bool(kind_fields(spec))
+
+
+def step_kinds(model: Any, step: Any, fields: tuple[tuple[str, str], ...] | None = None
+               ) -> dict[str, tuple[str, Any]]:
+    """Path -> (kind, value) of the fields of a validated step whose kind may vary (`fields`,
+    default `kind_fields(model)`): a dtype name (`int64`, `float32`, `string`, ...) or
+    `MODALITIES`, and each modality's dtype under `field.modality`. What the episode rules
+    `episode.structure_fixed` and `episode.dtype_fixed` compare from step to step."""
+    out: dict[str, tuple[str, Any]] = {}
+    for wire, attr in kind_fields(model) if fields is None else fields:
+        value = getattr(step, attr, None)
+        if value is not None:
+            _add_kinds(wire, value, out)
+    return out
+
+
+def _add_kinds(path: str, value: Any, out: dict[str, tuple[str, Any]]) -> None:
+    if isinstance(value, dict):
+        out[path] = (MODALITIES, value)
+        for key, item in value.items():
+            out[f"{path}.{key}"] = (_kind(item), item)
+    elif isinstance(value, BaseModel):
+        out[path] = (MODALITIES, value)
+        for key, item in step_kinds(type(value), value).items():
+            out[f"{path}.{key}"] = item
+    else:
+        out[path] = (_kind(value), value)
+
+
+def _kind(value: Any) -> str:
+    if value.__class__ is str:
+        return "string"
+    dtype = getattr(value, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        return type(value).__name__
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # `dtype.name` is slow; few dtypes are ever seen
+        name = "string" if dtype.kind == "U" else dtype.name
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gyre_contract.core.dims import format_size
 from gyre_contract.core.errors import Problem, describe
-from gyre_contract.core.fields import AnyObservation, field_specs, record_bindings
+from gyre_contract.core.fields import (
+    MODALITIES,
+    AnyObservation,
+    field_specs,
+    record_bindings,
+)
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.registry import Rule, register
 from gyre_contract.core.tensor import TensorSpec
@@ -214,6 +219,8 @@ class OpenEpisode:
     policy_version: int
     line: int | None
     dims: dict[str, Any]
+    kinds: dict[str, str] = field(default_factory=dict)
+    """The kind of each field that may take several (see `fields.step_kinds`), as first seen."""
 
 
 @dataclass
@@ -227,6 +234,16 @@ class StepInEpisode:
     ended_at: int | None
     dims: dict[str, Any]
     """The step's named dims (those not declared varying)."""
+    kinds: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """The step's `fields.step_kinds`: path -> (kind, value)."""
+
+
+def first_kinds(state: OpenEpisode | None, kinds: dict[str, tuple[str, Any]]) -> dict[str, str]:
+    """The kinds an episode keeps after this step: those seen first win, new paths join."""
+    if state is not None and kinds.keys() <= state.kinds.keys():
+        return state.kinds
+    seen = {path: kind for path, (kind, _) in kinds.items()}
+    return seen if state is None else {**seen, **state.kinds}
 
 
 def _after_end(s: StepInEpisode) -> list[Problem]:
@@ -272,6 +289,33 @@ def _dims_kept(s: StepInEpisode) -> list[Problem]:
             for name, size in s.dims.items() if name in state.dims and state.dims[name] != size]
 
 
+def _structure_kept(s: StepInEpisode) -> list[Problem]:
+    state = s.state
+    if state is None:
+        return []
+    problems = []
+    for path, (kind, value) in s.kinds.items():
+        first = state.kinds.get(path)
+        if first is not None and first != kind and MODALITIES in (first, kind):
+            what = "an object of modalities" if first == MODALITIES else "a tensor"
+            problems.append(Problem(path, f"{what} as earlier in the episode", describe(value),
+                                    "structure changed within the episode"))
+    return problems
+
+
+def _dtype_kept(s: StepInEpisode) -> list[Problem]:
+    state = s.state
+    if state is None:
+        return []
+    problems = []
+    for path, (kind, value) in s.kinds.items():
+        first = state.kinds.get(path)
+        if first is not None and first != kind and MODALITIES not in (first, kind):
+            problems.append(Problem(path, f"{first} as earlier in the episode", describe(value),
+                                    "dtype changed within the episode"))
+    return problems
+
+
 def _open(episodes: Mapping[str, OpenEpisode]) -> list[Problem]:
     return [Problem("episode_id", "a terminated or truncated last step",
                     f"episode {eid!r} open after step {state.step}", "open episode",
@@ -297,6 +341,21 @@ def _jump(record: dict[str, Any], model: Any) -> list[dict[str, Any]] | None:
                       observation=[[0.5] * 4, [0.5] * 5])
 
 
+def _float_action(record: dict[str, Any], model: Any) -> list[dict[str, Any]] | None:
+    action = field_specs(model).get("action")
+    if not (isinstance(action, TensorSpec) and {"int64", "float32"} <= set(action.dtypes)):
+        return None
+    floats = (np.asarray(record["action"]) + 0.5).tolist()  # same shape, now a float
+    return episode_of(record, 2, action=[record["action"], floats])
+
+
+def _modalities_later(record: dict[str, Any], model: Any) -> list[dict[str, Any]] | None:
+    if not _free_observation(model):
+        return None
+    return episode_of(_drop(record, "next_observation"), 2,
+                      observation=[[0.5] * 4, {"x": [0.5] * 4}])
+
+
 EPISODE_RULES = [
     Rule("episode.no_step_after_end", "episode",
          ("step after the episode ended (a phantom reset transition?)",), _after_end,
@@ -314,6 +373,12 @@ EPISODE_RULES = [
     Rule("episode.dims_fixed", "episode",
          ("dimension changed within the episode (declare it in varying_dims if it may)",),
          _dims_kept, _jump, phase="step", doc="named dims keep their size unless varying"),
+    Rule("episode.structure_fixed", "episode", ("structure changed within the episode",),
+         _structure_kept, _modalities_later, phase="step",
+         doc="a field that is a tensor stays a tensor, modalities stay modalities"),
+    Rule("episode.dtype_fixed", "episode", ("dtype changed within the episode",),
+         _dtype_kept, _float_action, phase="step",
+         doc="a field (and each modality) keeps its dtype across the steps of an episode"),
     Rule("episode.complete", "episode", ("open episode",), _open,
          lambda r, m: episode_of(r, 2, terminated=[False, False]), phase="end",
          options={"require_complete": True},

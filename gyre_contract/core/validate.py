@@ -20,6 +20,7 @@ from gyre_contract.core.deprecation import renamed_arguments, warn_deprecated
 from gyre_contract.core.dims import scalar_reason
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
+from gyre_contract.core.fields import kind_fields, step_kinds
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import (
     AnyObservation,
@@ -32,7 +33,14 @@ from gyre_contract.core.models import (
     record_bindings,
 )
 from gyre_contract.core.registry import declare_fast_path, run
-from gyre_contract.core.rules import EPISODE_RULES, BatchView, OpenEpisode, StepInEpisode, field_rule
+from gyre_contract.core.rules import (
+    EPISODE_RULES,
+    BatchView,
+    OpenEpisode,
+    StepInEpisode,
+    field_rule,
+    first_kinds,
+)
 from gyre_contract.core.switches import FAST, fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
 
@@ -200,8 +208,10 @@ class EpisodeTracker:
         if eid in self._ended:
             return run("episode", "step", StepInEpisode(step, None, True, self._ended[eid], {}))
         dims = self._dims(step)
+        fields = kind_fields(self.model)
+        kinds = step_kinds(self.model, step, fields) if fields else {}
         state = self._open.get(eid)
-        problems = run("episode", "step", StepInEpisode(step, state, False, None, dims))
+        problems = run("episode", "step", StepInEpisode(step, state, False, None, dims, kinds))
         if step.terminated or step.truncated:
             self._open.pop(eid, None)
             self._ended[eid] = line
@@ -209,7 +219,8 @@ class EpisodeTracker:
             self.truncated += bool(step.truncated and not step.terminated)
         else:
             self._open[eid] = OpenEpisode(step.step, step.policy_version, line,
-                                          state.dims if state else dims)
+                                          state.dims if state else dims,
+                                          first_kinds(state, kinds))
         return problems
 
     def _dims(self, step: RolloutStepV1) -> dict[str, Any]:
@@ -225,13 +236,14 @@ class EpisodeTracker:
                     terminated: np.ndarray, truncated: np.ndarray, first_line: int) -> bool:
         """Take a run of steps at once (lines `first_line`, `first_line + 1`, ...), all or none.
 
-        The bulk form of `add` for models without named dims, vectorised over the run. True: no
+        The bulk form of `add` for models without named dims and with one kind per field (no
+        `int64 | float32` choice: the kind rules cannot break), vectorised over the run. True: no
         step breaks an episode rule and the tracker is exactly as after `add` on each step.
         False: some step does, or the bulk form steps aside (fast paths off, or an episode rule
         it does not implement is registered); the tracker is unchanged and the caller adds the
         steps one by one to get the problems.
         """
-        if has_named_dims(self.model) or not fast_paths_enabled() \
+        if has_named_dims(self.model) or kind_fields(self.model) or not fast_paths_enabled() \
                 or not EPISODE_FAST_PATH.usable():
             return False
         n = len(episode_id)
@@ -280,7 +292,8 @@ class EpisodeTracker:
                 continue
             state = self._open.get(eid)
             self._open[eid] = OpenEpisode(last_step, last_version, line,
-                                          state.dims if state else {})
+                                          state.dims if state else {},
+                                          state.kinds if state else {})
         for line, eid, term in sorted(ended):
             self._open.pop(eid, None)
             self._ended[eid] = line
@@ -299,6 +312,11 @@ class EpisodeTracker:
             self._open[episode_id] = OpenEpisode(step, -(2**63), line, {})
         else:
             state.step, state.line = step, line
+
+    def forget(self, episode_id: str) -> None:
+        """Drop what is remembered of an ended episode (its id): for a caller that never reuses
+        an id, such as `Recorder`, memory then holds only the open episodes. Its counts stay."""
+        self._ended.pop(episode_id, None)
 
     def finish(self, require_complete: bool = False) -> list[Problem]:
         """Problems known only at the end: open episodes, when completeness is required."""

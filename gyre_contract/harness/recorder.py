@@ -17,7 +17,7 @@ import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import validate_step
+from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.checking import ProblemList, StepChecker
 from gyre_contract.io.episodes import Episode
@@ -54,6 +54,8 @@ class Recorder:
     counts from 0 within each episode, and `policy_version` is read from the caller (an int, or a
     callable read once per env step) so a sampler running behind the trainer says so.
 
+    Every record is validated, and the episode rules are applied to what it records (a policy
+    whose action is an int on one step and a float on the next raises ContractError).
     Done steps carry `next_observation` (the true final observation). Truncated steps that are not
     terminated, and the last recorded step of an episode left open by `record_steps`, also carry
     `next_value = value_fn(next_observation)` when a `value_fn` is given: that is the bootstrap the
@@ -78,6 +80,7 @@ class Recorder:
         self.model = model
         self._policy_version = policy_version
         self._driver = _make_driver(env)
+        self._tracker = EpisodeTracker(model)  # the episode rules hold for what it records too
         self.num_envs = self._driver.num_envs
         self._obs: Any = None
         self._interrupted = False
@@ -187,11 +190,16 @@ class Recorder:
                 {key: index(value, t.env_index) for key, value in output.items()},
                 t, episode_id, version, bootstrap_open=last,
             )
-            results.append((record, validate_step(record, self.model)))
+            step = validate_step(record, self.model)
+            problems = self._tracker.add(step)
+            if problems:
+                raise ContractError(problems)
+            results.append((record, step))
             self._steps[t.env_index] += 1
             self.n_steps += 1
             if t.terminated or t.truncated:
                 self._count_end(t)
+                self._tracker.forget(episode_id)  # ids are never reused: memory stays bounded
                 self._episode_ids[t.env_index] = None
                 if restart(t.env_index):
                     self._begin_episode(t.env_index)
@@ -202,7 +210,8 @@ class Recorder:
         self, obs: Any, output: dict[str, Any], t: _Transition, episode_id: str, version: int,
         *, bootstrap_open: bool,
     ) -> dict[str, Any]:
-        record: dict[str, Any] = {"observation": _plain(obs), "action": _plain(output["action"])}
+        record: dict[str, Any] = {"observation": _observation(obs),
+                                  "action": _plain(output["action"])}
         for key in ("logprob", "entropy", "value"):
             if key in output:
                 record[key] = _plain(output[key])
@@ -214,7 +223,7 @@ class Recorder:
         record["policy_version"] = version
         done = t.terminated or t.truncated
         if done or bootstrap_open:
-            record["next_observation"] = _plain(t.final_obs)
+            record["next_observation"] = _observation(t.final_obs)
         needs_bootstrap = not t.terminated and (t.truncated or bootstrap_open)
         if needs_bootstrap and self.value_fn is not None:
             record["next_value"] = float(self.value_fn(t.final_obs))
@@ -288,10 +297,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _observation(obs: Any) -> Any:
+    """An observation as the record holds it: a Tuple space's tuple becomes named modalities
+    `"0"`, `"1"`, ... (its components may differ in dtype and shape), anything else `_plain`."""
+    if isinstance(obs, tuple):
+        return {str(i): _plain(part) for i, part in enumerate(obs)}
+    return _plain(obs)
+
+
 def _index(tree: Any, i: int) -> Any:
-    """Row `i` of a batched value (an array, or a dict of them for Dict observations)."""
+    """Row `i` of a batched value: an array, a dict of them (a Dict space), or a tuple of them (a
+    Tuple space: env `i`'s tuple, never the tuple's `i`-th component)."""
     if isinstance(tree, Mapping):
         return {key: _index(value, i) for key, value in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_index(value, i) for value in tree)
     return tree[i]
 
 
@@ -363,10 +383,33 @@ class _VectorDriver:
         return info["final_obs"][i]
 
 
+def _check_observation_space(space: Any) -> None:
+    """Refuse (TypeError) an observation space the record cannot hold as it is: a Tuple nested
+    in a Tuple or Dict, or a Dict in a Tuple. A Tuple is recorded as modalities "0", "1", ...; a
+    Dict as modalities named by its keys; one level of either, of tensors (or text)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Tuple):
+        inner = list(space.spaces)
+    elif isinstance(space, spaces.Dict):
+        inner = [s for s in space.spaces.values() if isinstance(s, spaces.Tuple)]
+    else:
+        return
+    if any(isinstance(s, (spaces.Tuple, spaces.Dict)) for s in inner):
+        raise TypeError(f"observation space {space} nests a Tuple or Dict inside a Tuple or "
+                        "Dict; a record holds a tensor or one level of named modalities "
+                        "(a Tuple's components as '0', '1', ...): flatten it first, e.g. with "
+                        "gymnasium.wrappers.FlattenObservation")
+
+
 def _make_driver(env: Any) -> _SingleDriver | _VectorDriver:
     import gymnasium
     from gymnasium.vector import AutoresetMode, VectorEnv
 
+    if isinstance(env, (VectorEnv, gymnasium.Env)):
+        space = getattr(env, "single_observation_space", None) if isinstance(env, VectorEnv) \
+            else getattr(env, "observation_space", None)
+        _check_observation_space(space)
     if isinstance(env, VectorEnv):
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         names = {

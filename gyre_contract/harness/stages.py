@@ -12,6 +12,7 @@ batch model; `trainer=` is instead a trainer's own batch schema (any JSON Schema
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -239,9 +240,11 @@ def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any) -> lis
 
 
 def _call_loss(loss_fn: LossFn, batch: dict[str, Any]) -> float:
-    """Call the loss once; its failure or a non-finite value fails the stage."""
+    """Call the loss once on a copy of the batch; its failure or a non-finite value fails the
+    stage. A copy: a loss may edit its input in place (advantage normalisation often does), and
+    what stage 2 reports and writes is the validated batch, not what the loss left of it."""
     try:
-        raw = loss_fn(batch)
+        raw = loss_fn(_copy_batch(batch))
     except (Exception, SystemExit) as exc:  # sys.exit(0) in a loss is its code failing too
         raise ContractError(Problem("loss", "a loss computed from the batch",
                                     f"{type(exc).__name__}: {exc}",
@@ -255,6 +258,13 @@ def _call_loss(loss_fn: LossFn, batch: dict[str, Any]) -> float:
         raise ContractError(Problem("loss", "a finite number", repr(value),
                                     "the loss is not finite"))
     return value
+
+
+def _copy_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a batch sharing nothing with it: arrays copied, modalities' dicts too."""
+    return {key: _copy_batch(value) if isinstance(value, Mapping)
+            else value.copy() if isinstance(value, np.ndarray) else copy.deepcopy(value)
+            for key, value in batch.items()}
 
 
 def _scalar(raw: Any) -> float:

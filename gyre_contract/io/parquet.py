@@ -69,7 +69,8 @@ def write_parquet(
     ContractError (`steps[i].field`) before the batch holding it is written. The file is
     written to a temporary file in the same folder and renamed (`io.atomic`), so a reader never
     sees half a file and a failed write leaves the previous file; with `fsync=True` it is on
-    disk before the rename.
+    disk before the rename. Every page carries a CRC
+    checksum, verified when the file is read (`open_parquet`).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -115,7 +116,7 @@ def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[Ba
 
 def _writer(pq: Any, path: str, schema: Any) -> Any:
     try:
-        return pq.ParquetWriter(path, schema)
+        return pq.ParquetWriter(path, schema, write_page_checksum=True)
     except OSError as err:
         raise InputError(f"cannot open {path} for writing: {err}") from None
 
@@ -210,7 +211,11 @@ def _check_writable(records: list[dict[str, Any]], schema: Any, start: int) -> N
 # -- reading ---------------------------------------------------------------------------------
 
 def open_parquet(path: str | os.PathLike[str]) -> Any:
-    """A `pyarrow.parquet.ParquetFile`, or InputError (exit 2) when it cannot be read as one."""
+    """A `pyarrow.parquet.ParquetFile`, or InputError (exit 2) when it cannot be read as one.
+
+    Page checksums (which `write_parquet` writes) are verified as pages are read: a page whose
+    bytes changed on disk is an InputError naming the file, never data read as if it were
+    good. A file written without checksums is read as before."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -220,7 +225,7 @@ def open_parquet(path: str | os.PathLike[str]) -> Any:
     if not os.path.exists(name):
         raise InputError(f"no such file: {name}")
     try:
-        return pq.ParquetFile(name)
+        return pq.ParquetFile(name, page_checksum_verification=True)
     except (pa.ArrowInvalid, OSError) as err:
         raise InputError(f"cannot read {name} as Parquet: {str(err).splitlines()[0]}") from None
 

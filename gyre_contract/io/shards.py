@@ -56,25 +56,27 @@ MAX_CROSS_SHOWN = 20
 # -- which files are the shards ----------------------------------------------------------------
 
 def is_shard_source(source: str | os.PathLike[str]) -> bool:
-    """Whether a command-line source names several shards: a folder or a glob pattern."""
+    """Whether a command-line source names several shards: a folder, or a glob pattern that is
+    not the name of an existing file (`run[1].jsonl` that exists is that file, not `run1.jsonl`)."""
     name = os.fspath(source)
-    return os.path.isdir(name) or glob.has_magic(name)
+    return os.path.isdir(name) or (glob.has_magic(name) and not os.path.lexists(name))
 
 
 def shard_paths(paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                 ) -> list[str]:
     """The shard files: a glob (`shards/*.jsonl`), a directory (its .jsonl / .parquet files), one
-    file, or a list of any of these; sorted within each item. InputError when nothing matches."""
+    file, or a list of any of these; sorted within each item. InputError when nothing matches.
+    A name that exists is taken literally before it is read as a glob."""
     items = [paths_or_glob] if isinstance(paths_or_glob, (str, os.PathLike)) else paths_or_glob
     out: list[str] = []
     for item in items:
         name = os.fspath(item)
         if os.path.isdir(name):
             found = sorted(p for pattern in SHARD_PATTERNS
-                           for p in glob.glob(os.path.join(name, pattern)))
+                           for p in glob.glob(os.path.join(glob.escape(name), pattern)))
             if not found:
                 raise InputError(f"no .jsonl or .parquet shard in directory {name}")
-        elif glob.has_magic(name):
+        elif glob.has_magic(name) and not os.path.lexists(name):  # an existing name is literal
             found = sorted(glob.glob(name))
             if not found:
                 raise InputError(f"no shard matches {name!r}")

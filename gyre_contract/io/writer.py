@@ -7,6 +7,7 @@ and the OS only ever receives whole lines.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -148,12 +149,23 @@ def ends_with_newline(fd: int) -> bool:
 
 
 def open_for_append(path: str | os.PathLike[str]) -> int:
-    """An O_APPEND descriptor that can also read the last byte (write-only if it must be)."""
+    """An O_APPEND descriptor that can also read the last byte (write-only if it must be),
+    holding an exclusive advisory lock (`flock`) until it is closed.
+
+    The lock makes "does the file end in a newline?" and the append one step: without it, another
+    process's append in progress (the file's size grows page by page during a large write) can
+    look like a torn line, and a needless newline would land after it as a blank line.
+    """
     flags = os.O_CREAT | os.O_APPEND
     try:
-        return os.open(path, flags | os.O_RDWR, 0o644)
+        fd = os.open(path, flags | os.O_RDWR, 0o644)
     except PermissionError:
-        return os.open(path, flags | os.O_WRONLY, 0o644)
+        fd = os.open(path, flags | os.O_WRONLY, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a file system without flock (some network mounts): O_APPEND alone
+        pass
+    return fd
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:

@@ -195,6 +195,60 @@ def test_loss_is_imported_from_the_named_module_and_called_once(rollouts, tmp_pa
     assert code == 2 and "--loss: cannot import 'nomod'" in err
 
 
+def test_a_loss_that_edits_the_batch_in_place_does_not_change_what_is_written(
+        rollouts, tmp_path, monkeypatch):
+    """In-place advantage normalisation once reached the .npz (NaN rewards, done on padding,
+    exit 0): the loss gets a copy, the written batch is the validated one."""
+    (tmp_path / "inplace_loss.py").write_text(
+        "import numpy as np\n"
+        "def loss(batch):\n"
+        "    adv = batch['advantage']\n"
+        "    adv -= adv.mean()\n"
+        "    adv /= adv.std() + 1e-8\n"
+        "    batch['reward'][:] = np.nan\n"
+        "    batch['done'][:] = True\n"
+        "    batch['obs'] *= 0\n"
+        "    batch['mask'] = ~batch['mask']\n"
+        "    return float(np.abs(adv).mean())\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("batch", str(rollouts), "--map", str(EXAMPLE_MAP), "-o", "plain.npz")
+    assert (code, err) == (0, "")
+    code, out, err = cli("batch", str(rollouts), "--map", str(EXAMPLE_MAP), "-o", "loss.npz",
+                         "--loss", "inplace_loss:loss", "--format", "json")
+    assert (code, err) == (0, "") and json.loads(out)["loss"] > 0
+    with np.load(tmp_path / "plain.npz") as plain, np.load(tmp_path / "loss.npz") as after:
+        assert sorted(plain.files) == sorted(after.files)
+        for key in plain.files:
+            np.testing.assert_array_equal(after[key], plain[key], err_msg=key)
+
+
+def test_an_action_int_then_float_within_an_episode_is_exit_1_and_nothing_written(tmp_path):
+    """Once `batch` wrote action [[1, 1]] for actions 1 then 1.5 and exited 0."""
+    base = {"observation": [0.1, 0.2], "logprob": -0.5, "reward": 1.0, "episode_id": "a",
+            "truncated": False, "policy_version": 0}
+    rows = [dict(base, action=1, step=0, terminated=False),
+            dict(base, action=1.5, step=1, terminated=True)]
+    rollouts = tmp_path / "mixed.jsonl"
+    rollouts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fmap = tmp_path / "map.json"
+    fmap.write_text(json.dumps({"gyre_field_map": 1, "fields": {
+        "obs": {"from": "observation"}, "action": {"from": "action"},
+        "reward": {"from": "reward"}, "done": {"op": "any", "from": ["terminated", "truncated"]},
+        "advantage": {"from": "reward"}, "logprob": {"from": "logprob"},
+        "policy_version": {"from": "policy_version"}, "mask": {"op": "mask"}}}))
+    target = tmp_path / "a.npz"
+    code, _, err = cli("batch", str(rollouts), "--map", str(fmap), "-o", str(target))
+    assert (code, err) == (1, "error: line 2: action: dtype changed within the episode: "
+                              "expected int64 as earlier in the episode, got float32 1.5\n")
+    assert not target.exists()
+    rows[1]["action"] = 2
+    rollouts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli("batch", str(rollouts), "--map", str(fmap), "-o", str(target))
+    assert (code, err) == (0, "")
+    with np.load(target) as batch:
+        assert batch["action"].tolist() == [[1, 2]]
+
+
 def test_help_says_loss_imports_only_the_named_module():
     code, out, _ = cli("batch", "--help")
     assert code == 0

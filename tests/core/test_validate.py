@@ -215,6 +215,62 @@ def test_dimension_jump_unless_varying(cartpole_record, llm_record, llm_model):
     validate_episode(turns, llm_model)  # A and P are declared varying
 
 
+def test_action_keeps_its_dtype_within_an_episode(cartpole_record):
+    """int on one step, float on the next: once cast to the first step's int64 (issue: round 2)."""
+    steps = [dict(cartpole_record, step=0, action=1),
+             dict(cartpole_record, step=1, action=1.5, terminated=True)]
+    assert episode_messages(steps) == [
+        "steps[1].action: dtype changed within the episode: expected int64 as earlier in the "
+        "episode, got float32 1.5"]
+    assert [p.rule for p in episode_messages_problems(steps)] == ["episode.dtype_fixed"]
+    across = [dict(cartpole_record, episode_id="a", action=1, terminated=True),
+              dict(cartpole_record, episode_id="b", action=1.5, terminated=True)]
+    assert len(validate_episode(across[:1])) == len(validate_episode(across[1:])) == 1
+
+
+def test_observation_keeps_its_structure_and_modality_dtypes(cartpole_record):
+    """A tensor then an object (once a crash in `batch`), a modality whose dtype changes."""
+    tensor_then_object = [dict(cartpole_record, step=0, observation=[0.1, 0.2]),
+                          dict(cartpole_record, step=1, observation={"x": [0.1, 0.2]},
+                               terminated=True)]
+    assert episode_messages(tensor_then_object) == [
+        "steps[1].observation: structure changed within the episode: expected a tensor as "
+        "earlier in the episode, got object with keys [x]"]
+    modality = [dict(cartpole_record, step=0, observation={"x": [1, 2], "t": "a"}),
+                dict(cartpole_record, step=1, observation={"x": [0.5, 2.0], "t": [1]}),
+                dict(cartpole_record, step=2, observation={"x": [3, 4], "t": "b"},
+                     terminated=True)]
+    assert episode_messages(modality) == [
+        "steps[1].observation.x: dtype changed within the episode: expected int64 as earlier in "
+        "the episode, got float32[2]",
+        "steps[1].observation.t: dtype changed within the episode: expected string as earlier in "
+        "the episode, got int64[1]"]
+
+
+def test_pinned_models_have_no_kind_to_track(cartpole_record, cartpole_model, llm_model):
+    from gyre_contract.core.fields import kind_fields
+    from gyre_contract.pinned import CartPoleStep, LLMStep
+
+    assert kind_fields(cartpole_model) == kind_fields(CartPoleStep) == ()
+    assert kind_fields(LLMStep) == kind_fields(llm_model) == ()
+
+
+def test_tracker_forgets_an_ended_episode_when_asked(cartpole_record, cartpole_model):
+    """What `Recorder` does with each id it ended (it never reuses one): memory stays bounded."""
+    tracker = EpisodeTracker(cartpole_model)
+    for record in episode(cartpole_record, 2):
+        tracker.add(validate_step(record, cartpole_model))
+    assert (tracker.episodes, tracker.terminated) == (1, 1)
+    tracker.forget("ep-0")
+    assert (tracker.episodes, tracker.terminated, tracker.open_episodes) == (0, 1, [])
+
+
+def episode_messages_problems(steps: list[dict], model=None) -> list:
+    with pytest.raises(ContractError) as info:
+        validate_episode(steps, model) if model else validate_episode(steps)
+    return info.value.problems
+
+
 def test_tracker_counts_interleaved_episodes(cartpole_record, cartpole_model):
     tracker = EpisodeTracker(cartpole_model)
     a = episode(dict(cartpole_record, episode_id="a"), 3)

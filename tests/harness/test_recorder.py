@@ -377,7 +377,7 @@ def test_episodes_from_records_goes_through_the_one_io_loop() -> None:
     from gyre_contract.harness import recorder as module
 
     source = inspect.getsource(module)
-    assert "episode_from_steps" not in source and "EpisodeTracker" not in source
+    assert "episode_from_steps" not in source and "EpisodeAssembler(" in source
     recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
     records = list(recorder.record_episodes(1))
     assert len(records) >= 3
@@ -396,3 +396,96 @@ def test_iter_validated_steps_is_deprecated() -> None:
     with pytest.warns(DeprecationWarning, match="read_steps"):
         steps = list(iter_validated_steps(enumerate(records, 1)))
     assert len(steps) == len(records)
+
+
+# -- Tuple observation spaces (reliability round 2) -----------------------------------------------
+
+def blackjack_row(obs: tuple) -> dict[str, int]:
+    """What the record holds for one Blackjack observation: its components as modalities."""
+    return {str(k): int(part) for k, part in enumerate(obs)}
+
+
+def replay_blackjack(records: list[dict[str, Any]], seed: int) -> int:
+    """`replay` for Blackjack: each record against a fresh single env seeded alike."""
+    env = gym.make("Blackjack-v1")
+    obs, _ = env.reset(seed=seed)
+    ended = 0
+    for r in records:
+        assert r["observation"] == blackjack_row(obs)
+        obs, reward, terminated, truncated, _ = env.step(r["action"])
+        assert (r["reward"], r["terminated"], r["truncated"]) == (reward, terminated, truncated)
+        if terminated or truncated:
+            assert r["next_observation"] == blackjack_row(obs)
+            ended += 1
+            obs, _ = env.reset()
+    return ended
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP,
+                                  AutoresetMode.DISABLED])
+@pytest.mark.parametrize("n", [3, 4])
+def test_a_tuple_observation_space_records_each_envs_own_row(n: int, mode: AutoresetMode,
+                                                             tmp_path) -> None:
+    """SyncVectorEnv of Blackjack-v1 (a Tuple space) once recorded the three player sums as env
+    0's observation, and 4 envs raised IndexError: `tree[i]` took the i-th component."""
+    from gyre_contract.io.reading import read_episodes
+    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io.writer import write_steps
+
+    env = SyncVectorEnv([lambda: gym.make("Blackjack-v1") for _ in range(n)],
+                        autoreset_mode=mode)
+    rng = np.random.default_rng(1)
+    recorder = Recorder(env, lambda obs: rng.integers(2, size=n), policy_version=0, seed=SEED)
+    records = list(recorder.record_steps(12))
+    assert recorder.n_episodes > n  # Blackjack episodes are short: resets are crossed
+    check_episode_rules(records)
+    assert set(records[0]["observation"]) == {"0", "1", "2"}
+    ended = sum(replay_blackjack(rs, SEED + i) for i, rs in by_env(records).items())
+    assert ended == recorder.n_episodes
+    path = tmp_path / "blackjack.jsonl"
+    write_steps(path, records)
+    assert validate_file(path).ok
+    first = next(iter(read_episodes(path)))
+    assert first.columns["observation"]["0"].dtype == np.int64
+
+
+def test_a_single_env_tuple_observation_is_recorded_as_modalities_too() -> None:
+    recorder = Recorder(gym.make("Blackjack-v1"), lambda obs: 0, policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(3))
+    assert replay_blackjack(records, SEED) == 3
+    episodes = recorder.collect_episodes(2)
+    assert set(episodes[0].columns["observation"]) == {"0", "1", "2"}
+
+
+class NestedTuple(gym.Env):
+    """An env whose Tuple observation holds a Tuple: refused, never recorded half right."""
+
+    def __init__(self, space: gym.Space) -> None:
+        self.observation_space = space
+        self.action_space = gym.spaces.Discrete(2)
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Tuple((gym.spaces.Discrete(3),)))),
+    gym.spaces.Tuple((gym.spaces.Dict({"a": gym.spaces.Discrete(2)}),)),
+    gym.spaces.Dict({"a": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(2)))}),
+], ids=["tuple-in-tuple", "dict-in-tuple", "tuple-in-dict"])
+def test_a_nested_tuple_space_is_refused_clearly(space: gym.Space) -> None:
+    with pytest.raises(TypeError, match=r"nests a Tuple or Dict inside a Tuple or Dict; .*"
+                                        r"FlattenObservation"):
+        Recorder(NestedTuple(space), lambda obs: 0, policy_version=0)
+    vec = SyncVectorEnv([lambda: NestedTuple(space)])
+    with pytest.raises(TypeError, match="nests a Tuple or Dict"):
+        Recorder(vec, lambda obs: np.zeros(1, np.int64), policy_version=0)
+
+
+def test_a_policy_whose_action_changes_dtype_within_an_episode_is_refused() -> None:
+    """`collect_episodes` once cast it to the first step's dtype without a word."""
+    actions = iter([np.array([1]), np.array([0.5])] * 50)
+    recorder = Recorder(gym.make("Pendulum-v1"), lambda obs: next(actions), policy_version=0,
+                        seed=SEED)
+    with pytest.raises(ContractError) as err:
+        recorder.collect_episodes(1)
+    assert [(p.rule, str(p)) for p in err.value.problems] == [
+        ("episode.dtype_fixed", "action: dtype changed within the episode: expected int64 as "
+                                "earlier in the episode, got float32[1]")]

@@ -215,6 +215,50 @@ def test_not_a_parquet_file_is_an_input_error(tmp_path, cartpole_model):
         validate_parquet(tmp_path / "missing.parquet", cartpole_model)
 
 
+def test_a_page_whose_bytes_changed_on_disk_is_refused_naming_the_file(tmp_path, cartpole_model):
+    """Once written without page checksums and read without checking them: flipped bytes in a
+    data page changed observation rows and `validate` said the file holds. Now every page has a
+    CRC, checked on read: exit 2, one line naming the file."""
+    import io
+
+    from gyre_contract.cli import run
+
+    rng = np.random.default_rng(7)
+    records = [dict(r, observation=rng.normal(size=4).tolist())
+               for r in cartpole_episode("a", 263)]
+    path = tmp_path / "good.parquet"
+    write_parquet(path, records, cartpole_model)
+    assert validate_file(path, cartpole_model).ok
+    meta = pq.ParquetFile(path).metadata
+    assert all(meta.row_group(0).column(i).path_in_schema for i in range(meta.num_columns))
+    chunk = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
+                 if meta.row_group(0).column(i).path_in_schema.startswith("observation"))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    clean = pq.read_table(path).column("observation").to_pylist()
+    data, bad = path.read_bytes(), tmp_path / "flipped.parquet"
+    for pos in range(end - 1, start, -1):  # the first flip a reader that does not verify takes
+        flipped = bytearray(data)
+        flipped[pos] ^= 0x01
+        bad.write_bytes(flipped)
+        try:
+            silent = pq.ParquetFile(bad).read().column("observation").to_pylist()
+        except (pa.ArrowException, OSError):
+            continue
+        if silent != clean:
+            break
+    else:
+        pytest.fail("no flipped byte changed the observations silently")
+    with pytest.raises(InputError, match=r"^cannot read .*flipped\.parquet .*checksum"):
+        validate_file(bad, cartpole_model)
+    with pytest.raises(InputError, match="checksum"):
+        list(read_parquet_episodes(bad, cartpole_model))
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["validate", str(bad), "--model", "models:CartPoleStep"], out, err) == 2
+    assert out.getvalue() == "" and err.getvalue().count("\n") == 1
+    assert str(bad) in err.getvalue() and "checksum" in err.getvalue()
+
+
 def test_writing_refuses_none_and_unknown_keys_before_writing(tmp_path, cartpole_model):
     records = cartpole_episode("a", 2)
     records[1]["value"] = None

@@ -596,3 +596,32 @@ def test_file_report_follows_the_report_protocol(name: str) -> None:
     assert (code, err.getvalue()) == (report.exit_code(), "")
     assert out.getvalue() == report.render("json") + "\n"
     assert json.loads(out.getvalue()) == report.to_dict()
+
+
+# -- a field keeps its kind within an episode (reliability round 2) ------------------------------
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize(("change", "rule", "expected"), [
+    ({"action": [1, 1.5]}, "episode.dtype_fixed",
+     "line 2: action: dtype changed within the episode: expected int64 as earlier in the "
+     "episode, got float32 1.5"),
+    ({"observation": [[0.5, 0.5], {"x": [0.5, 0.5]}]}, "episode.structure_fixed",
+     "line 2: observation: structure changed within the episode: expected a tensor as earlier "
+     "in the episode, got object with keys [x]"),
+], ids=["int-then-float-action", "tensor-then-object-observation"])
+def test_a_field_keeps_its_kind_within_an_episode(change: dict, rule: str, expected: str,
+                                                   fast: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once `validate` held and reading cast the action to the first step's int64 (or crashed
+    on the observation): now every reader names the rule, and nothing is cast."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    records = episode("a", 2)
+    for key, values in change.items():
+        for record, value in zip(records, values):
+            record[key] = value
+    path = write_lines(tmp_path / "mixed.jsonl", [dumps(r) for r in records])
+    report = validate_file(path)
+    assert [str(p) for p in report.problems()] == [expected]
+    assert [p.rule for p in report.problems()] == [rule]
+    with pytest.raises(ContractError, match="changed within the episode"):
+        list(read_episodes(path))

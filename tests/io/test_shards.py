@@ -114,6 +114,35 @@ def test_shard_paths_from_a_glob_a_folder_or_a_list(tmp_path):
         shard_paths(str(tmp_path / "*.pq"))
 
 
+def test_a_name_that_exists_is_taken_literally_before_it_is_read_as_a_glob(tmp_path):
+    """`validate 'dir/run[1].jsonl'` once checked dir/run1.jsonl: `[1]` read as a glob class."""
+    import io
+    import json
+
+    from gyre_contract.cli import run
+    from gyre_contract.io.shards import is_shard_source
+
+    literal, other = tmp_path / "run[1].jsonl", tmp_path / "run1.jsonl"
+    bad = episode("a", 3)
+    bad[2]["step"] = 5
+    literal.write_text("".join(json.dumps(r) + "\n" for r in bad))
+    other.write_text("".join(json.dumps(r) + "\n" for r in episode("b", 2)))
+    assert not is_shard_source(literal) and shard_paths(str(literal)) == [str(literal)]
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["validate", str(literal), "--format", "json"], out, err) == 1
+    assert json.loads(out.getvalue())["path"] == str(literal)
+    assert json.loads(out.getvalue())["counts"]["steps"] == 3
+    # a pattern that is no file's name is still a glob; a folder whose name looks like one is
+    # searched as the folder it is
+    assert shard_paths(str(tmp_path / "run[0-9].jsonl")) == [str(other)]
+    folder = tmp_path / "shards[1]"
+    folder.mkdir()
+    (tmp_path / "shards1").mkdir()
+    (tmp_path / "shards1" / "decoy.jsonl").write_text("")
+    (folder / "x.jsonl").write_text("")
+    assert shard_paths(folder) == [str(folder / "x.jsonl")]
+
+
 def test_local_engine_reports_each_shard_as_validate_file_does(tmp_path, cartpole_model):
     paths = write_shards(tmp_path / "shards", "jsonl")
     report = validate_shards(str(tmp_path / "shards" / "*.jsonl"), cartpole_model, engine="local")
