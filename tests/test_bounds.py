@@ -118,3 +118,76 @@ def test_unique_items_follows_json_equality() -> None:
     assert canonical(True) != canonical(1)
     assert canonical({"a": [1, None]}) == canonical({"a": [1.0, None]})
     assert canonical([0]) != canonical([False])
+
+
+# --- infer on .npz: headers only -------------------------------------------------------------
+
+def zip_bomb(path: Path, shape: tuple[int, ...], zeros_mb: int) -> Path:
+    """An .npz whose one member declares `shape` (float32) and holds `zeros_mb` MB of zeros,
+    compressed to a few hundred kB."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("observation.npy", "w", force_zip64=True) as member:
+            npy.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False,
+                                                "shape": shape})
+            block = bytes(2**20)
+            for _ in range(zeros_mb):
+                member.write(block)
+    return path
+
+
+def test_infer_reads_only_the_npy_headers_of_a_zip_bomb(tmp_path: Path) -> None:
+    bomb = zip_bomb(tmp_path / "bomb.npz", (2**20, 2**10), zeros_mb=256)  # declares 4 GiB
+    assert bomb.stat().st_size < 4 * 2**20
+    proc = gyre("infer", bomb, memory_gb=2)
+    assert proc.returncode == 0, proc.stderr
+    schema = json.loads(proc.stdout)
+    assert schema["properties"]["observation"]["x-gyre-dtype"] == "float32"
+    assert schema["properties"]["observation"]["x-gyre-shape"] == ["B", "T"]
+
+
+def test_npz_headers_match_numpy(tmp_path: Path) -> None:
+    import numpy as np
+
+    from gyre_contract.schema.infer import npz_headers
+
+    path = tmp_path / "b.npz"
+    np.savez_compressed(path, a=np.zeros((3, 4), np.int64), b=np.ones(3, np.bool_))
+    assert npz_headers(path) == {"a": (np.dtype(np.int64), (3, 4)), "b": (np.dtype(np.bool_), (3,))}
+
+
+def bad_npz(tmp_path: Path, kind: str) -> Path:
+    import zipfile
+
+    import numpy as np
+
+    path = tmp_path / "bad.npz"
+    if kind == "member not .npy":
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("notes.txt", "hello")
+    elif kind == "member with a bad magic":
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("a.npy", b"hello world, not an array")
+    elif kind == "corrupt zip":
+        np.savez_compressed(path, a=np.zeros(1000))
+        data = bytearray(path.read_bytes())
+        data[40:200] = bytes(160)
+        path.write_bytes(bytes(data))
+    elif kind == "a .npy named .npz":
+        np.save(tmp_path / "a.npy", np.zeros(3))
+        (tmp_path / "a.npy").rename(path)
+    elif kind == "truncated zip":
+        np.savez(path, a=np.zeros(1000))
+        path.write_bytes(path.read_bytes()[:-30])
+    return path
+
+
+@pytest.mark.parametrize("kind", ["member not .npy", "member with a bad magic", "corrupt zip",
+                                  "a .npy named .npz", "truncated zip"])
+def test_infer_on_a_broken_npz_is_one_line_exit_2(tmp_path: Path, kind: str) -> None:
+    proc = gyre("infer", bad_npz(tmp_path, kind))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot read as .npz" in one_line_error(proc)
