@@ -191,3 +191,55 @@ def test_infer_on_a_broken_npz_is_one_line_exit_2(tmp_path: Path, kind: str) -> 
     proc = gyre("infer", bad_npz(tmp_path, kind))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "cannot read as .npz" in one_line_error(proc)
+
+
+# --- batch: the padded size is checked before allocating --------------------------------------
+
+def skewed_rollouts(path: Path, long_steps: int, short_episodes: int) -> Path:
+    """One episode of `long_steps` steps, then `short_episodes` one-step episodes."""
+    line = ('{"episode_id":"%s","step":%d,"observation":[0.0,0.0,0.0,0.0],"action":0,'
+            '"logprob":-0.5,"value":1.0,"reward":1.0,"terminated":%s,"truncated":false,'
+            '"policy_version":0}\n')
+    with path.open("w") as f:
+        f.writelines(line % ("long", n, "true" if n == long_steps - 1 else "false")
+                     for n in range(long_steps))
+        f.writelines(line % (f"short-{i}", 0, "true") for i in range(short_episodes))
+    return path
+
+
+def test_a_skewed_batch_is_refused_with_the_numbers_and_the_remedy(tmp_path: Path) -> None:
+    rollouts = skewed_rollouts(tmp_path / "r.jsonl", 12_000, 12_000)  # pads to 6.3 GiB
+    proc = gyre("batch", rollouts, "--map", ROOT / "examples" / "cartpole_map.json",
+                memory_gb=6)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = one_line_error(proc)
+    assert "padded batch [B=12001, T=12000] would take 6.3 GiB" in line
+    assert "MAX_BATCH_BYTES = 4.0 GiB" in line and "(--max-len 2)" in line
+
+
+def test_collate_checks_the_padded_size_first() -> None:
+    import numpy as np
+
+    from gyre_contract.trainer.collation import BatchTooLargeError, collate
+
+    episodes = [{"episode_id": np.array(["long"] * 1000), "reward": np.ones(1000, np.float32)}]
+    episodes += [{"episode_id": np.array([f"s{i}"]), "reward": np.ones(1, np.float32)}
+                 for i in range(1000)]
+    with pytest.raises(BatchTooLargeError, match=r"\[B=1001, T=1000\].*--max-len (\d+)") as err:
+        collate(episodes, max_bytes=1_000_000)
+    suggested = int(str(err.value).split("--max-len ")[1].split(")")[0])
+    out = collate(episodes, max_bytes=1_000_000, max_len=suggested)
+    assert out["reward"].shape[1] == suggested
+    assert collate(episodes, max_bytes=6_000_000)["reward"].shape == (1001, 1000)
+
+
+def test_chained_per_step_is_bounded_before_allocating(tmp_path: Path) -> None:
+    fmap = tmp_path / "m.json"
+    fmap.write_text(json.dumps({"gyre_field_map": 1, "fields": {"obs": {
+        "op": "per_step", "from": "observation",
+        "then": [{"op": "per_step"}, {"op": "per_step"}, {"op": "per_step"}]}}}))
+    proc = gyre("batch", ROOT / "examples" / "cartpole_rollouts.jsonl", "--map", fmap,
+                memory_gb=2)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = one_line_error(proc)
+    assert "per_step" in line and "12.2 GiB" in line and "MAX_BATCH_BYTES" in line
