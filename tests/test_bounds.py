@@ -243,3 +243,72 @@ def test_chained_per_step_is_bounded_before_allocating(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = one_line_error(proc)
     assert "per_step" in line and "12.2 GiB" in line and "MAX_BATCH_BYTES" in line
+
+
+# --- devices and pipes: bounded readers -------------------------------------------------------
+
+SCHEMA = ROOT / "schemas" / "rollout_step.v1.json"
+ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"
+MAP = ROOT / "examples" / "cartpole_map.json"
+
+AS_SCHEMA_MAP_OR_RUN_LOG = {
+    "validate --schema": lambda f: ("validate", ROLLOUTS, "--schema", f),
+    "diff (left)": lambda f: ("diff", f, SCHEMA),
+    "diff (right)": lambda f: ("diff", SCHEMA, f),
+    "batch --map": lambda f: ("batch", ROLLOUTS, "--map", f),
+    "runs": lambda f: ("runs", f),
+}
+
+
+@pytest.mark.parametrize("command", [*AS_SCHEMA_MAP_OR_RUN_LOG, "validate", "batch rollouts"])
+def test_dev_zero_is_refused_unread(command: str) -> None:
+    argv = {"validate": lambda f: ("validate", f),
+            "batch rollouts": lambda f: ("batch", f, "--map", MAP),
+            **AS_SCHEMA_MAP_OR_RUN_LOG}[command]("/dev/zero")
+    proc = gyre(*argv, memory_gb=2)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not a regular file (a character device)" in one_line_error(proc)
+
+
+_ENDLESS = "import sys\nf = open(sys.argv[1], 'wb')\nwhile True:\n    f.write(b'[' * 65536)\n"
+
+
+@pytest.mark.parametrize("command", list(AS_SCHEMA_MAP_OR_RUN_LOG))
+def test_an_endless_pipe_is_read_up_to_the_limit(tmp_path: Path, command: str) -> None:
+    fifo = tmp_path / "endless"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen([sys.executable, "-c", _ENDLESS, str(fifo)],
+                              stderr=subprocess.DEVNULL)
+    try:
+        proc = gyre(*AS_SCHEMA_MAP_OR_RUN_LOG[command](fifo), memory_gb=2)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "bytes, the limit (MAX_" in one_line_error(proc)
+
+
+def test_a_pipe_is_still_a_rollout_source(tmp_path: Path) -> None:
+    fifo = tmp_path / "rollouts"
+    os.mkfifo(fifo)
+    copy = "import shutil, sys\nshutil.copyfileobj(open(sys.argv[1], 'rb'), open(sys.argv[2], 'wb'))"
+    writer = subprocess.Popen([sys.executable, "-c", copy, str(ROLLOUTS), str(fifo)])
+    try:
+        proc = gyre("validate", fifo)
+    finally:
+        writer.wait(timeout=SAFETY_NET_S)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_small_pipe_is_read_whole(tmp_path: Path) -> None:
+    from gyre_contract.io.jsonfile import read_bounded
+
+    fifo = tmp_path / "schema"
+    os.mkfifo(fifo)
+    copy = "import shutil, sys\nshutil.copyfileobj(open(sys.argv[1], 'rb'), open(sys.argv[2], 'wb'))"
+    writer = subprocess.Popen([sys.executable, "-c", copy, str(SCHEMA), str(fifo)])
+    try:
+        data = read_bounded(fifo, what="schema", max_bytes=2**20, limit_name="X")
+    finally:
+        writer.wait(timeout=SAFETY_NET_S)
+    assert data == SCHEMA.read_bytes()

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from gyre_contract.core.errors import ContractError, InputError, Problem, describe
+from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.report import Report
+from gyre_contract.io.jsonfile import read_bounded
 
 TIMES = ("rollout_s", "train_s", "total_s")
 """The timed quantities of a run, in seconds."""
@@ -56,6 +57,10 @@ class RunRecord(BaseModel):
 
 MAX_RUN_KEYS = 100
 """A run-log line with more keys is one `too many keys` problem, not one per unknown key."""
+
+MAX_RUN_LOG_BYTES = 256 * 2**20
+"""Largest run log `RunLog.read` reads (256 MiB, about 250,000 runs); read with a bounded reader,
+so `/dev/zero` or an endless pipe cannot take the memory."""
 
 _EXPECTED = {
     "run_id": "a non-empty string",
@@ -188,10 +193,8 @@ class RunLog:
 
     def read(self) -> list[RunRecord]:
         """Every record; blank lines skipped; bad lines raise one `ContractError` listing all."""
-        try:
-            data = self.path.read_bytes()
-        except OSError as e:
-            raise InputError(f"cannot read run log {self.path}: {e.strerror}") from e
+        data = read_bounded(self.path, what="run log", max_bytes=MAX_RUN_LOG_BYTES,
+                            limit_name="MAX_RUN_LOG_BYTES")
         records: list[RunRecord] = []
         problems: list[Problem] = []
         for number, line in enumerate(data.splitlines(), start=1):

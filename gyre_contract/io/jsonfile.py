@@ -8,7 +8,9 @@ file mean something other than what a reader in another language sees.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,16 +31,47 @@ def read_json_file(path: str | Path, *, what: str, max_bytes: int, limit_name: s
     `what` names the file in messages ("schema", "field map"); `limit_name` is the constant a
     user can look up when the size limit is hit.
     """
-    path = Path(path)
+    return loads_strict(read_bounded(path, what=what, max_bytes=max_bytes,
+                                     limit_name=limit_name, too_big=JSONFileError))
+
+
+def refuse_devices(path: str | os.PathLike[str], what: str) -> None:
+    """InputError for a device or socket (`/dev/zero`, `/dev/tty`): reading one never ends or
+    makes no sense. Regular files and pipes (FIFOs, `<(...)`) pass; a missing path passes (the
+    caller's open reports it)."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise JSONFileError(f"{what} file is {size} bytes, more than the limit of "
-                                f"{max_bytes} ({limit_name})")
-        raw = path.read_bytes()
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            raise InputError(f"cannot read {what} {os.fspath(path)}: not a regular file "
+                             f"({kind})")
+
+
+def read_bounded(path: str | Path, *, what: str, max_bytes: int, limit_name: str,
+                 too_big: type[Exception] = InputError) -> bytes:
+    """The bytes of `path`, reading at most `max_bytes + 1` whatever `stat` says (a pipe or a
+    `/proc` file reports size 0); more than `max_bytes` raises `too_big`. Devices are refused
+    unread (`refuse_devices`); a file that cannot be opened raises InputError."""
+    path = Path(path)
+    refuse_devices(path, what)
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise too_big(f"{what} file is {size} bytes, more than the limit of "
+                              f"{max_bytes} ({limit_name})")
+            raw = handle.read(max_bytes + 1)
     except OSError as exc:
+        if isinstance(exc, too_big):
+            raise
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    return loads_strict(raw)
+    if len(raw) > max_bytes:
+        raise too_big(f"{what} file holds more than {max_bytes} bytes, the limit "
+                      f"({limit_name})")
+    return raw
 
 
 def loads_strict(raw: bytes) -> Any:

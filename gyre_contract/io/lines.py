@@ -30,6 +30,7 @@ from typing import IO, Any, TypeAlias
 import orjson
 
 from gyre_contract.core.errors import InputError, Problem, describe
+from gyre_contract.io.jsonfile import refuse_devices
 
 MAX_LINE_BYTES = 128 * 2**20
 """A longer line is reported (`line too long`) and skipped, so memory stays bounded."""
@@ -108,6 +109,7 @@ def open_rollout(path: str | os.PathLike[str]) -> IO[bytes]:
     name = os.fspath(path)
     if os.path.isdir(name):
         raise InputError(f"is a directory, not a rollout file: {name}")
+    refuse_devices(name, "rollout file")
     try:
         return open(name, "rb", buffering=0)
     except FileNotFoundError:

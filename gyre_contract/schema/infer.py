@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre_contract.core.errors import InputError
+from gyre_contract.io.jsonfile import refuse_devices
 from gyre_contract.io.lines import Lines
 from gyre_contract.schema.fieldtable import GYRE_DTYPES, MAX_FIELDS, Dim
 from gyre_contract.schema.roles import resolve_role
@@ -230,6 +231,7 @@ def npz_headers(path: str | Path) -> dict[str, tuple[Any, tuple[int, ...]]]:
     from numpy.lib import format as npy
 
     arrays: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    refuse_devices(path, ".npz file")
     try:
         with zipfile.ZipFile(path) as archive:
             for member in archive.infolist():
