@@ -91,6 +91,44 @@ def test_a_pattern_re2_cannot_run_is_an_unusable_schema(tmp_path: Path, pattern:
     assert "cannot be run in linear time" in one_line_error(proc)
 
 
+def nested_unevaluated(levels: int) -> dict[str, object]:
+    node: dict[str, object] = {"type": "object"}
+    for _ in range(levels):
+        node = {"anyOf": [node, {"properties": {"zz": {}}}], "unevaluatedProperties": False}
+    return {"type": "object", "properties": {"info": node}}
+
+
+@pytest.mark.parametrize("levels, code", [(8, 1), (18, 2)])
+def test_nested_unevaluated_keywords_are_bounded(tmp_path: Path, levels: int, code: int) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(nested_unevaluated(levels)))
+    rollouts = write_jsonl(tmp_path / "r.jsonl", [step("e", 0, True, info={"a": 1})])
+    proc = gyre("validate", rollouts, "--schema", schema)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    if code == 2:
+        assert "(MAX_UNEVALUATED_NESTING)" in one_line_error(proc)
+
+
+def testunevaluated_nesting_follows_local_refs() -> None:
+    from gyre_contract.io.schemakeywords import unevaluated_nesting
+
+    chain: dict[str, object] = {f"d{i}": {"unevaluatedItems": False,
+                                          "anyOf": [{"$ref": f"#/$defs/d{i + 1}"}]}
+                                for i in range(12)}
+    chain["d12"] = {"$ref": "#/$defs/d0"}  # a cycle is walked once
+    assert unevaluated_nesting({"$ref": "#/$defs/d0", "$defs": chain}) == 12
+
+
+def test_unevaluated_properties_with_pattern_properties_is_refused(tmp_path: Path) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"patternProperties": {"^(a+)+$": {}},
+                                  "unevaluatedProperties": False}))
+    rollouts = write_jsonl(tmp_path / "r.jsonl", [step("e", 0, True)])
+    proc = gyre("validate", rollouts, "--schema", schema)
+    assert proc.returncode == 2
+    assert "backtracking" in one_line_error(proc)
+
+
 def test_ecma_unicode_escapes_and_end_anchor(tmp_path: Path) -> None:
     from gyre_contract.io.schemakeywords import compiled_pattern
 

@@ -16,6 +16,11 @@ from typing import Any
 
 from gyre_contract.core.errors import SchemaError
 
+MAX_UNEVALUATED_NESTING = 8
+"""Most `unevaluatedProperties` / `unevaluatedItems` keywords nested inside one another (through
+applicators and local `$ref`s). jsonschema re-validates every nested level for each enclosing
+one: the time doubles per level (18 levels: 80 s for one record)."""
+
 MAX_PATTERN_BYTES = 4096
 """Longest `pattern` / `patternProperties` regex accepted (RE2 also bounds its compiled size)."""
 
@@ -56,10 +61,63 @@ def check_patterns(schema: Any) -> None:
         if isinstance(node.get("patternProperties"), Mapping):
             for key in node["patternProperties"]:
                 compiled_pattern(key)
+    nesting = unevaluated_nesting(schema)
+    if nesting > MAX_UNEVALUATED_NESTING:
+        raise SchemaError(f"schema: unevaluatedProperties/unevaluatedItems nested {nesting} deep, "
+                          f"more than {MAX_UNEVALUATED_NESTING} (MAX_UNEVALUATED_NESTING): "
+                          f"validation time doubles with each level")
     if {"unevaluatedProperties", "patternProperties"} <= keywords:
         raise SchemaError("schema: unevaluatedProperties together with patternProperties is not "
                           "supported (jsonschema would run the patterns with Python's "
                           "backtracking regex engine, which can take minutes per record)")
+
+
+_UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
+
+
+def unevaluated_nesting(schema: Any) -> int:
+    """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
+    schema, following local `$ref`s (a `$ref` cycle is walked once)."""
+    memo: dict[int, int] = {}
+
+    def resolve(ref: str) -> Any:
+        node = schema
+        for part in ref[2:].split("/") if ref.startswith("#/") else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node if ref.startswith("#/") or ref == "#" else None
+
+    def depth(node: Any, path: frozenset[int]) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in path:
+            return 0
+        path = path | {id(node)}
+        children: list[Any] = []
+        if isinstance(node, list):
+            children = node
+        elif isinstance(node, Mapping):
+            children = [v for k, v in node.items()
+                        if k not in ("const", "enum", "default", "examples")
+                        and isinstance(v, (dict, list))]
+            if isinstance(node.get("$ref"), str):
+                target = resolve(node["$ref"])
+                if isinstance(target, (dict, list)):
+                    children.append(target)
+        own = int(isinstance(node, Mapping) and any(k in node for k in _UNEVALUATED))
+        result = own + max((depth(c, path) for c in children), default=0)
+        memo[id(node)] = result
+        return result
+
+    try:
+        return depth(schema, frozenset())
+    except RecursionError:
+        raise SchemaError("schema: $ref chain too long to check") from None
 
 
 def _subschemas(schema: Any) -> Iterator[Mapping[str, Any]]:
