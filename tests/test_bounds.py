@@ -350,3 +350,12 @@ def test_a_small_pipe_is_read_whole(tmp_path: Path) -> None:
     finally:
         writer.wait(timeout=SAFETY_NET_S)
     assert data == SCHEMA.read_bytes()
+
+
+def test_an_overlong_pattern_is_refused(tmp_path: Path) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"properties": {"episode_id": {"pattern": "a" * 5000}}}))
+    rollouts = write_jsonl(tmp_path / "r.jsonl", [step("e", 0, True)])
+    proc = gyre("validate", rollouts, "--schema", schema)
+    assert proc.returncode == 2
+    assert "(MAX_PATTERN_BYTES)" in one_line_error(proc)
