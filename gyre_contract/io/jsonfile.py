@@ -21,6 +21,10 @@ from gyre_contract.core.errors import InputError
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
+_BLOCK = 1 << 20
+"""Bytes read at a time from a pipe by `read_bounded`."""
+
+
 class JSONFileError(ValueError):
     """The file's content is not a strict JSON document; the message says why, without the path."""
 
@@ -58,12 +62,23 @@ def read_bounded(path: str | Path, *, what: str, max_bytes: int, limit_name: str
     path = Path(path)
     refuse_devices(path, what)
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > max_bytes:
-                raise too_big(f"{what} file is {size} bytes, more than the limit of "
+        with path.open("rb", buffering=0) as handle:
+            info = os.fstat(handle.fileno())
+            if info.st_size > max_bytes:
+                raise too_big(f"{what} file is {info.st_size} bytes, more than the limit of "
                               f"{max_bytes} ({limit_name})")
-            raw = handle.read(max_bytes + 1)
+            # a regular file in one read of its size (+1 to see growth); anything else in
+            # blocks, so memory follows what arrives, never the limit
+            want = info.st_size + 1 if stat.S_ISREG(info.st_mode) else _BLOCK
+            chunks, total = [], 0
+            while total <= max_bytes:
+                block = handle.read(min(want, max_bytes + 1 - total))
+                if not block:
+                    break
+                chunks.append(block)
+                total += len(block)
+                want = _BLOCK
+            raw = b"".join(chunks)
     except OSError as exc:
         if isinstance(exc, too_big):
             raise
