@@ -33,9 +33,10 @@ from pydantic import (
     field_validator,
 )
 
-from gyre_contract.core.errors import ContractError, InputError, Problem, describe
+from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.report import Report
 from gyre_contract.core.text import printable
+from gyre_contract.io.jsonfile import read_bounded
 from gyre_contract.io.lines import hidden_problems
 from gyre_contract.io.writer import ends_with_newline, open_for_append
 
@@ -99,6 +100,9 @@ class RunRecord(BaseModel):
 MAX_RUN_KEYS = 100
 """A run-log line with more keys is one `too many keys` problem, not one per unknown key."""
 
+MAX_RUN_LOG_BYTES = 256 * 2**20
+"""Largest run log `RunLog.read` reads (256 MiB, about 250,000 runs); read with a bounded reader,
+so `/dev/zero` or an endless pipe cannot take the memory."""
 MAX_RUN_METRICS = 1000
 """A run's `metrics` or `curves` with more names is one `too many metrics` problem; `RunTimer`
 refuses the cycle that would go beyond it, so a run log it writes always reads back."""
@@ -327,10 +331,8 @@ class RunLog:
         return records, torn
 
     def _parse(self) -> tuple[list[RunRecord], list[Problem], list[Problem]]:
-        try:
-            data = self.path.read_bytes()
-        except OSError as e:
-            raise InputError(f"cannot read run log {self.path}: {e.strerror}") from e
+        data = read_bounded(self.path, what="run log", max_bytes=MAX_RUN_LOG_BYTES,
+                            limit_name="MAX_RUN_LOG_BYTES")
         records: list[RunRecord] = []
         torn: list[Problem] = []
         problems: list[Problem] = []

@@ -8,7 +8,9 @@ file mean something other than what a reader in another language sees.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,10 @@ from gyre_contract.core.errors import InputError
 
 # A lone surrogate can only come from a JSON escape; look for the escape before walking the tree.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+_BLOCK = 1 << 20
+"""Bytes read at a time from a pipe by `read_bounded`."""
 
 
 class JSONFileError(ValueError):
@@ -29,16 +35,58 @@ def read_json_file(path: str | Path, *, what: str, max_bytes: int, limit_name: s
     `what` names the file in messages ("schema", "field map"); `limit_name` is the constant a
     user can look up when the size limit is hit.
     """
-    path = Path(path)
+    return loads_strict(read_bounded(path, what=what, max_bytes=max_bytes,
+                                     limit_name=limit_name, too_big=JSONFileError))
+
+
+def refuse_devices(path: str | os.PathLike[str], what: str) -> None:
+    """InputError for a device or socket (`/dev/zero`, `/dev/tty`): reading one never ends or
+    makes no sense. Regular files and pipes (FIFOs, `<(...)`) pass; a missing path passes (the
+    caller's open reports it)."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise JSONFileError(f"{what} file is {size} bytes, more than the limit of "
-                                f"{max_bytes} ({limit_name})")
-        raw = path.read_bytes()
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            raise InputError(f"cannot read {what} {os.fspath(path)}: not a regular file "
+                             f"({kind})")
+
+
+def read_bounded(path: str | Path, *, what: str, max_bytes: int, limit_name: str,
+                 too_big: type[Exception] = InputError) -> bytes:
+    """The bytes of `path`, reading at most `max_bytes + 1` whatever `stat` says (a pipe or a
+    `/proc` file reports size 0); more than `max_bytes` raises `too_big`. Devices are refused
+    unread (`refuse_devices`); a file that cannot be opened raises InputError."""
+    path = Path(path)
+    refuse_devices(path, what)
+    try:
+        with path.open("rb", buffering=0) as handle:
+            info = os.fstat(handle.fileno())
+            if info.st_size > max_bytes:
+                raise too_big(f"{what} file is {info.st_size} bytes, more than the limit of "
+                              f"{max_bytes} ({limit_name})")
+            # a regular file in one read of its size (+1 to see growth); anything else in
+            # blocks, so memory follows what arrives, never the limit
+            want = info.st_size + 1 if stat.S_ISREG(info.st_mode) else _BLOCK
+            chunks, total = [], 0
+            while total <= max_bytes:
+                block = handle.read(min(want, max_bytes + 1 - total))
+                if not block:
+                    break
+                chunks.append(block)
+                total += len(block)
+                want = _BLOCK
+            raw = b"".join(chunks)
     except OSError as exc:
+        if isinstance(exc, too_big):
+            raise
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    return loads_strict(raw)
+    if len(raw) > max_bytes:
+        raise too_big(f"{what} file holds more than {max_bytes} bytes, the limit "
+                      f"({limit_name})")
+    return raw
 
 
 def loads_strict(raw: bytes) -> Any:

@@ -30,6 +30,7 @@ from typing import IO, Any, TypeAlias
 import orjson
 
 from gyre_contract.core.errors import InputError, Problem, describe
+from gyre_contract.io.jsonfile import refuse_devices
 from gyre_contract.io.progress import reading_observer
 
 MAX_LINE_BYTES = 128 * 2**20
@@ -112,6 +113,7 @@ def open_rollout(path: str | os.PathLike[str]) -> IO[bytes]:
     name = os.fspath(path)
     if os.path.isdir(name):
         raise InputError(f"is a directory, not a rollout file: {name}")
+    refuse_devices(name, "rollout file")
     try:
         return open(name, "rb", buffering=0)
     except FileNotFoundError:

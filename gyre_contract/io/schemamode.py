@@ -16,6 +16,7 @@ from typing import Any
 from gyre_contract.core.errors import Problem, SchemaError, describe
 from gyre_contract.io.lines import Lines, join_path, numbered
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
+from gyre_contract.io.schemakeywords import check_patterns, linear_validator_class
 
 
 def check_with_schema(
@@ -80,7 +81,8 @@ def _depth(value: Any) -> int:
 
 
 def _schema_validator(schema: Mapping[str, Any]) -> Any:
-    """Draft 2020-12 validator that resolves `$ref` inside the document only, never fetching."""
+    """Draft 2020-12 validator that resolves `$ref` inside the document only, never fetching,
+    and runs regexes and `uniqueItems` in linear time (`schemakeywords`)."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError as JsonSchemaError
     from referencing import Registry
@@ -93,7 +95,8 @@ def _schema_validator(schema: Mapping[str, Any]) -> Any:
         Draft202012Validator.check_schema(schema)
     except JsonSchemaError as err:
         raise SchemaError(f"not a valid Draft 2020-12 schema: {err.message}") from None
-    return Draft202012Validator(schema, registry=Registry(retrieve=refuse))
+    check_patterns(schema)
+    return linear_validator_class()(schema, registry=Registry(retrieve=refuse))
 
 
 def _schema_problem(error: Any, n: int) -> Problem:

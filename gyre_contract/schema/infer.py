@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre_contract.core.errors import InputError
+from gyre_contract.io.jsonfile import refuse_devices
 from gyre_contract.io.lines import Lines
 from gyre_contract.schema.fieldtable import GYRE_DTYPES, MAX_FIELDS, Dim
 from gyre_contract.schema.roles import resolve_role
@@ -203,26 +204,7 @@ def _with_role(name: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _infer_npz(path: Path) -> dict[str, Any]:
-    import numpy as np
-
-    try:
-        with path.open("rb") as handle:  # ours to close, whatever np.load raises
-            data = np.load(handle, allow_pickle=False)
-            if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy named .npz
-                raise InputError(f"{path}: cannot read as .npz: it holds one array (.npy), "
-                                 "not a zip of arrays")
-            arrays = {}
-            for key in data.files:
-                array = data[key]
-                if not isinstance(array, np.ndarray):  # numpy hands back a member's raw bytes
-                    raise InputError(f"{path}: cannot read as .npz: member {key!r} is not a "
-                                     ".npy array")
-                arrays[key] = (array.dtype, array.shape)
-            data.close()
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{path}: cannot read as .npz: {exc}") from None
+    arrays = npz_headers(path)
     if not arrays:
         raise InputError(f"{path}: no arrays")
     lead = _common_lead([shape for _, shape in arrays.values()])
@@ -245,6 +227,58 @@ def _infer_npz(path: Path) -> dict[str, Any]:
     doc["required"] = list(arrays)
     doc["x-gyre-batch-dims"] = batch
     return doc
+
+
+def npz_headers(path: str | Path) -> dict[str, tuple[Any, tuple[int, ...]]]:
+    """{array name: (dtype, shape)} of an `.npz`, read from the `.npy` headers only.
+
+    No array is decompressed (a 4 MB zip bomb may declare terabytes). A member that is not a
+    `.npy`, a corrupt zip or a file that is not a zip at all raises InputError (exit 2).
+    """
+    import zlib
+
+    from numpy.lib import format as npy
+
+    arrays: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    refuse_devices(path, ".npz file")
+    try:
+        with open(path, "rb") as head:
+            if head.read(len(npy.MAGIC_PREFIX)) == npy.MAGIC_PREFIX:
+                raise InputError(f"{path}: cannot read as .npz: it holds one array (.npy), not a "
+                                 "zip of arrays")
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                if member.is_dir():
+                    continue
+                if not member.filename.endswith(".npy"):
+                    raise InputError(f"{path}: cannot read as .npz: member "
+                                     f"{member.filename!r} is not a .npy array")
+                with archive.open(member) as handle:
+                    if handle.read(len(npy.MAGIC_PREFIX)) != npy.MAGIC_PREFIX:
+                        name = member.filename.removesuffix(".npy")
+                        raise InputError(f"{path}: cannot read as .npz: member {name!r} is not "
+                                         "a .npy array")
+                    handle.seek(0)
+                    version = npy.read_magic(handle)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f"member {member.filename!r}: .npy format version "
+                                         f"{version} is not supported (1.0 and 2.0 are)")
+                    if version == (1, 0):
+                        shape, _, dtype = npy.read_array_header_1_0(handle)
+                    else:
+                        shape, _, dtype = npy.read_array_header_2_0(handle)
+                arrays[member.filename[: -len(".npy")]] = (dtype, tuple(shape))
+    except InputError:
+        raise
+    except FileNotFoundError:
+        raise InputError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise InputError(f"is a directory, not an .npz file: {path}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+            RuntimeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{path}: cannot read as .npz: {reason}") from None
+    return arrays
 
 
 def _common_lead(shapes: list[tuple[int, ...]]) -> int:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+from gyre_contract.core.errors import ContractError, InputError, MissingFieldError, Problem, describe
 
 ROW_FIELDS: tuple[str, ...] = ("episode_id", "policy_version", "next_value")
 """Per-step columns that collate to one value per row (`[B]`)."""
@@ -38,6 +38,17 @@ DERIVED_FIELDS: tuple[str, ...] = ("mask", *ROW_FIELDS)
 
 SKIPPED_FIELDS: tuple[str, ...] = ("info",)
 """Columns that are never collated (free-form per-step objects)."""
+
+
+MAX_BATCH_BYTES = 4 * 2**30
+"""Largest padded batch `collate` allocates (4 GiB), checked before allocating: one long episode
+among short ones pads every row to its length (600k steps + 50k one-step episodes: terabytes).
+`collate(max_bytes=...)` overrides it per call; the module value is read at call time."""
+
+
+class BatchTooLargeError(InputError):
+    """The padded `[B, T, ...]` batch would exceed the byte limit; the message gives the numbers
+    and the remedy (`max_len`, or batches of episodes of similar length). Exit 2 in the CLI."""
 
 
 class _Episode(NamedTuple):
@@ -62,13 +73,15 @@ def collate(
     max_len: int | None = None,
     fields: Iterable[str] | None = None,
     varying_dims: Mapping[str, int] | None = None,
+    max_bytes: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Collate episodes (`Episode` objects or mappings of columns) into `[B, T, ...]` arrays.
 
     `fields` limits the collated columns (a group name such as `observation` selects all its
     modalities); the per-row keys and `mask` are always produced. `varying_dims` maps a
     varying-size column to how many of its leading per-step dims vary (default: all of them);
-    its `<name>_mask` then covers only those dims.
+    its `<name>_mask` then covers only those dims. Before allocating, the padded size is
+    estimated: over `max_bytes` (default `MAX_BATCH_BYTES`) raises `BatchTooLargeError`.
     """
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
@@ -80,6 +93,10 @@ def collate(
     names = _select(eps, fields)
     rows = _plan(eps, max_len)
     nt = max(r.stop - r.start for r in rows)
+    limit = MAX_BATCH_BYTES if max_bytes is None else max_bytes
+    cell = _bytes_per_step(eps, names, varying_dims)
+    if len(rows) * nt * cell > limit:
+        raise BatchTooLargeError(_too_large(eps, len(rows), nt, cell, limit))
     out: dict[str, np.ndarray] = {}
     for name in names:
         if _is_varying(eps[0].columns[name]):
@@ -248,6 +265,60 @@ def _plan(eps: list[_Episode], max_len: int | None) -> list[_Row]:
     for i, ep in enumerate(eps):
         rows += [_Row(i, s, min(s + max_len, ep.length)) for s in range(0, ep.length, max_len)]
     return rows
+
+
+def _bytes_per_step(eps: list[_Episode], names: list[str],
+                    varying_dims: Mapping[str, int] | None) -> int:
+    """Bytes one padded `[b, t]` cell takes across the output arrays (mask and per-step
+    masks included), from the first episode's dtypes and the largest varying shapes."""
+    total = 1  # mask
+    for name in names:
+        col = eps[0].columns[name]
+        if _is_varying(col):
+            steps = [a for ep in eps for a in ep.columns[name]]
+            if not steps:
+                continue
+            ndim = steps[0].ndim
+            biggest = [max(a.shape[d] if a.ndim > d else 0 for a in steps) for d in range(ndim)]
+            depth = (varying_dims or {}).get(name, ndim)
+            total += int(np.prod(biggest)) * steps[0].dtype.itemsize
+            total += int(np.prod(biggest[:max(0, min(depth, ndim))]))
+        else:
+            col = np.asarray(col)
+            widest = max(np.asarray(ep.columns[name]).dtype.itemsize for ep in eps)
+            total += int(np.prod(col.shape[1:])) * widest
+    return total
+
+
+def _too_large(eps: list[_Episode], b: int, t: int, cell: int, limit: int) -> str:
+    """The refusal: the padded size, how much of it is data, and a `max_len` that fits (the
+    largest power of two whose rows are at least half real steps, else the largest that fits)."""
+    lengths = np.array([ep.length for ep in eps], dtype=np.int64)
+    steps, longest = int(lengths.sum()), int(lengths.max())
+    fits = dense = None
+    size = 1 << longest.bit_length()
+    while size >= 1 and dense is None:
+        cells = int(np.ceil(lengths / size).sum()) * min(size, longest)
+        if cells * cell <= limit:
+            fits = fits or size
+            dense = size if 2 * steps >= cells else None
+        size >>= 1
+    suggested = dense or fits
+    remedy = (f"pass max_len (--max-len {suggested}) to split long episodes into rows of at "
+              f"most {suggested} steps, or collate episodes of similar length in separate "
+              f"batches (buckets)" if suggested is not None else
+              "the steps alone exceed the limit: collate fewer episodes per batch")
+    return (f"padded batch [B={b}, T={t}] would take {bytes_text(b * t * cell)} "
+            f"({steps} real steps fill {100 * steps / (b * t):.2g}% of it), more than "
+            f"MAX_BATCH_BYTES = {bytes_text(limit)}; {remedy}")
+
+
+def bytes_text(n: int) -> str:
+    """A byte count for a message: `1.5 GiB`."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 # -- columns -------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from gyre_contract.core.errors import (
     Problem,
     describe,
 )
+from gyre_contract.trainer import collation
 from gyre_contract.trainer.advantages import TRUNCATION_MODES, discounted_returns, gae
 
 OpFunction = Callable[..., Any]
@@ -230,11 +231,20 @@ def _check_axis(op: str, x: np.ndarray, axis: int) -> None:
 
 def _per_step(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
     """A per-row column `[B, ...]` (`episode_id`) repeated on each step: `[B, T, ...]` for a
-    trainer that reads one per step. Padding steps hold 0 / "" (the mask says they are not data)."""
+    trainer that reads one per step. Padding steps hold 0 / "" (the mask says they are not data).
+    The output is bounded by `MAX_BATCH_BYTES` before it is allocated (each `per_step` in a
+    chain multiplies the size by T)."""
     x, mask = np.asarray(inputs[0]), _need(columns, "mask")
     if x.ndim == 0 or x.shape[0] != mask.shape[0]:
         raise ContractError(Problem("per_step", f"a per-row column [{mask.shape[0]}, ...]",
                                     describe(x), "cannot repeat on each step"))
+    size = math.prod((*mask.shape, *x.shape[1:])) * x.dtype.itemsize
+    if size > collation.MAX_BATCH_BYTES:
+        raise collation.BatchTooLargeError(
+            f"per_step: {describe(x)} repeated on each of T={mask.shape[1]} steps would take "
+            f"{collation.bytes_text(size)}, more than MAX_BATCH_BYTES = "
+            f"{collation.bytes_text(collation.MAX_BATCH_BYTES)} (a per_step of a per-step "
+            f"column multiplies it by T again: apply per_step to per-row columns [B, ...] only)")
     out = np.broadcast_to(x[:, None], (x.shape[0], mask.shape[1], *x.shape[1:]))
     where = mask.reshape(mask.shape + (1,) * (x.ndim - 1))
     return np.where(where, out, np.zeros((), x.dtype))

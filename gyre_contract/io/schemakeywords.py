@@ -1,0 +1,232 @@
+"""JSON Schema keywords whose stock jsonschema implementation can run for minutes, made linear.
+
+jsonschema runs `pattern` and `patternProperties` with Python's backtracking `re`: `^(a+)+$`
+against a 41-character string never finishes. Here they run on RE2 (google-re2), whose matching
+time is linear in the input. `uniqueItems` compares every pair of objects (5,000 objects: 23 s);
+here it hashes a canonical form of each item. What RE2 cannot compile (look-around,
+back-references) makes the schema unusable (`SchemaError`, exit 2), never silently skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+from gyre_contract.core.errors import SchemaError
+
+MAX_UNEVALUATED_NESTING = 8
+"""Most `unevaluatedProperties` / `unevaluatedItems` keywords nested inside one another (through
+applicators and local `$ref`s). jsonschema re-validates every nested level for each enclosing
+one: the time doubles per level (18 levels: 80 s for one record)."""
+
+MAX_PATTERN_BYTES = 4096
+"""Longest `pattern` / `patternProperties` regex accepted (RE2 also bounds its compiled size)."""
+
+# ECMA-262 writes a code point as \uXXXX; RE2 as \x{XXXX}. Only an unescaped backslash counts.
+_ECMA_UNICODE_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})")
+
+
+@lru_cache(maxsize=1024)
+def compiled_pattern(pattern: str) -> Any:
+    """`pattern` (ECMA-262 syntax as JSON Schema writes it) compiled by RE2, or SchemaError."""
+    import re2
+
+    if len(pattern.encode("utf-8", "surrogatepass")) > MAX_PATTERN_BYTES:
+        raise SchemaError(f"schema: regex pattern longer than {MAX_PATTERN_BYTES} bytes "
+                          f"(MAX_PATTERN_BYTES)")
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print to stderr; the error is raised instead
+    translated = _ECMA_UNICODE_ESCAPE.sub(r"\1\\x{\2}", pattern)
+    try:
+        return re2.compile(translated, options)
+    except (re2.error, TypeError, ValueError) as err:
+        reason = err.args[0].decode("utf-8", "replace") if err.args and isinstance(
+            err.args[0], bytes) else str(err)
+        raise SchemaError(f"schema: regex {pattern!r} cannot be run in linear time "
+                          f"(RE2: {reason}); look-around and back-references are not "
+                          f"supported") from None
+
+
+def check_patterns(schema: Any) -> None:
+    """Compile every `pattern` and `patternProperties` key of `schema` now, so a regex RE2
+    cannot run is reported before any record is read; also refuses what would fall back to
+    Python's `re` inside jsonschema (`unevaluatedProperties` next to `patternProperties`)."""
+    keywords: set[str] = set()
+    for node in _subschemas(schema):
+        keywords.update(node)
+        if isinstance(node.get("pattern"), str):
+            compiled_pattern(node["pattern"])
+        if isinstance(node.get("patternProperties"), Mapping):
+            for key in node["patternProperties"]:
+                compiled_pattern(key)
+    nesting = unevaluated_nesting(schema)
+    if nesting > MAX_UNEVALUATED_NESTING:
+        raise SchemaError(f"schema: unevaluatedProperties/unevaluatedItems nested {nesting} deep, "
+                          f"more than {MAX_UNEVALUATED_NESTING} (MAX_UNEVALUATED_NESTING): "
+                          f"validation time doubles with each level")
+    if {"unevaluatedProperties", "patternProperties"} <= keywords:
+        raise SchemaError("schema: unevaluatedProperties together with patternProperties is not "
+                          "supported (jsonschema would run the patterns with Python's "
+                          "backtracking regex engine, which can take minutes per record)")
+
+
+_UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
+
+
+def unevaluated_nesting(schema: Any) -> int:
+    """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
+    schema, following local `$ref`s (a `$ref` cycle is walked once)."""
+    memo: dict[int, int] = {}
+
+    def resolve(ref: str) -> Any:
+        node = schema
+        for part in ref[2:].split("/") if ref.startswith("#/") else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node if ref.startswith("#/") or ref == "#" else None
+
+    def depth(node: Any, path: frozenset[int]) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in path:
+            return 0
+        path = path | {id(node)}
+        children: list[Any] = []
+        if isinstance(node, list):
+            children = node
+        elif isinstance(node, Mapping):
+            children = [v for k, v in node.items()
+                        if k not in ("const", "enum", "default", "examples")
+                        and isinstance(v, (dict, list))]
+            if isinstance(node.get("$ref"), str):
+                target = resolve(node["$ref"])
+                if isinstance(target, (dict, list)):
+                    children.append(target)
+        own = int(isinstance(node, Mapping) and any(k in node for k in _UNEVALUATED))
+        result = own + max((depth(c, path) for c in children), default=0)
+        memo[id(node)] = result
+        return result
+
+    try:
+        return depth(schema, frozenset())
+    except RecursionError:
+        raise SchemaError("schema: $ref chain too long to check") from None
+
+
+def _subschemas(schema: Any) -> Iterator[Mapping[str, Any]]:
+    """Every object of the schema that sits where a subschema may be (not inside `const`,
+    `enum`, `default` or `examples`, which hold data)."""
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo += node
+        elif isinstance(node, Mapping):
+            yield node
+            todo += (v for k, v in node.items()
+                     if k not in ("const", "enum", "default", "examples")
+                     and isinstance(v, (dict, list)))
+
+
+def _search(pattern: str, text: str) -> bool:
+    return compiled_pattern(pattern).search(text) is not None
+
+
+def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Iterator[Any]:
+    """`pattern`, matched by RE2."""
+    from jsonschema.exceptions import ValidationError
+
+    if validator.is_type(instance, "string") and not _search(patrn, instance):
+        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any,
+                       schema: Any) -> Iterator[Any]:
+    """`patternProperties`, matched by RE2."""
+    if not validator.is_type(instance, "object"):
+        return
+    for regex, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(regex, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=regex)
+
+
+def additional_properties(validator: Any, additional: Any, instance: Any,
+                          schema: Any) -> Iterator[Any]:
+    """`additionalProperties`, with `patternProperties` matched by RE2 (same messages as
+    jsonschema's)."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = {key for key in instance if key not in properties
+              and not any(_search(regex, key) for regex in patterns)}
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in sorted(extras))
+            listed = ", ".join(repr(each) for each in sorted(patterns))
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {listed}")
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            joined = ", ".join(repr(each) for each in sorted(extras, key=str))
+            yield ValidationError(f"Additional properties are not allowed ({joined} {verb} "
+                                  f"unexpected)")
+
+
+def unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """`uniqueItems` in linear time: items are equal when their canonical forms are (JSON
+    equality: 1 == 1.0, true != 1, key order ignored)."""
+    from jsonschema.exceptions import ValidationError
+
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: dict[Any, int] = {}
+    for index, item in enumerate(instance):
+        first = seen.setdefault(canonical(item), index)
+        if first != index:
+            yield ValidationError(f"non-unique elements: item {index} equals item {first}")
+            return
+
+
+def canonical(value: Any) -> Any:
+    """A hashable form of a JSON value, equal exactly when the JSON values are equal."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("num", value)
+    if isinstance(value, str):
+        return ("str", value)
+    if value is None:
+        return ("null",)
+    if isinstance(value, (list, tuple)):
+        return ("array", tuple(canonical(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("object", frozenset((k, canonical(v)) for k, v in value.items()))
+    return ("other", repr(value))
+
+
+@lru_cache(maxsize=1)
+def linear_validator_class() -> Any:
+    """Draft 2020-12 with the keywords above in place of jsonschema's."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(Draft202012Validator, {
+        "pattern": pattern,
+        "patternProperties": pattern_properties,
+        "additionalProperties": additional_properties,
+        "uniqueItems": unique_items,
+    })
