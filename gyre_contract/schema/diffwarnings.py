@@ -113,10 +113,11 @@ class DiffWarnings:
             self.items.append(DiffWarning(
                 "flat_layout", (),
                 f"the trainer reads a flat batch {shape_text(self.layout.batch_dims)}: the map "
-                f"writes [B, T, ...] columns, so select the real steps with "
-                f"batch[key][batch['mask']] (never reshape: padding would become data)"
+                f"writes [B, T, ...] columns; batch --trainer (half_way/full_loop trainer=) "
+                f"keeps the real steps only, else select them with batch[key][batch['mask']]"
                 + (" in time-major order (transpose first)" if "time-major" in
-                   self.layout.text else "")))
+                   self.layout.text else "")
+                + " (never reshape: padding would become data)"))
         t_roles = {f.role for f in self.t_tab}
         s_trunc = self.have("truncated")
         dones = [f.name for f in self.t_tab if f.role in ("done", "episode_start")]
