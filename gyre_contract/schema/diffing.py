@@ -275,6 +275,7 @@ class _Engine:
         self.notes.optional_source(t, s)
         conversion = self._conversion(t, s.name, fit_d, fit_s, t_step, stripped,
                                       s_step=s_step)
+        self.notes.open_shape(t, s, s_step if fit_s.op is None else None, t_step)
         rename = s.name != t.name
         notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
         if conversion is None:

@@ -1,7 +1,7 @@
 """The diff's warnings: semantic losses no tier shows (docs/contract.md §6), each with a stable
 `code` (`narrowing_cast`, `int_to_float`, `optional_source`, `truncation_collapsed`,
 `recomputed_logprob`, `no_bootstrap_value`, `map_incomplete`, `flat_layout`, `no_batch_dims`,
-`ambiguous_match`, `summed_elements`, `padding_unmasked`).
+`ambiguous_match`, `summed_elements`, `padding_unmasked`, `open_shape`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class DiffWarnings:
         self.items: list[DiffWarning] = []
         self.optional: list[tuple[str, str]] = []
         """(trainer field, sampler source) pairs the written map reads from an optional one."""
+        self.open: list[tuple[str, str, str, str]] = []
+        """(trainer field, sampler field, their per-step shapes) taken as is from a sampler
+        shape of any rank into a trainer shape with a fixed size."""
 
     def ambiguous_role(self, t: Field) -> None:
         """A trainer field whose name means different roles in different libraries."""
@@ -65,6 +68,16 @@ class DiffWarnings:
         if not s.required and (t.required or not self.same_kind) and \
                 (t.name, s.name) not in self.optional:
             self.optional.append((t.name, s.name))
+
+    def open_shape(self, t: Field, s: Field, s_step: tuple | None, t_step: tuple | None) -> None:
+        """Note a field taken as is from a sampler shape of any rank (`[*act]`) into a trainer
+        shape with a fixed size (SB3's `[M, 1]` actions): rollouts of another rank, which the
+        sampler's schema allows, do not fit the trainer's batch."""
+        if not s_step or not all(isinstance(d, str) and d.startswith("*") for d in s_step):
+            return
+        if not t_step or not any(isinstance(d, int) for d in t_step):
+            return
+        self.open.append((t.name, s.name, shape_text(s_step), shape_text(t_step)))
 
     def _unknown_batch_dims(self, entries: list[Entry]) -> None:
         """A foreign trainer schema that names no batch dims: say why shapes may not line up."""
@@ -107,16 +120,25 @@ class DiffWarnings:
                 f"the written map reads {pairs}, but the sampler's schema marks "
                 f"{', '.join(inputs)} optional: rollouts without {'it' if one else 'them'} "
                 f"fail to map (nothing is filled in)"))
+        if self.open:
+            pairs = ", ".join(f"{t} <- {s} ({a} -> {b} per step)" for t, s, a, b in self.open)
+            self.items.append(DiffWarning(
+                "open_shape", tuple(dict.fromkeys(t for t, *_ in self.open)),
+                f"the written map takes {pairs} as is, but the sampler's schema allows any "
+                f"shape there: rollouts of another rank (a scalar action for [1]) fail the "
+                f"trainer's batch; pin the shape in the sampler's schema (or use a pinned "
+                f"model such as CartPoleStep) and the diff writes the reshape"))
         self._unknown_batch_dims(entries)
         self._padding(entries)
         if self.layout.kind == "flat":
             self.items.append(DiffWarning(
                 "flat_layout", (),
                 f"the trainer reads a flat batch {shape_text(self.layout.batch_dims)}: the map "
-                f"writes [B, T, ...] columns, so select the real steps with "
-                f"batch[key][batch['mask']] (never reshape: padding would become data)"
+                f"writes [B, T, ...] columns; batch --trainer (half_way/full_loop trainer=) "
+                f"keeps the real steps only, else select them with batch[key][batch['mask']]"
                 + (" in time-major order (transpose first)" if "time-major" in
-                   self.layout.text else "")))
+                   self.layout.text else "")
+                + " (never reshape: padding would become data)"))
         t_roles = {f.role for f in self.t_tab}
         s_trunc = self.have("truncated")
         dones = [f.name for f in self.t_tab if f.role in ("done", "episode_start")]

@@ -298,6 +298,8 @@ def test_flat_layout_is_recognised_once() -> None:
     assert r.layout.kind == "flat"
     assert r.entry("rewards").tier == "renamed"
     assert codes(r) == ["flat_layout"]
+    # batch --trainer already keeps the real steps: the warning must not send the user to the mask
+    assert "batch --trainer" in r.warnings[0].message and "real steps only" in r.warnings[0].message
 
 
 def test_fixed_dims_must_agree_and_names_match_any_size() -> None:

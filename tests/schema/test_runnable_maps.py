@@ -83,3 +83,18 @@ def test_a_scalar_action_becomes_m_by_1_for_an_unknown_trailing_dim() -> None:
     e = diff(CartPoleStep, old_sb3, batch_dims="M").entry("actions")
     assert e.tier == "needs_conversion"
     assert e.conversion.entry == {"op": "unsqueeze", "from": "action", "axis": -1}
+
+
+def test_a_shape_of_any_rank_into_a_fixed_size_is_named() -> None:
+    """rollout_step's `[*act]` allows a scalar action, which SB3's `[M, 1]` actions cannot take
+    as is: the renamed entry would fail `batch --trainer` on such rollouts, so a warning says so;
+    a pinned scalar action gets the reshape instead and no warning."""
+    from gyre_contract.pinned import CartPoleStep
+
+    sb3 = PEERS / "sb3_rollout_samples.json"
+    r = diff(STEP, sb3, batch_dims="M")
+    warning = next(w for w in r.warnings if w.code == "open_shape")
+    assert warning.fields == ("actions",) and "[*act] -> [1]" in warning.message
+    pinned = diff(CartPoleStep, sb3, batch_dims="M")
+    assert "open_shape" not in [w.code for w in pinned.warnings]
+    assert pinned.entry("actions").conversion.ops == ("reshape",)
