@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from typing import Any, TextIO
 
+from gyre_contract.cli.progress import file_progress
 from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.schema.infer import infer_schema
 
@@ -22,7 +24,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    doc = infer_schema(args.file)
+    reads_lines = not str(args.file).lower().endswith(".npz")  # an .npz: headers only, no bar
+    with file_progress(args.file, err) if reads_lines else nullcontext():
+        doc = infer_schema(args.file)
     text = json.dumps(doc, indent=2) + "\n"
     if args.out:
         write_text_atomic(args.out, text)  # the previous file stays whole if this fails

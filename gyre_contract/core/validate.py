@@ -218,8 +218,9 @@ class EpisodeTracker:
             self.terminated += bool(step.terminated)
             self.truncated += bool(step.truncated and not step.terminated)
         else:
+            # the first valid step's sizes hold (`skip` leaves none for the invalid steps before)
             self._open[eid] = OpenEpisode(step.step, step.policy_version, line,
-                                          state.dims if state else dims,
+                                          (state.dims or dims) if state else dims,
                                           first_kinds(state, kinds))
         return problems
 

@@ -67,3 +67,9 @@ def test_the_readers_report_every_byte(tmp_path):
         code, _, _ = call(io.StringIO(), "validate", str(ROLLOUTS))
     assert code == 0 and sum(seen) == ROLLOUTS.stat().st_size
     assert reading_observer() is None
+
+
+def test_infer_reads_a_long_file_with_a_bar_and_writes_the_same_schema(small_files_count):
+    code, out, err = call(Terminal(), "infer", str(ROLLOUTS))
+    assert code == 0 and ROLLOUTS.name in err and "\r" in err
+    assert call(io.StringIO(), "infer", str(ROLLOUTS)) == (code, out, "")

@@ -374,3 +374,14 @@ def test_did_you_mean_is_capped_for_huge_records():
     unknown = [p for p in info.value.problems if p.message == "unknown field"]
     assert len(unknown) == 200
     assert unknown[-1].expected == "only the model's fields"
+
+
+def test_dims_are_fixed_by_the_first_valid_step_after_skipped_ones():
+    # a first step that failed validation is only skipped: the next valid step sets the sizes
+    tracker = EpisodeTracker()
+    record = {"action": 1, "logprob": -0.5, "reward": 1.0, "episode_id": "e",
+              "terminated": False, "truncated": False, "policy_version": 0}
+    tracker.skip("e", 0, line=1)
+    assert tracker.add(validate_step({**record, "observation": [1.0, 2.0], "step": 1}), 2) == []
+    jump = tracker.add(validate_step({**record, "observation": [1.0, 2.0, 3.0], "step": 2}), 3)
+    assert [(p.rule, p.line) for p in jump] == [("episode.dims_fixed", 3)]
