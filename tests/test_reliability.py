@@ -431,8 +431,7 @@ SUITE = ROOT / "tests" / "data" / "json-schema-test-suite" / "tests" / "draft202
 
 
 def suite_schemas() -> list[tuple[str, object]]:
-    if not SUITE.is_dir():
-        return []
+    assert SUITE.is_dir(), f"the vendored JSON-Schema-Test-Suite is missing: {SUITE}"
     return [(f"{path.stem}[{i}]", case["schema"]) for path in sorted(SUITE.glob("*.json"))
             for i, case in enumerate(json.loads(path.read_text(encoding="utf-8")))]
 

@@ -14,6 +14,7 @@ not declare (the fast path would step aside for good); the fixture `extra_rule` 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from pathlib import Path
@@ -248,6 +249,34 @@ def test_problems_carry_their_rule_in_to_dict():
     assert problem.to_dict()["rule"] == "step.logprob_nonpositive"
     assert "rule" not in Problem("x", "a", "b", "m").to_dict()
 
+
+EXPLAINING = {"gyre_contract/core/models.py": set(),
+              "gyre_contract/core/validate.py": {"_field_problem", "_problems_of"}}
+"""The explaining path's modules, and the functions in each allowed to build a `Problem`
+(`_field_problem` and `_problems_of` translate pydantic's per-field errors, each named by
+`rules.field_rule`)."""
+
+
+def test_the_explaining_path_holds_no_rule_of_its_own():
+    """A check written into the models or the tracker rather than registered (one more `if` in
+    `step_cross_problems`) would be skipped by every fast path and by the walk above, which only
+    knows registered rules: no `Problem` is built there outside the registry."""
+    built = []
+    for rel, allowed in EXPLAINING.items():
+        tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) or func.name in allowed:
+                continue
+            built += [f"{rel}:{n.lineno} ({func.name})" for n in ast.walk(func)
+                      if isinstance(n, ast.Call) and isinstance(n.func, ast.Name | ast.Attribute)
+                      and (getattr(n.func, "id", None) or getattr(n.func, "attr", None))
+                      in ("Problem", "by_rule")]
+    assert built == [], "register the rule in core.rules instead"
+    source = ast.parse((ROOT / "gyre_contract/core/models.py").read_text(encoding="utf-8"))
+    cross = next(f for f in ast.walk(source)
+                 if isinstance(f, ast.FunctionDef) and f.name == "step_cross_problems")
+    assert ast.unparse(cross.body[-1]) == "return run('step', None, step)" \
+        and len([s for s in cross.body if not isinstance(s, ast.Expr)]) == 1
 
 # -- in memory: validate_step, validate_episode, validate_batch ---------------------------------
 
