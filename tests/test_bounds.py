@@ -323,7 +323,8 @@ def test_an_endless_pipe_is_read_up_to_the_limit(tmp_path: Path, command: str) -
         writer.kill()
         writer.wait()
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "bytes, the limit (MAX_" in one_line_error(proc)
+    line = one_line_error(proc)
+    assert "bytes, the limit (MAX_" in line and str(fifo) in line  # which file: every command
 
 
 def test_a_pipe_is_still_a_rollout_source(tmp_path: Path) -> None:

@@ -61,11 +61,13 @@ def read_bounded(path: str | Path, *, what: str, max_bytes: int, limit_name: str
     unread (`refuse_devices`); a file that cannot be opened raises InputError."""
     path = Path(path)
     refuse_devices(path, what)
+    # JSONFileError is prefixed with the path by its caller; an InputError is the whole line
+    label = f"{what} file" if too_big is not InputError else f"{what} file {path}"
     try:
         with path.open("rb", buffering=0) as handle:
             info = os.fstat(handle.fileno())
             if info.st_size > max_bytes:
-                raise too_big(f"{what} file is {info.st_size} bytes, more than the limit of "
+                raise too_big(f"{label} is {info.st_size} bytes, more than the limit of "
                               f"{max_bytes} ({limit_name})")
             # a regular file in one read of its size (+1 to see growth); anything else in
             # blocks, so memory follows what arrives, never the limit
@@ -84,7 +86,7 @@ def read_bounded(path: str | Path, *, what: str, max_bytes: int, limit_name: str
             raise
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     if len(raw) > max_bytes:
-        raise too_big(f"{what} file holds more than {max_bytes} bytes, the limit "
+        raise too_big(f"{label} holds more than {max_bytes} bytes, the limit "
                       f"({limit_name})")
     return raw
 
