@@ -25,8 +25,6 @@ in benchmarks/, as ratios within one run), and the repository stands alone (no f
 folders it once sat beside; the spec is docs/contract.md; README.md stays under 15 KB).
 
 Each check also runs on small synthetic inputs written to `tmp_path`, to show that it can fail.
-A check that fails today because of a file another branch is rewriting is marked
-`xfail(strict=True)` in `KNOWN`, naming the branch; the mark goes when that branch is merged.
 Pure Python: no dependency beyond pytest. `lint-imports` (pyproject.toml) checks the layers too.
 """
 
@@ -432,15 +430,9 @@ def hypothesis_deadlines(path: Path) -> list[str]:
 GRAPH = Graph.build(PACKAGE_DIR)
 SUBPACKAGES = sorted(LAYERS)
 
-KNOWN: dict[tuple[str, str], str] = {
-    # (check, subpackage or module) -> why it fails on this branch. Each is fixed on another
-    # engineer's branch; the lead removes the mark at merge (strict: a pass then fails loudly).
-}
-
-
-def _params(check: str, keys: list[str]) -> list[object]:
-    return [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=KNOWN[(check, k)]))
-            if (check, k) in KNOWN else k for k in keys]
+def _params(check: str, keys: list[str]) -> list[str]:
+    """The parameters of one check (`check` names it for readers of the call site)."""
+    return keys
 
 
 @pytest.mark.parametrize("subpackage", _params("cycles", SUBPACKAGES))

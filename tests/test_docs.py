@@ -35,9 +35,6 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
-# Files written on another branch of the same restructuring; the lead removes these marks at merge.
-ELSEWHERE = {
-}
 
 
 def markdown_files() -> list[Path]:
@@ -111,12 +108,7 @@ def link_cases() -> list:
     for doc in markdown_files():
         for number, target in relative_links(doc):
             name = f"{doc.relative_to(ROOT)}:{number}:{target}"
-            file_part = target.split("#", 1)[0]
-            resolved = (doc.parent / file_part).resolve() if file_part else doc
-            where = resolved.relative_to(ROOT).as_posix() if ROOT in resolved.parents else ""
-            marks = [pytest.mark.xfail(strict=True, reason=ELSEWHERE[where])] \
-                if where in ELSEWHERE and not resolved.exists() else []
-            cases.append(pytest.param(doc, target, id=name, marks=marks))
+            cases.append(pytest.param(doc, target, id=name))
     return cases
 
 
@@ -145,8 +137,7 @@ def outside_cases() -> list:
     cases = []
     for path in checked_files():
         rel = path.relative_to(ROOT).as_posix()
-        marks = [pytest.mark.xfail(strict=True, reason=ELSEWHERE[rel])] if rel in ELSEWHERE else []
-        cases.append(pytest.param(path, id=rel, marks=marks))
+        cases.append(pytest.param(path, id=rel))
     return cases
 
 
