@@ -9,9 +9,10 @@ Reading it: `fast_paths_enabled()` asks `os.environ` on each call and is meant f
 or plan lookup. `validate_step` runs once per record, where an `os.environ.get` (the name encoded,
 a KeyError raised and caught when unset) would cost about as much as validating a small record, so
 it reads `FAST.on`: a flag kept in step with the environment by an audit hook
-(`sys.addaudithook`) on the `os.putenv` / `os.unsetenv` events that `os.environ[...] = ...` and
-`del os.environ[...]` (so also `monkeypatch.setenv` / `delenv`) raise. The flag changes only when
-the variable is written; reading it is one attribute lookup.
+(`sys.addaudithook`, installed by the first `validate_step` call, not by the import) on the
+`os.putenv` / `os.unsetenv` events that `os.environ[...] = ...` and `del os.environ[...]` (so
+also `monkeypatch.setenv` / `delenv`) raise. The flag changes only when the variable is written;
+reading it is one attribute lookup.
 """
 
 from __future__ import annotations
@@ -40,12 +41,26 @@ def fast_paths_enabled() -> bool:
 
 class FastPathFlag:
     """`on`: whether fast paths are enabled, as `fast_paths_enabled()` would say now, for the
-    per-record hot path. Refreshed by the audit hook below when `GYRE_FAST_PATHS` is written."""
+    per-record hot path; None until `validate_step` first asks (`read()`).
 
-    __slots__ = ("on",)
+    `read()` installs the audit hook below, once, and only then: a process that imports the
+    package but never validates a record (a trainer, a CLI reading a file in bulk) pays nothing
+    for it, and an import does not run every later audited event through a Python function.
+    """
+
+    __slots__ = ("on", "hooked")
 
     def __init__(self) -> None:
+        self.on: bool | None = None
+        self.hooked = False
+
+    def read(self) -> bool:
+        """The switch now; from here on the hook keeps `on` in step with the environment."""
+        if not self.hooked:
+            sys.addaudithook(self.audit)
+            self.hooked = True
         self.on = fast_paths_enabled()
+        return self.on
 
     def audit(self, event: str, args: tuple[Any, ...]) -> None:
         """Audit hook: follow writes of `GYRE_FAST_PATHS` through `os.environ`.
@@ -61,5 +76,5 @@ _ENV_EVENTS = frozenset({"os.putenv", "os.unsetenv"})
 _KEYS = frozenset({NAME, NAME.encode()})
 
 FAST = FastPathFlag()
-"""The process's flag (`FAST.on`); `validate_step` reads it on every call."""
-sys.addaudithook(FAST.audit)
+"""The process's flag (`FAST.on`); `validate_step` reads it on every call (`FAST.read()` the
+first time)."""

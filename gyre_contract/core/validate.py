@@ -59,7 +59,10 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
             return record  # type: ignore[return-value]
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
-    plan = PLANS[model] if FAST.on else None
+    on = FAST.on
+    if on is None:  # the first record of the process
+        on = FAST.read()
+    plan = PLANS[model] if on else None
     if plan is not None:
         try:
             return plan.validate_python(record)

@@ -18,6 +18,28 @@ RECORD = {"observation": [0.01, -0.02, 0.03, 0.04], "action": 1, "logprob": -0.6
           "policy_version": 0}
 
 
+@pytest.fixture(autouse=True)
+def flag_in_use() -> None:
+    """What the first `validate_step` of a process does: read the switch, start following it."""
+    FAST.read()
+
+
+def test_the_import_installs_no_hook() -> None:
+    """Importing the package adds no audit hook: only the first validated record does."""
+    import subprocess
+    import sys
+
+    code = ("import sys; hooks = []; sys.addaudithook = hooks.append; import gyre_contract; "
+            "from gyre_contract.core.switches import FAST; assert hooks == [] and FAST.on is None; "
+            "import gyre_contract.pinned as p; "
+            "gyre_contract.validate_step({'observation': [0.0] * 4, 'action': 0, 'reward': 1.0, "
+            "'step': 0, 'episode_id': 'e', 'terminated': False, 'truncated': False, "
+            "'policy_version': 0}, p.CartPoleStep); assert len(hooks) == 1 and FAST.on is True")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "GYRE_FAST_PATHS"})
+    assert done.returncode == 0, done.stderr
+
+
 def test_no_cpython_internals() -> None:
     """The switch must not reach into `os.environ._data` (a CPython detail)."""
     assert "_data" not in inspect.getsource(switches)
