@@ -169,8 +169,8 @@ def test_vendored_folders_are_recognised_by_their_licence(tmp_path: Path, monkey
 
 
 def test_outside_references_are_caught():
-    for text in ("see " + "../" + "shared/CONTRACT.md", "research" + "/perf.md",
-                 "Path('/" + "work" + "/shared/x')"):
+    for text in ("see " + "../" + "shared" + "/CONTRACT.md", "research" + "/perf.md",
+                 "Path('/" + "work" + "/" + "shared" + "/x')"):
         assert OUTSIDE.search(text), text
     assert not OUTSIDE.search("docs/contract.md §3 and the workers/ folder")
 
