@@ -23,7 +23,7 @@ from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.stages import BatchReport, half_way
 from gyre_contract.io.atomic import atomic_write
-from gyre_contract.schema.trainerbatch import trainer_schema
+from gyre_contract.schema.trainerbatch import flatten_batch, trainer_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 
 
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     """Save arrays (nested dicts as dotted keys) so `np.load(path, allow_pickle=False)` works."""
-    flat = flatten(batch)
+    flat = flatten_batch(batch)
     for key, arr in flat.items():
         if arr.dtype.kind == "O":
             raise InputError(f"cannot write {key} to .npz without pickles: it holds Python "
@@ -98,17 +98,6 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
         target += ".npz"  # what np.savez would do silently; say it
     atomic_write(target, lambda f: np.savez(f, **flat))  # never half a file, old one kept
     return target
-
-
-def flatten(batch: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
-    """Nested mappings (observation modalities) become dotted keys; values become arrays."""
-    out: dict[str, np.ndarray] = {}
-    for key, value in batch.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = np.asarray(value)
-    return out
 
 
 def load_function(spec: str, option: str) -> Callable[..., Any]:
