@@ -289,31 +289,26 @@ def _dims_kept(s: StepInEpisode) -> list[Problem]:
             for name, size in s.dims.items() if name in state.dims and state.dims[name] != size]
 
 
-def _structure_kept(s: StepInEpisode) -> list[Problem]:
+def _kind_changes(s: StepInEpisode) -> list[tuple[str, str, str, Any]]:
+    """(path, kind earlier in the episode, kind now, value) for each field whose kind changed."""
     state = s.state
     if state is None:
         return []
-    problems = []
-    for path, (kind, value) in s.kinds.items():
-        first = state.kinds.get(path)
-        if first is not None and first != kind and MODALITIES in (first, kind):
-            what = "an object of modalities" if first == MODALITIES else "a tensor"
-            problems.append(Problem(path, f"{what} as earlier in the episode", describe(value),
-                                    "structure changed within the episode"))
-    return problems
+    return [(path, first, kind, value) for path, (kind, value) in s.kinds.items()
+            if (first := state.kinds.get(path)) is not None and first != kind]
+
+
+def _structure_kept(s: StepInEpisode) -> list[Problem]:
+    return [Problem(path, ("an object of modalities" if first == MODALITIES else "a tensor")
+                    + " as earlier in the episode", describe(value),
+                    "structure changed within the episode")
+            for path, first, kind, value in _kind_changes(s) if MODALITIES in (first, kind)]
 
 
 def _dtype_kept(s: StepInEpisode) -> list[Problem]:
-    state = s.state
-    if state is None:
-        return []
-    problems = []
-    for path, (kind, value) in s.kinds.items():
-        first = state.kinds.get(path)
-        if first is not None and first != kind and MODALITIES not in (first, kind):
-            problems.append(Problem(path, f"{first} as earlier in the episode", describe(value),
-                                    "dtype changed within the episode"))
-    return problems
+    return [Problem(path, f"{first} as earlier in the episode", describe(value),
+                    "dtype changed within the episode")
+            for path, first, kind, value in _kind_changes(s) if MODALITIES not in (first, kind)]
 
 
 def _open(episodes: Mapping[str, OpenEpisode]) -> list[Problem]:
