@@ -28,6 +28,7 @@ from gyre_contract.core.errors import ContractError
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.recorder import TurnRecorder
 from gyre_contract.harness.runlog import RunLog
+from gyre_contract.harness.runplot import plot_runs
 from gyre_contract.harness.stages import full_loop, half_way
 from gyre_contract.harness.tokenpolicy import (
     MAX_NEW_TOKENS,
@@ -252,8 +253,12 @@ class _Say:
 
 
 def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
-                 seeds: int = STAGE3_SEEDS, notes: str = "") -> LLMDemoResult:
-    """Run stage 1, the diff, stage 2 and stage 3 (`seeds` runs of `cycles` updates)."""
+                 seeds: int = STAGE3_SEEDS, notes: str = "", plot: bool = False
+                 ) -> LLMDemoResult:
+    """Run stage 1, the diff, stage 2 and stage 3 (`seeds` runs of `cycles` updates).
+
+    Files land in `out_dir`; with `plot`, stage 3's reward curves go to `runs.png` too
+    (matplotlib, the `demo` extra)."""
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     say = _Say(out)
@@ -268,7 +273,7 @@ def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
     _stage2(say, result, rollouts, map_path, trainer_path, policy)
     if result.passed:
         _stage3(say, result, task, map_path, trainer_path, out_dir, cycles, seed, seeds,
-                notes)
+                notes, plot)
     result.seconds = time.perf_counter() - started
     say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'} in "
         f"{result.seconds:.1f}s: "
@@ -383,7 +388,7 @@ def _stage2(say: _Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
 
 def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
             trainer_path: Path, out_dir: Path, cycles: int, seed: int, seeds: int,
-            notes: str) -> None:
+            notes: str, plot: bool) -> None:
     say.heading("Stage 3: the full loop, sampling one version ahead",
                 f"{seeds} seeds x {cycles} GRPO updates; every cycle's rows are at most 1 "
                 "version old (the sampler runs one version behind the trainer after the "
@@ -408,6 +413,9 @@ def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path
     say(f"staleness per cycle: {result.staleness[0][:6]}... (every run: 0 then 1)"
         if stale_ok else f"staleness per cycle: {result.staleness}")
     say(f"greedy exact accuracy on all 100 problems: {before} before → {after} after")
+    say(f"run log {log.path}")
+    if plot:
+        _plot(say, log, out_dir)
     result.stages["stage 3"] = say.verdict(
         all(rose) and stale_ok,
         f"{seeds} seeds x {cycles} updates, mean reward (first 3 cycles → last 3) "
@@ -424,9 +432,14 @@ def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: P
               "cycles": cycles, "lr": policy.lr, "clip": policy.clip, "beta": policy.beta,
               "max_staleness": 1}
     say(f"\nseed {run_seed}: a fresh policy, {cycles} updates")
+    def train_step(batch: Mapping[str, Any]) -> dict[str, float]:
+        trained = policy.version  # the batch this update trains on is the cycle's own
+        return {**policy.train_step(batch), "mean_reward": sampler.rewards[trained],
+                "exact": sampler.exact[trained]}
+
     try:
         with OneAheadSampler(sampler) as ahead:
-            report = full_loop(ahead, policy.train_step, map_path, cycles, max_staleness=1,
+            report = full_loop(ahead, train_step, map_path, cycles, max_staleness=1,
                                run_id=f"llm-demo-seed{run_seed}", config=config,
                                run_log=log, notes=notes, model=AdditionStep,
                                trainer=trainer_path)
@@ -440,6 +453,16 @@ def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: P
     result.staleness.append(ahead.staleness)
     result.accuracy.append((accuracy_before, policy.greedy_accuracy(task)))
     return curve
+
+
+def _plot(say: _Say, log: RunLog, out_dir: Path) -> None:
+    try:
+        path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_reward",
+                         curve_label="mean reward of the batch trained on")
+    except ImportError:
+        say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
+        return
+    say(f"plot: {path} (mean reward per cycle, one line per seed)")
 
 
 def stage3_seeds(seed: int, seeds: int = STAGE3_SEEDS) -> list[int]:
