@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from gyre_contract import ContractError, half_way, validate_file, write_steps
-from gyre_contract.harness.recorder import TurnRecorder
+from gyre_contract.harness import TurnRecorder
 from gyre_contract.pinned import LLMStep
 
 VOCAB, BOS, EOS, TOOL = 64, 1, 2, 3  # token 0 pads, 1 begins a prompt, 2 ends, 3 calls a tool

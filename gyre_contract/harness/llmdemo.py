@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.core.errors import ContractError
+from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.recorder import TurnRecorder
 from gyre_contract.harness.runlog import RunLog
@@ -52,6 +52,8 @@ class AdditionStep(LLMStep):
                      description="the prompt's group: its completions share it")
     loss_mask: Tensor("bool", ["A"], role="loss_mask",
                       description="True on tokens the policy generated (all of them here)")
+    logprob: Tensor("float32", ["A"], role="logprob",
+                    description="per-token log-probs under policy_version")
 
 
 GROUP_SIZE = 8
@@ -68,16 +70,19 @@ def verl_actor_schema() -> dict[str, Any]:
     Key names, dtypes and shapes as verl's `DataProto` holds them for a GRPO actor update
     with the KL loss (`use_kl_loss`): `prompts` left-padded, `responses` right-padded with their
     `response_mask`, the rollout's log-probs (`old_log_probs`), the reference's
-    (`ref_log_prob`), per-token `advantages` and the prompt group `uid`.
+    (`ref_log_prob`), per-token `advantages`, the prompt group `uid`, and a per-token `kl`
+    of the sampler to the reference that the trainer logs.
     """
-    def tensor(dtype: str, shape: list[str], role: str, description: str) -> dict[str, Any]:
+    def tensor(dtype: str, shape: list[str], role: str | None, description: str
+               ) -> dict[str, Any]:
         json_type = {"int64": "integer", "float32": "number", "bool": "boolean",
                      "string": "string"}[dtype]
         items: dict[str, Any] = {"type": json_type}
         for _ in shape:
             items = {"type": "array", "items": items}
-        return {**items, "description": description, "x-gyre-dtype": dtype,
-                "x-gyre-shape": shape, "x-gyre-role": role}
+        field = {**items, "description": description, "x-gyre-dtype": dtype,
+                 "x-gyre-shape": shape}
+        return field if role is None else {**field, "x-gyre-role": role}
 
     properties = {
         "prompts": tensor("int64", ["B", "P"], "observation", "prompt token ids, left-padded"),
@@ -92,6 +97,9 @@ def verl_actor_schema() -> dict[str, Any]:
         "advantages": tensor("float32", ["B", "R"], "advantage",
                              "GRPO: the score normalised within its prompt group, per token"),
         "uid": tensor("string", ["B"], "group_id", "prompt group id"),
+        "kl": tensor("float32", ["B", "R"], None,
+                     "per-token KL estimate of the sampling policy to the reference (logged "
+                     "per batch; the loss computes its own against the current weights)"),
     }
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "verl-style GRPO actor batch",
@@ -184,6 +192,11 @@ class OneAheadSampler:
         self._pending = self._pool.submit(self.sampler.sample, *policy.snapshot(), self._index)
         oldest = min(int(r["policy_version"]) for r in records)
         self.staleness.append(version - oldest)
+        if version - oldest > self.max_staleness:
+            raise ContractError(Problem(
+                f"cycles[{len(self.staleness) - 1}].policy_version",
+                f">= {version - self.max_staleness} (max_staleness {self.max_staleness} at "
+                f"version {version})", str(oldest), "the sampler fell too far behind"))
         return records
 
     def close(self) -> None:
@@ -434,8 +447,10 @@ def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: P
     say(f"\nseed {run_seed}: a fresh policy, {cycles} updates")
     def train_step(batch: Mapping[str, Any]) -> dict[str, float]:
         trained = policy.version  # the batch this update trains on is the cycle's own
+        mask = np.asarray(batch["response_mask"], bool)
         return {**policy.train_step(batch), "mean_reward": sampler.rewards[trained],
-                "exact": sampler.exact[trained]}
+                "exact": sampler.exact[trained],
+                "rollout_kl": float(np.asarray(batch["kl"])[mask].mean())}
 
     try:
         with OneAheadSampler(sampler) as ahead:
