@@ -3,19 +3,27 @@ recording generations, sampling one version ahead, and the demo's stages and exi
 
 from __future__ import annotations
 
+import functools
+import io
+import json
+
 import numpy as np
 import pytest
 
+from gyre_contract.cli import run
 from gyre_contract.core.errors import ContractError
+from gyre_contract.harness import llmdemo
 from gyre_contract.harness.llmdemo import (
     AdditionStep,
     GroupSampler,
     OneAheadSampler,
     group_advantages,
     reward_rose,
+    run_llm_demo,
     verl_actor_schema,
 )
 from gyre_contract.harness.recorder import TurnRecorder
+from gyre_contract.harness.runlog import RunLog
 from gyre_contract.harness.tokenpolicy import (
     BOS,
     EOS,
@@ -270,3 +278,86 @@ def test_verl_actor_schema_is_one_row_per_generation():
     assert schema["properties"]["responses"]["x-gyre-shape"] == ["B", "R"]
     assert schema["properties"]["uid"]["x-gyre-role"] == "group_id"
     assert set(schema["required"]) == set(schema["properties"])
+
+
+def test_the_sampler_refuses_to_fall_further_behind_than_allowed():
+    policy = TokenPolicy(seed=0)
+    sampler = GroupSampler(policy, TASK, seed=0, run_id="x", prompts=2, group=2)
+    with OneAheadSampler(sampler, max_staleness=0) as ahead:
+        policy.train_step(_verl_batch(ahead(0)))
+        with pytest.raises(ContractError, match=r"cycles\[1\]\.policy_version: the sampler fell "
+                           r"too far behind: expected >= 1 \(max_staleness 0 at version 1\), "
+                           r"got 0"):
+            ahead(1)
+
+
+# -- the demo, end to end --------------------------------------------------------------------
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+def test_demo_llm_passes_every_stage_and_keeps_its_files(tmp_path):
+    code, text, err = cli("demo", "--llm", "--out-dir", str(tmp_path), "--cycles", "24",
+                          "--seed", "0")
+    assert code == 0, text + err
+    for heading in ("=== Stage 1", "=== Diff", "=== Stage 2", "=== Stage 3"):
+        assert heading in text
+    assert text.count("result: PASS") == 4 and "ALL STAGES PASS" in text
+    assert "rows=step" in text and "group_norm" in text
+    for name in ("rollouts.jsonl", "sampler.json", "trainer.json", "map.json", "runs.jsonl"):
+        assert (tmp_path / name).is_file(), name
+    fmap = json.loads((tmp_path / "map.json").read_text())
+    assert fmap["rows"] == "step" and "group_norm" in json.dumps(fmap["fields"]["advantages"])
+    # the files the demo leaves are accepted by the other commands
+    rollouts = str(tmp_path / "rollouts.jsonl")
+    model = "gyre_contract.harness.llmdemo:AdditionStep"
+    assert cli("validate", rollouts, "--model", model, "--require-complete")[0] == 0
+    code, out, err = cli("batch", rollouts, "--map", str(tmp_path / "map.json"), "--model", model,
+                         "--trainer", str(tmp_path / "trainer.json"))
+    assert code == 0, out + err
+    code, out, _ = cli("runs", str(tmp_path / "runs.jsonl"))
+    assert code == 0 and "1 configuration" in out, out
+
+
+def test_reward_rises_and_every_cycle_is_at_most_one_version_stale(tmp_path):
+    result = run_llm_demo(io.StringIO(), out_dir=tmp_path, cycles=24, seed=2, seeds=2)
+    assert result.passed, result.stages
+    assert len(result.rewards) == 2 and all(len(c) == 24 for c in result.rewards)
+    for curve, staleness, (before, after) in zip(result.rewards, result.staleness,
+                                                 result.accuracy, strict=True):
+        assert np.mean(curve[-6:]) > np.mean(curve[:6]) + 0.05
+        assert staleness == [0] + [1] * 23
+        assert after > before
+    runs = RunLog(tmp_path / "runs.jsonl").read()
+    assert [r.policy_version for r in runs] == [24, 24]
+    assert [r.curves["mean_reward"] for r in runs] == result.rewards
+
+
+def test_demo_llm_is_deterministic_per_seed(tmp_path):
+    first = run_llm_demo(io.StringIO(), out_dir=tmp_path / "a", cycles=4, seed=1, seeds=1)
+    again = run_llm_demo(io.StringIO(), out_dir=tmp_path / "b", cycles=4, seed=1, seeds=1)
+    other = run_llm_demo(io.StringIO(), out_dir=tmp_path / "c", cycles=4, seed=2, seeds=1)
+    assert first.rewards == again.rewards and first.accuracy == again.accuracy
+    assert first.rewards != other.rewards
+    assert (tmp_path / "a" / "rollouts.jsonl").read_bytes() == \
+        (tmp_path / "b" / "rollouts.jsonl").read_bytes()
+
+
+def test_demo_llm_exits_1_when_the_reward_does_not_rise(tmp_path, monkeypatch):
+    frozen = functools.partial(TokenPolicy, lr=0.0)  # a trainer whose updates change nothing
+    monkeypatch.setattr(llmdemo, "TokenPolicy", frozen)
+    code, text, _ = cli("demo", "--llm", "--cycles", "9", "--seed", "4")
+    assert code == 1
+    assert "stage 1 pass, diff pass, stage 2 pass, stage 3 FAIL" in text
+    assert "result: FAIL" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--episodes", "4"], "--episodes is for the CartPole demo"),
+    (["--cycles", "0"], "--cycles and --episodes must be >= 1"),
+])
+def test_demo_llm_refuses_bad_arguments_with_exit_2(argv, message):
+    code, out, err = cli("demo", "--llm", *argv)
+    assert code == 2 and out == "" and message in err
