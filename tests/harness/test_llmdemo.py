@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gyre_contract.cli import run
 from gyre_contract.core.errors import ContractError
@@ -54,6 +56,19 @@ def test_task_prompts_answers_and_rewards():
     assert len(set(TASK.problems())) == 100
     with pytest.raises(ValueError, match="cannot encode 'x'"):
         encode("x")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 9), st.integers(0, 9),
+       st.lists(st.integers(EOS, 14), min_size=0, max_size=3))
+def test_reward_is_one_exactly_for_the_answer_and_partial_credit_below_half(a, b, tokens):
+    reward = TASK.reward(a, b, tokens)
+    if tokens == TASK.answer(a, b):
+        assert reward == 1.0
+    else:
+        assert 0.0 <= reward < 0.5
+        right = sum(x == y for x, y in zip(tokens, TASK.answer(a, b), strict=False))
+        assert reward == pytest.approx(0.5 * right / len(TASK.answer(a, b)))
 
 
 def test_operands_read_left_padded_prompts_and_refuse_right_padded_ones():
