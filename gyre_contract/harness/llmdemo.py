@@ -200,17 +200,27 @@ class OneAheadSampler:
         return records
 
     def close(self) -> None:
-        """Wait for the batch still being sampled (nobody trains on it) and stop the thread."""
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
-        self._pool.shutdown()
+        """Wait for the batch still being sampled (nobody trains on it; its failure is
+        raised) and stop the thread."""
+        pending, self._pending = self._pending, None
+        try:
+            if pending is not None:
+                pending.result()
+        finally:
+            self._pool.shutdown()
 
     def __enter__(self) -> OneAheadSampler:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        pending, self._pending = self._pending, None  # the loop failed: say so first
+        failed = pending.exception() if pending is not None else None
+        self._pool.shutdown()
+        if failed is not None and hasattr(exc, "add_note"):  # Python >= 3.11
+            exc.add_note(f"the batch being sampled ahead failed too: {failed}")
 
 
 def group_advantages(records: list[Mapping[str, Any]], eps: float = EPS) -> dict[str, float]:
@@ -287,6 +297,9 @@ def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
     if result.passed:
         _stage3(say, result, task, map_path, trainer_path, out_dir, cycles, seed, seeds,
                 notes, plot)
+    else:
+        result.stages["stage 3"] = False
+        say("\n=== Stage 3: the full loop ===\nnot run: an earlier stage failed")
     result.seconds = time.perf_counter() - started
     say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'} in "
         f"{result.seconds:.1f}s: "

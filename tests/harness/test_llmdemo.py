@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gyre_contract.cli import run
-from gyre_contract.core.errors import ContractError
+from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.harness import llmdemo
 from gyre_contract.harness.llmdemo import (
     AdditionStep,
@@ -376,3 +376,20 @@ def test_demo_llm_exits_1_when_the_reward_does_not_rise(tmp_path, monkeypatch):
 def test_demo_llm_refuses_bad_arguments_with_exit_2(argv, message):
     code, out, err = cli("demo", "--llm", *argv)
     assert code == 2 and out == "" and message in err
+
+
+def test_a_failure_of_the_batch_sampled_ahead_is_raised_not_dropped(monkeypatch):
+    policy = TokenPolicy(seed=0)
+    sampler = GroupSampler(policy, TASK, seed=0, run_id="x", prompts=2, group=2)
+    real = sampler.sample
+
+    def breaks_on_the_second(version, weights, index):
+        if index == 1:
+            raise ContractError(Problem("action", "token ids", "none", "the model died"))
+        return real(version, weights, index)
+
+    monkeypatch.setattr(sampler, "sample", breaks_on_the_second)
+    ahead = OneAheadSampler(sampler)
+    assert len(ahead(0)) == 4  # batch 0; batch 1 is now being sampled, and fails
+    with pytest.raises(ContractError, match="the model died"):
+        ahead.close()
