@@ -284,22 +284,26 @@ def kl_estimate(logprob: np.ndarray, ref_logprob: np.ndarray, mask: np.ndarray,
         if x.shape != mask.shape or x.dtype.kind != "f":
             raise _bad(op, name, f"floats [{', '.join(map(str, mask.shape))}] like "
                        "response_mask", describe(x), "one log-prob per response token")
-    d = np.where(mask, lp.astype(np.float64) - ref.astype(np.float64), 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
+        d = np.subtract(lp, ref, dtype=np.float64)
+        d[~mask] = 0.0  # padding may hold anything: it must not overflow
         if estimator == "k1":
             k = d
         elif estimator == "k2":
-            k = 0.5 * d * d
-        else:
-            k = np.maximum(np.expm1(-d) + d, 0.0)
-    bad = np.argwhere(mask & ~np.isfinite(k))
-    if bad.size:
+            k = np.square(d)
+            k *= 0.5
+        else:  # exp only on the response tokens: a padded batch is often half padding
+            real = d[mask]
+            k = np.zeros_like(d)
+            k[mask] = np.maximum(np.expm1(-real) + real, 0.0)
+    if not np.isfinite(k).all():  # only response tokens can be: the rest is 0
+        bad = np.argwhere(~np.isfinite(k))
         b, t = bad[0].tolist()
         raise _bad(op, "", "a finite KL on every response token",
                    f"{len(bad)} tokens not finite (first: row {b}, token {t}: logprob "
                    f"{lp[b, t]!r}, ref_logprob {ref[b, t]!r})",
                    f"the {estimator} estimate overflows or its inputs are not finite")
-    return np.where(mask, k, 0.0)
+    return k  # 0 off the mask: d is 0 there, and so is every estimate of it
 
 
 def kl(inputs: list[Any], columns: Mapping[str, Any], *, estimator: str) -> np.ndarray:
@@ -330,7 +334,8 @@ def kl_reward(inputs: list[Any], columns: Mapping[str, Any], *, beta: float,
                    "the sequence reward sits on the last response token; an empty response "
                    "has none")
     penalty = kl_estimate(lp, inputs[2], mask, estimator, "kl_reward")
-    out = np.where(mask, -float(beta) * penalty, 0.0)
+    out = penalty * -float(beta)
+    out += 0.0  # -0.0 off the mask becomes 0.0
     out[np.arange(reward.size), length - 1] += reward
     return out.astype(np.float32)
 
@@ -356,14 +361,18 @@ def _fill(value: Any, dtype: np.dtype, op: str) -> np.ndarray:
     return fill
 
 
+def packed(real: np.ndarray, side: str) -> np.ndarray:
+    """The mask `[B, W]` with each row's count of True packed against the `side`."""
+    width, count = real.shape[1], real.sum(axis=1)
+    pos = np.arange(width)
+    return pos >= (width - count)[:, None] if side == "left" else pos < count[:, None]
+
+
 def relaid(x: np.ndarray, real: np.ndarray, side: str, value: Any, op: str = "pad"
            ) -> tuple[np.ndarray, np.ndarray]:
     """`x` `[B, W, ...]` with its real entries (`real` `[B, W]`) moved to the `side`, in order,
     the rest set to `value`; and the new mask."""
-    width = x.shape[1]
-    count = real.sum(axis=1)
-    pos = np.arange(width)
-    new = pos >= (width - count)[:, None] if side == "left" else pos < count[:, None]
+    new = packed(real, side)
     out = np.empty_like(x)
     out[...] = _fill(value, x.dtype, op)
     out[new] = x[real]
@@ -376,8 +385,10 @@ def pad(inputs: list[Any], columns: Mapping[str, Any], *, sources: tuple[str, ..
     padding (output "ids"), or the matching mask (output "mask"). Its mask is found by name
     (`mask_column`)."""
     x = np.asarray(inputs[0])
-    out, new = relaid(x, real_mask(sources[0], x, columns, "pad"), side, value)
-    return new if output == "mask" else out
+    real = real_mask(sources[0], x, columns, "pad")
+    if output == "mask":
+        return packed(real, side)
+    return relaid(x, real, side, value)[0]
 
 
 def concat(inputs: list[Any], columns: Mapping[str, Any], *, sources: tuple[str, ...],
@@ -390,17 +401,21 @@ def concat(inputs: list[Any], columns: Mapping[str, Any], *, sources: tuple[str,
     if prompt.ndim != 2 or response.ndim != 2 or prompt.shape[0] != response.shape[0]:
         raise _bad("concat", "", "two token columns [B, P] and [B, R]",
                    f"{describe(prompt)} and {describe(response)}", "one prompt per response")
-    prompt_ids, prompt_real = relaid(prompt, real_mask(sources[0], prompt, columns, "concat"),
-                                     "left", value, "concat")
-    response_ids, response_real = relaid(
-        response, real_mask(sources[1], response, columns, "concat"), "right", value, "concat")
-    attention = np.concatenate([prompt_real, response_real], axis=1)
-    if output == "attention_mask":
-        return attention
-    if output == "position_ids":
-        return np.maximum(np.cumsum(attention, axis=1, dtype=np.int64) - 1, 0)
-    dtype = np.result_type(prompt_ids, response_ids)
-    return np.concatenate([prompt_ids.astype(dtype), response_ids.astype(dtype)], axis=1)
+    prompt_real = real_mask(sources[0], prompt, columns, "concat")
+    response_real = real_mask(sources[1], response, columns, "concat")
+    if output != "ids":
+        attention = np.concatenate([packed(prompt_real, "left"), packed(response_real, "right")],
+                                   axis=1)
+        if output == "attention_mask":
+            return attention
+        position = np.cumsum(attention, axis=1, dtype=np.int64)
+        position -= 1
+        return np.maximum(position, 0, out=position)
+    dtype = np.result_type(prompt, response)
+    return np.concatenate([relaid(prompt.astype(dtype, copy=False), prompt_real, "left", value,
+                                  "concat")[0],
+                           relaid(response.astype(dtype, copy=False), response_real, "right",
+                                  value, "concat")[0]], axis=1)
 
 
 # -- descriptions (the run notes) ------------------------------------------------------------
