@@ -222,7 +222,7 @@ def group_norm(inputs: list[Any], columns: Mapping[str, Any], *, std: str = "unb
     Dr. GRPO, verl `norm_adv_by_std_in_grpo=False`); `scale` "group" (each group's std) or
     "batch" (the std of every reward in the batch: TRL `scale_rewards="batch"`). A group whose
     rewards are all equal gets exactly 0. A group of one: `singletons` "error", "raw" (mean 0,
-    std 1, as verl: r / (1 + eps)) or "zero".
+    std 1, as verl: r / (1 + eps); under `scale="batch"` r over the batch std + eps) or "zero".
     """
     r = _rewards(inputs[0], "group_norm")
     groups = Groups.of(inputs[1], r.size, "group_norm")
