@@ -324,6 +324,20 @@ def test_kl_reward_matches_verl_token_level_rewards_reference(estimator):
     assert np.all(got[1, 3:] == 0) and got[2, 0] != 0 and np.all(got[2, 1:] == 0)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=5), st.floats(0, 2),
+       st.sampled_from(tokenops.ESTIMATORS), st.integers(0, 2**16))
+def test_property_kl_reward_sums_to_the_reward_minus_beta_times_the_sequence_kl(
+        lengths, beta, estimator, seed):
+    columns = token_columns(lengths, 6, seed=seed)
+    got = run("kl_reward", ("reward", "logprob", "ref_logprob"), columns, beta=beta,
+              estimator=estimator)
+    kl = run("kl", ("logprob", "ref_logprob"), columns, estimator=estimator)
+    expected = columns["reward"].astype(np.float64) - beta * kl.astype(np.float64).sum(axis=1)
+    close(got.astype(np.float64).sum(axis=1), expected, tol=1e-4)
+    assert np.all(got[~columns["response_mask"]] == 0)
+
+
 def test_kl_reward_with_beta_zero_is_the_reward_on_the_last_token():
     columns = token_columns([3, 1], 4)
     got = run("kl_reward", ("reward", "logprob", "ref_logprob"), columns, beta=0)
