@@ -169,7 +169,7 @@ def _short(value: Any) -> str:
 @dataclass(frozen=True)
 class Groups:
     """The groups of a `group_id` column `[B]`: the distinct ids (sorted), each row's group
-    index, the size of each group and whether all of a group's rewards are equal."""
+    index and the size of each group."""
 
     keys: np.ndarray
     index: np.ndarray
@@ -245,8 +245,7 @@ def group_norm(inputs: list[Any], columns: Mapping[str, Any], *, std: str = "unb
             sd = np.full(r.size, r.std(ddof=ddof))
         else:
             squares = groups.sums(np.where(lone, 0.0, dev) ** 2)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                sd = np.sqrt(squares / np.maximum(counts - ddof, 1.0))[groups.index]
+            sd = np.sqrt(squares / np.maximum(counts - ddof, 1.0))[groups.index]
             sd[lone] = 1.0  # verl: std 1 for a group of one
         denom = sd + eps
         adv = np.divide(dev, denom, out=np.zeros_like(dev), where=denom != 0)

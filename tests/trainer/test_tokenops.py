@@ -493,6 +493,7 @@ VERL_LIKE = {"gyre_field_map": 1, "fields": {
 
 def test_a_map_of_token_ops_reads_the_masks_it_needs_and_describes_itself():
     fmap = FieldMap.from_dict(VERL_LIKE)
+    assert fmap.to_dict() == VERL_LIKE  # the map round-trips as written
     assert fmap.sources() == ["prompt_ids", "response_ids", "prompt_mask", "response_length",
                               "reward", "group_id", "response_mask", "logprob", "ref_logprob"]
     columns = token_columns([4, 2, 3, 1], 4)
