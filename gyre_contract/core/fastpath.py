@@ -26,6 +26,7 @@ array of another float width is cast once. Scalars may be Python or numpy scalar
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import ERROR_TYPE, TensorSpec
-from gyre_contract.core.tokenfields import TOKEN_FIELDS, token_field_problem
+from gyre_contract.core.tokenfields import TOKEN_FIELDS
 
 _SMALL = 64
 """Float arrays up to this size are checked for finiteness in Python (cheaper than a ufunc)."""
@@ -444,7 +445,7 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
     # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
     checked_lists = id(logprob_spec) in _nonpositive_specs(model) and not free_logprob
-    tokens_ok = _token_checker(model)
+    token_values, no_tokens, tokens_ok = _token_checker(model)
 
     def finish(step: Any) -> Any:
         values = step.__dict__
@@ -467,8 +468,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
                 raise _GiveUp
         if binds and not _dims_agree(binds, values):
             raise _GiveUp
-        if tokens_ok is not None and not tokens_ok(values):
-            raise _GiveUp
+        if token_values(values) != no_tokens and not tokens_ok(values):
+            raise _GiveUp  # step.token_fields_shape, step.ref_logprob_nonpositive
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
             raise _GiveUp
@@ -554,30 +555,46 @@ def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
     return not logprob > 0
 
 
-def _token_checker(model: type[BaseModel]) -> Callable[[dict[str, Any]], bool] | None:
+def _token_checker(model: type[BaseModel]
+                   ) -> tuple[Callable[[dict[str, Any]], Any], Any, Callable[[dict[str, Any]], bool]]:
+    """(values -> the token fields' values, what that gives when the record has none of them,
+    the check of `_token_ok`); the check is only asked of a record that has one."""
+    checker = _token_ok(model)
+    present = [w for w in TOKEN_FIELDS if isinstance(field_specs(model).get(w), TensorSpec)]
+    if checker is None or not present:
+        return (lambda values: None), None, (lambda values: True)
+    get = itemgetter(*present)
+    return get, get(dict.fromkeys(present)), checker
+
+
+def _token_ok(model: type[BaseModel]) -> Callable[[dict[str, Any]], bool] | None:
     """`step.token_fields_shape` and `step.ref_logprob_nonpositive` as a yes/no on a step's
-    converted values; None when the model has no token field. A pinned shape (`A`) is bound
-    by `_dims_agree`; a free one (`*name`) is compared with the action's here."""
+    converted values (`tokenfields.token_field_problem` finds nothing); None when the model has
+    no token field. A pinned shape (`A`) is bound by `_dims_agree`; a free one (`*name`) is
+    compared with the action's here."""
     specs = field_specs(model)
     present = [w for w in TOKEN_FIELDS if isinstance(specs.get(w), TensorSpec)]
     if not present:
         return None
-    free = [(w, str(specs[w].dtype)) for w in present if any(d.variadic for d in specs[w].shape)]
+    free = [w for w in present if any(d.variadic for d in specs[w].shape)]
     ref = "ref_logprob" in present
 
     def ok(values: dict[str, Any]) -> bool:
-        if all(values[w] is None for w in present):
-            return True
         action = values["action"]
-        shape = np.shape(action)
-        for wire, dtype in free:
+        shape = action.shape if action.__class__ is np.ndarray else np.shape(action)
+        for wire in free:
             value = values[wire]
-            if value is not None and token_field_problem(wire, dtype, np.shape(value), shape):
+            if value is None:
+                continue
+            got = value.shape if value.__class__ is np.ndarray else np.shape(value)
+            if got != shape and not (got == () and wire == "ref_logprob"):
                 return False
         value = values["ref_logprob"] if ref else None
         if value is None or not _discrete(action):
             return True
-        return not (np.size(value) and np.max(value) > 0)
+        if value.__class__ is np.ndarray:
+            return not (value.size and value.max() > 0)
+        return not value > 0
 
     return ok
 
