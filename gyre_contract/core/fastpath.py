@@ -26,7 +26,6 @@ array of another float width is cast once. Scalars may be Python or numpy scalar
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -445,7 +444,7 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
     # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
     checked_lists = id(logprob_spec) in _nonpositive_specs(model) and not free_logprob
-    token_values, no_tokens, tokens_ok = _token_checker(model)
+    has_tokens, tokens_ok = _token_checker(model)
 
     def finish(step: Any) -> Any:
         values = step.__dict__
@@ -468,7 +467,7 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
                 raise _GiveUp
         if binds and not _dims_agree(binds, values):
             raise _GiveUp
-        if token_values(values) != no_tokens and not tokens_ok(values):
+        if has_tokens(values) and not tokens_ok(values):
             raise _GiveUp  # step.token_fields_shape, step.ref_logprob_nonpositive
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
@@ -556,15 +555,17 @@ def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
 
 
 def _token_checker(model: type[BaseModel]
-                   ) -> tuple[Callable[[dict[str, Any]], Any], Any, Callable[[dict[str, Any]], bool]]:
-    """(values -> the token fields' values, what that gives when the record has none of them,
-    the check of `_token_ok`); the check is only asked of a record that has one."""
+                   ) -> tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]:
+    """(values -> whether the record has a token field, the check of `_token_ok`): the check is
+    only asked of a record that has one."""
     checker = _token_ok(model)
     present = [w for w in TOKEN_FIELDS if isinstance(field_specs(model).get(w), TensorSpec)]
-    if checker is None or not present:
-        return (lambda values: None), None, (lambda values: True)
-    get = itemgetter(*present)
-    return get, get(dict.fromkeys(present)), checker
+    if checker is None:
+        return (lambda values: False), checker  # type: ignore[return-value]
+    if len(present) == 3:  # every step model: one expression, no loop
+        a, b, c = present
+        return (lambda v: v[a] is not None or v[b] is not None or v[c] is not None), checker
+    return (lambda v: any(v[w] is not None for w in present)), checker
 
 
 def _token_ok(model: type[BaseModel]) -> Callable[[dict[str, Any]], bool] | None:
