@@ -248,13 +248,20 @@ def episode_lengths(path: Path) -> np.ndarray:
 
 
 def _read_table(path: Path, columns: list[str]) -> Any:
+    import pyarrow as pa
+
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         return pq.read_table(path, columns=columns)
     import pyarrow.json as pj
 
-    return pj.read_json(path, read_options=pj.ReadOptions(block_size=1 << 26)).select(columns)
+    # parse only these columns (an explicit schema, other keys ignored): far less memory
+    types = {"episode_id": pa.string(), "action": pa.list_(pa.int64()),
+             "observation": pa.struct([("token_ids", pa.list_(pa.int64()))])}
+    options = pj.ParseOptions(explicit_schema=pa.schema([(c, types[c]) for c in columns]),
+                              unexpected_field_behavior="ignore")
+    return pj.read_json(path, parse_options=options)
 
 
 def describe(path: Path) -> dict[str, Any]:
