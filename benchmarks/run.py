@@ -463,7 +463,8 @@ def machine() -> list[str]:
                          ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec", "jsonschema",
                           "pyarrow", "gymnasium", "fastjsonschema"))
     return [f"machine: {os.cpu_count()} cores, {cpu}, {platform.platform()}",
-            f"python {platform.python_version()}; {versions}"]
+            f"python {platform.python_version()}; {versions}",
+            "load average at start: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())]
 
 
 def _version(package: str) -> str:
@@ -536,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
                 figures.append(fig)
     failed = [f for f in figures if f.ok is False]
     print(f"\n{len(figures) - len(failed)} of {len(figures)} figures hold or are informational; "
-          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s")
+          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s; load average at the end "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     if args.json:
         Path(args.json).write_text(json.dumps([f.__dict__ for f in figures], indent=2) + "\n",
                                    encoding="utf-8")
