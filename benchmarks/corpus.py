@@ -92,8 +92,11 @@ class Episode:
         return len(self.action)
 
 
-def simulate_cartpole(steps: int, seed: int = 0) -> list[Episode]:
-    """Play CartPole-v1 (time limit 200) until at least `steps` steps; see the module docstring."""
+def simulate_cartpole(steps: int, seed: int = 0, random_share: float = 0.25) -> list[Episode]:
+    """Play CartPole-v1 (time limit 200) until at least `steps` steps; see the module docstring.
+
+    `random_share` of the episodes (evenly spread) are played by the uniformly random policy.
+    """
     import gymnasium as gym
 
     env = gym.make("CartPole-v1", max_episode_steps=TIME_LIMIT)
@@ -101,7 +104,8 @@ def simulate_cartpole(steps: int, seed: int = 0) -> list[Episode]:
     episodes: list[Episode] = []
     total = 0
     while total < steps:
-        eps = 1.0 if len(episodes) % 4 == 0 else float(rng.uniform(0.1, 0.9))
+        random_policy = (len(episodes) * random_share) % 1 < random_share
+        eps = 1.0 if random_policy else float(rng.uniform(0.1, 0.9))
         obs, _ = env.reset(seed=int(rng.integers(2**31)))
         observations, actions, logps = [], [], []
         while True:
@@ -133,9 +137,9 @@ def simulate_cartpole(steps: int, seed: int = 0) -> list[Episode]:
     return episodes
 
 
-def cartpole_records(lines: int, seed: int = 0) -> Iterator[dict[str, Any]]:
+def cartpole_records(lines: int, seed: int = 0, random_share: float = 0.25) -> Iterator[dict[str, Any]]:
     """Exactly `lines` step records of complete episodes (default model fields)."""
-    pool = simulate_cartpole(min(lines, POOL_MAX_STEPS), seed)
+    pool = simulate_cartpole(min(lines, POOL_MAX_STEPS), seed, random_share)
     written, n = 0, 0
     while written < lines:
         ep = pool[n % len(pool)]
@@ -160,10 +164,15 @@ def cartpole_records(lines: int, seed: int = 0) -> Iterator[dict[str, Any]]:
         n += 1
 
 
-def cartpole_corpus(lines: int, fmt: str = "jsonl", seed: int = 0) -> Path:
-    """The cached CartPole corpus of exactly `lines` steps as JSON Lines or Parquet (built once)."""
-    return _cached(f"cartpole-v{CORPUS_VERSION}-s{seed}-{lines}", fmt,
-                   lambda: cartpole_records(lines, seed))
+def cartpole_corpus(lines: int, fmt: str = "jsonl", seed: int = 0, random_share: float = 0.25) -> Path:
+    """The cached CartPole corpus of exactly `lines` steps as JSON Lines or Parquet (built once).
+
+    `random_share=1.0`: every episode played at random (lengths 8 to about 60, median about 20),
+    five times the episodes of the default mix per line: what stresses per-episode state.
+    """
+    share = "" if random_share == 0.25 else f"-r{random_share:g}"
+    return _cached(f"cartpole-v{CORPUS_VERSION}-s{seed}{share}-{lines}", fmt,
+                   lambda: cartpole_records(lines, seed, random_share))
 
 
 # -- LLM token completions ------------------------------------------------------------------------
@@ -307,10 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--format", choices=FORMATS, default="jsonl")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--random-share", type=float, default=0.25,
+                        help="CartPole: the share of episodes played by the random policy")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    build = cartpole_corpus if args.kind == "cartpole" else llm_corpus
-    path = build(args.lines, args.format, seed=args.seed)
+    if args.kind == "cartpole":
+        path = cartpole_corpus(args.lines, args.format, args.seed, args.random_share)
+    else:
+        path = llm_corpus(args.lines, args.format, seed=args.seed)
     print(path)
     print(json.dumps(load_meta(path), indent=1))
     print(f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
