@@ -194,6 +194,10 @@ class PlainStep(BaseModel):
     truncated: bool
     policy_version: int = Field(ge=0)
     info: dict[str, str | int | float | bool] | None = None
+    ref_logprob: float | FloatArray | None = None  # the optional LLM fields of contract v1.1
+    group_id: str | None = Field(None, min_length=1)
+    loss_mask: list[bool] | None = None
+    token_reward: float | FloatArray | None = None
 
 
 def pydantic_loop(path: str | Path) -> int:
