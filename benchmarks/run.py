@@ -4,6 +4,9 @@
     python benchmarks/run.py --quick    # smaller files and fewer repeats (under a minute)
     python benchmarks/run.py --only validate_step,import
     python benchmarks/run.py --normal-path   # fast paths off: the figures before issue 6
+    python benchmarks/run.py --only default_step,corpus_validate,corpus_batch,parquet,rss
+                                             # the default model on realistic corpora
+                                             # (benchmarks/realistic.py; corpora cached)
 
 Times are interleaved (ours, baseline, ours, baseline, ...) so that machine noise hits both
 sides alike; a ratio is the median of the per-round ratios. Absolute times are printed beside
