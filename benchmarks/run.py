@@ -1,9 +1,9 @@
-"""Every performance figure of issue 6, each as a ratio to its baseline measured in the same run.
+"""Every performance figure, each as a ratio to its baseline measured in the same run.
 
     python benchmarks/run.py            # full sizes (1,000,000-line rollout file)
     python benchmarks/run.py --quick    # smaller files and fewer repeats (under a minute)
     python benchmarks/run.py --only validate_step,import
-    python benchmarks/run.py --normal-path   # fast paths off: the figures before issue 6
+    python benchmarks/run.py --normal-path   # fast paths off: the figures without the fast paths
     python benchmarks/run.py --only default_step,corpus_validate,corpus_batch,parquet,rss
                                              # the default model on realistic corpora
                                              # (benchmarks/realistic.py; corpora cached)
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated sections out of {','.join(SECTIONS)}")
     parser.add_argument("--normal-path", action="store_true",
                         help="switch the fast paths off (validate_step's compiled validator, "
-                             "bulk file reading): the figures as they were before issue 6")
+                             "bulk file reading): the figures as they were without the fast paths")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the figures as a table")
     args = parser.parse_args(argv)
