@@ -116,7 +116,7 @@ def _logprob_sign(view: BatchView) -> list[Problem]:
         value = view.arrays.get(name)
         if not isinstance(value, np.ndarray) or value.shape != mask.shape:
             continue
-        positive = mask & (value > 0)
+        positive = mask & (value > 0) & np.isfinite(value)  # inf: `not finite` says it
         if positive.any():
             top = float(value[positive].max())
             problems.append(Problem(name, "<= 0 where response_mask is True (a token's "
