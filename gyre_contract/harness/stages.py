@@ -12,8 +12,6 @@ batch model; `trainer=` is instead a trainer's own batch schema (any JSON Schema
 
 from __future__ import annotations
 
-import copy
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,23 +21,20 @@ from typing import Any
 import numpy as np
 
 from gyre_contract.core.deprecation import renamed_arguments
-from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+from gyre_contract.core.errors import ContractError, MissingFieldError, Problem
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
 from gyre_contract.core.validate import staleness_problems, validate_batch
+from gyre_contract.harness.losscall import LossFn, call_loss
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
 from gyre_contract.harness.tokenrows import TokenRows, batch_rows, is_token_rows, token_rows
-from gyre_contract.io import read_episodes
+from gyre_contract.io import read_episodes, read_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.fieldtable import SchemaInput
 from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
-
-LossFn = Callable[[dict[str, Any]], Any]
-"""`loss_fn(batch) -> scalar`: gets the validated batch as a dict of numpy arrays keyed by the
-contract's names (`return`, not `return_`); returns a float, a 0-d array or a 1-element tensor."""
 
 
 @dataclass
@@ -168,6 +163,9 @@ def half_way(
     `episodes_or_path` is a rollout file (read with `read_episodes(path, model)`, `model`
     defaulting to `RolloutStep`) or episodes already read; the batch is validated as
     `batch_model` (default `TrainBatch`); `step_model=` is the deprecated name of `model=`.
+    With a map of token rows (`"rows": "step"`) a file is read step by step in file order
+    (`read_steps`, `model` defaulting to `LLMStep`), steps or episodes may be given, and the
+    batch is a `TokenBatch` by default; the report's `tokens` gives the staleness of every row.
     With `trainer=` (a JSON Schema path or dict, ours or foreign; `batch_dims=` when it has no
     `x-gyre-batch-dims`) the batch is checked against that schema instead and keyed by its
     names, nested ones joined with `.` (see `trainer_schema`). Raises ContractError when the
@@ -178,7 +176,7 @@ def half_way(
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
-    episodes = _episodes(episodes_or_path, model or _step_model(fmap))
+    episodes = _episodes(episodes_or_path, model or _step_model(fmap), fmap)
     columns = fmap.collated(episodes, max_len=max_len)
     arrays = fmap.apply(columns)
     built = time.perf_counter()
@@ -194,7 +192,7 @@ def half_way(
             if stale:
                 raise ContractError(stale)
     validated = time.perf_counter()
-    loss = None if loss_fn is None else _call_loss(loss_fn, batch)
+    loss = None if loss_fn is None else call_loss(loss_fn, batch)
     done = time.perf_counter()
     mask = batch_rows(columns)
     versions = sorted({int(v) for v in np.asarray(columns.get("policy_version", [])).tolist()})
@@ -203,7 +201,7 @@ def half_way(
         rows=int(mask.shape[0]),
         time_steps=int(mask.shape[1]),
         steps=int(mask.sum()),
-        episodes=len(episodes),
+        episodes=len(episodes) if "mask" in columns else len(np.unique(columns["episode_id"])),
         policy_versions=versions,
         loss=loss,
         seconds={"read_and_build": built - clock, "validate": validated - built,
@@ -256,64 +254,14 @@ def _step_model(fmap: Any) -> Any:
     return LLMStep if getattr(fmap, "rows", "episode") == "step" else RolloutStep
 
 
-def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any) -> list[Any]:
+def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any,
+              fmap: FieldMap) -> list[Any]:
+    """The episodes of a file (its steps in file order, for a map of token rows)."""
     if isinstance(source, (str, os.PathLike)):
+        if fmap.rows == "step":
+            return list(read_steps(source, model))
         return list(read_episodes(source, model or RolloutStep))
     return list(source)
-
-
-def _call_loss(loss_fn: LossFn, batch: dict[str, Any]) -> float:
-    """Call the loss once on a copy of the batch; its failure or a non-finite value fails the
-    stage. A copy: a loss may edit its input in place (advantage normalisation often does), and
-    what stage 2 reports and writes is the validated batch, not what the loss left of it."""
-    try:
-        raw = loss_fn(_copy_batch(batch))
-    except (Exception, SystemExit) as exc:  # sys.exit(0) in a loss is its code failing too
-        raise ContractError(Problem("loss", "a loss computed from the batch",
-                                    f"{type(exc).__name__}: {exc}",
-                                    "loss_fn raised on the batch")) from exc
-    try:
-        value = _scalar(raw)
-    except OverflowError:  # an int beyond float range (10**400)
-        raise ContractError(Problem("loss", "a finite number", _loss_text(raw),
-                                    "the loss is not finite")) from None
-    if not math.isfinite(value):
-        raise ContractError(Problem("loss", "a finite number", repr(value),
-                                    "the loss is not finite"))
-    return value
-
-
-def _copy_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a batch sharing nothing with it: arrays copied, modalities' dicts too."""
-    return {key: _copy_batch(value) if isinstance(value, Mapping)
-            else value.copy() if isinstance(value, np.ndarray) else copy.deepcopy(value)
-            for key, value in batch.items()}
-
-
-def _scalar(raw: Any) -> float:
-    """A float from a Python number, a 0-d / 1-element array, or a tensor (via `.item()`)."""
-    if isinstance(raw, bool):
-        raise ContractError(Problem("loss", "one number", describe(raw), "loss_fn returned a bool"))
-    if isinstance(raw, (int, float)):
-        return float(raw)
-    size = getattr(raw, "size", None)
-    count = size() if callable(size) else size
-    numel = getattr(raw, "numel", None)
-    if callable(numel):
-        count = numel()
-    if hasattr(raw, "item") and (count is None or int(np.prod(count)) == 1):
-        value = raw.item()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    raise ContractError(Problem("loss", "one number (a float, a 0-d array or a 1-element "
-                                "tensor)", _loss_text(raw), "loss_fn returned no scalar"))
-
-
-def _loss_text(raw: Any) -> str:
-    shape = getattr(raw, "shape", None)
-    if shape is not None:
-        return f"{type(raw).__name__} of shape {list(shape)}"
-    return describe(raw)
 
 
 # -- stage 3: full loop -----------------------------------------------------------------------

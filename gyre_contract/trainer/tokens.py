@@ -376,7 +376,7 @@ def _scatter(name: str, flat: np.ndarray, where: np.ndarray, dtype: str | None,
             raise err.under(name) from None
     elif dtype is not None:
         flat = flat.astype(dtype)
-    out = np.full(where.shape, pad, dtype=flat.dtype)
+    out = np.zeros(where.shape, flat.dtype) if pad == 0 else np.full(where.shape, pad, flat.dtype)
     out[where] = flat
     return out
 
