@@ -1,9 +1,10 @@
 """Token rows from a rollout file: JSON Lines -> validated TokenBatch, as a ratio to hand-written numpy.
 
 10,000 single-turn completions (one step each), prompt 32-256 tokens and response 64-1,024
-tokens (log-uniform), written once by `write_steps` as `LLMStep` records. Ours: the file read
-with `read_episodes(path, LLMStep)` (every record and episode rule checked), then a token field
-map (`"rows": "step"`) collates with `collate_tokens` and validates the `TokenBatch`. The
+tokens (log-uniform), written once by `write_steps` as `LLMStep` records. Ours: what `half_way`
+and `gyre-contract batch --map` do with a token map (`"rows": "step"`): the file read with
+`read_steps(path, LLMStep)` (every record and episode rule checked, rows in file order), then
+`collate_tokens`, the map, and the validated `TokenBatch`. The
 baseline is the code a data engineer would write without the library: an `orjson.loads` loop
 over the lines, `np.zeros` for each padded array, and one slice assignment per row and field
 (prompt left-padded, response right-padded, masks, per-token log-probs, per-row scalars); it
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gyre_contract.io.reading import read_episodes
+from gyre_contract.io.reading import read_steps
 from gyre_contract.io.writer import write_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.trainer.fieldmap import FieldMap
@@ -58,7 +59,7 @@ def records(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def ours(path: Path, fmap: FieldMap) -> Any:
-    return fmap.to_train_batch(read_episodes(path, LLMStep))
+    return fmap.to_train_batch(read_steps(path, LLMStep))
 
 
 def baseline(path: Path) -> dict[str, np.ndarray]:
@@ -134,7 +135,7 @@ def main() -> None:
         return
     print(f"{n} completions, {result['file_mib']} MiB of JSON Lines, {tokens} tokens, "
           f"batch B={result['batch'][0]} P={result['batch'][1]} R={result['batch'][2]}")
-    print(f"ours (read_episodes + token map -> TokenBatch): {result['ours_s'] * 1e3:.0f} ms; "
+    print(f"ours (read_steps + token map -> TokenBatch): {result['ours_s'] * 1e3:.0f} ms; "
           f"baseline (orjson loop + np.zeros + row slices): {result['baseline_s'] * 1e3:.0f} ms")
     print(f"ratio {ratio:.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)}); target <= "
           f"{TARGET:g}x: {'PASS' if result['pass'] else 'FAIL'}")
