@@ -199,9 +199,11 @@ def _value(record: Mapping[str, Any], dotted: str) -> Any:
 def _flatten(columns: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, col in columns.items():
+        if not prefix and key in collation.SKIPPED_FIELDS:
+            continue  # `info`: free-form, never collated
         if isinstance(col, Mapping):
             flat.update(_flatten(col, f"{prefix}{key}."))
-        elif prefix or key not in collation.SKIPPED_FIELDS:
+        else:
             flat[prefix + key] = col
     return flat
 

@@ -119,6 +119,11 @@ def test_validated_step_models_and_episode_objects():
     assert again["response_ids"].tolist() == out["response_ids"].tolist()
 
 
+def test_info_is_never_collated():
+    out = collate_tokens([step("a", 0, [1], [5], info={"seed": 3, "note": "x"})])
+    assert not [k for k in out if k.startswith("info")]
+
+
 def test_a_fixed_width_column_is_a_2d_array():
     columns = episode_of([step("a", 0, [1, 2], [5, 6], last=False), step("a", 1, [3, 4], [7, 8])])
     columns["action"] = np.stack(columns["action"])             # [T, A]: every turn 2 tokens
