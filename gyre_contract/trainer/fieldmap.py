@@ -220,7 +220,7 @@ class FieldMap:
         than copy a same-named source, joined by "; " (what a run record's `notes` start with):
         "done ← terminated OR truncated; advantage by GAE γ=0.99 λ=0.95, truncation
         bootstrapped from next_value; mask from padding". Each op describes itself."""
-        clauses = []
+        clauses = ["one token row per step"] if self.rows == "step" else []
         for target, spec in self.fields.items():
             op = get_op(spec.op)
             text = op.text(target, spec.sources, spec.args) if op is not None else \

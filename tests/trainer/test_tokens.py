@@ -253,6 +253,7 @@ def test_a_token_map_parses_writes_and_builds_a_token_batch():
     batch = fmap.to_train_batch(conversation(), current_version=3, max_staleness=0)
     assert isinstance(batch, TokenBatch)
     assert batch.response_mask.sum() == 5 and batch.advantage.shape == (3,)
+    assert fmap.describe() == "one token row per step; advantage ← reward"
     with pytest.raises(InputError, match="one row per step"):
         fmap.collated(conversation(), max_len=4)
 
