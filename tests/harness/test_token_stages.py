@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,3 +91,14 @@ def test_full_loop_on_token_rows_reports_the_staleness_of_every_row():
     assert report.cycles[1].to_dict()["tokens"]["staleness"] == [0, 0, 0, 1, 1, 1]
     with pytest.raises(ContractError, match=r"cycles\[1\].*stale policy version.*'c1-old-g0/0'"):
         full_loop(sample, lambda batch: None, TOKEN_MAP, cycles=2, max_staleness=0)
+
+
+def test_token_rows_against_a_trainer_schema_of_flat_rows():
+    """A trainer schema with batch dims [B] (ours, or a token trainer's) takes token rows as
+    they are: every row is a real step, no mask selects them."""
+    schema = Path(__file__).resolve().parents[2] / "schemas" / "token_batch.v1.json"
+    report = half_way(completions(3), TOKEN_MAP, trainer=schema)
+    assert report.trainer is not None and report.batch["response_ids"].shape[0] == 6
+    loop = full_loop(lambda v: completions(v, prefix=f"{v}-"), lambda batch: None, TOKEN_MAP,
+                     cycles=2, trainer=schema)
+    assert loop.cycles[1].tokens.staleness == (0,) * 6 and loop.cycles[1].batch_shape[0] == 6
