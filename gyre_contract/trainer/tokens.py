@@ -84,6 +84,8 @@ def collate_tokens(
     MissingFieldError when the prompt, the action or a named field is absent, and
     `BatchTooLargeError` when the padded batch would exceed `max_bytes`.
     """
+    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
+        raise ValueError(f"pad_id must be an integer token id, got {pad_id!r}")
     inputs = _inputs(list(items))
     wanted = None if fields is None else [f for f in fields if f not in (*LAYOUT_FIELDS,)]
     prompt_name = _prompt_source(inputs)

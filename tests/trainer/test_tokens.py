@@ -194,6 +194,8 @@ def test_other_refusals():
         collate_tokens([dict(step("a", 0, [1], [5]), action=[0.5])])
     with pytest.raises(ContractError, match="not one 1-D array per step"):
         collate_tokens([dict(step("a", 0, [1], [5]), action=[[5], [6]])])
+    with pytest.raises(ValueError, match="pad_id must be an integer"):
+        collate_tokens([step("a", 0, [1], [5])], pad_id=0.5)
     with pytest.raises(TypeError, match="not both"):
         collate_tokens([step("a", 0, [1], [5]), episode_of([step("b", 0, [1], [5])])])
 
