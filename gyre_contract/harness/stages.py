@@ -186,7 +186,7 @@ def half_way(
                                          max_staleness=max_staleness)
         batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays, columns.get("mask"), step_rows=fmap.rows == "step")
+        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows)
         if max_staleness is not None:
             stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
             if stale:
@@ -438,8 +438,7 @@ def full_loop(
                     columns = fmap.collated(episodes, max_len=max_len)
                     batch = _row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns), columns.get("mask"),
-                                          step_rows=fmap.rows == "step")
+                    arrays = schema.check(fmap.apply(columns), columns.get("mask"), rows=fmap.rows)
                 metrics = _metrics(train_fn(arrays))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
