@@ -28,7 +28,7 @@ from gyre_contract.core.validate import staleness_problems, validate_batch
 from gyre_contract.harness.losscall import LossFn, call_loss
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
-from gyre_contract.harness.tokenrows import TokenRows, batch_rows, is_token_rows, token_rows
+from gyre_contract.harness.tokenrows import TokenRowStats, batch_rows, is_token_rows, token_row_stats
 from gyre_contract.io import read_episodes, read_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.fieldtable import SchemaInput
@@ -54,7 +54,7 @@ class HalfWayReport(Report):
     seconds: dict[str, float]
     batch: dict[str, Any] = field(repr=False)
     trainer: str | None = None
-    tokens: TokenRows | None = None
+    tokens: TokenRowStats | None = None
     """For token rows (a map with `"rows": "step"`): their sizes, staleness and warnings."""
 
     @property
@@ -208,7 +208,7 @@ def half_way(
                  "loss": done - validated},
         batch=batch,
         trainer=None if schema is None else schema.name,
-        tokens=token_rows(columns, current_version) if is_token_rows(columns) else None,
+        tokens=token_row_stats(columns, current_version) if is_token_rows(columns) else None,
     )
 
 
@@ -287,7 +287,7 @@ class CycleReport(Report):
     rollout_s: float
     train_s: float
     metrics: dict[str, Any]
-    tokens: TokenRows | None = None
+    tokens: TokenRowStats | None = None
     """For token rows: their sizes, the staleness of every row, group warnings."""
 
     @property
@@ -444,7 +444,7 @@ def full_loop(
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]
             _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
-            tokens = token_rows(columns, version - 1) if is_token_rows(columns) else None
+            tokens = token_row_stats(columns, version - 1) if is_token_rows(columns) else None
             batch_shape = (tokens.rows, tokens.response_width) if tokens else \
                 tuple(int(n) for n in np.shape(batch.mask))  # type: ignore[assignment]
             reports.append(CycleReport(

@@ -18,7 +18,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class TokenRows:
+class TokenRowStats:
     """The token rows of one batch: sizes, token counts, staleness per row, group warnings."""
 
     rows: int
@@ -71,7 +71,7 @@ def batch_rows(columns: Mapping[str, Any]) -> np.ndarray:
     return np.ones((len(columns["response_length"]), 1), dtype=bool)
 
 
-def token_rows(columns: Mapping[str, Any], current_version: int | None) -> TokenRows:
+def token_row_stats(columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
     """The summary of collated token columns; `current_version` defaults to the newest row's."""
     prompt = np.asarray(columns["prompt_mask"])
     response = np.asarray(columns["response_mask"])
@@ -83,7 +83,7 @@ def token_rows(columns: Mapping[str, Any], current_version: int | None) -> Token
         current = int(versions.max()) if current is None else current
         staleness = tuple((current - versions).tolist())
     groups = columns.get("group_id")
-    return TokenRows(
+    return TokenRowStats(
         rows=int(response.shape[0]), prompt_width=int(prompt.shape[1]),
         response_width=int(response.shape[1]), prompt_tokens=int(prompt.sum()),
         response_tokens=int(np.asarray(columns["response_length"]).sum()),
