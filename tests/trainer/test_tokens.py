@@ -270,3 +270,18 @@ def test_a_token_map_refuses_stale_rows_naming_the_episode():
     records = conversation() + [step("old", 0, [1], [5], version=1)]
     with pytest.raises(ContractError, match=r"policy_version\[3\]: stale policy version.*'old'"):
         fmap.to_train_batch(records, current_version=3, max_staleness=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=lengths, seed=st.integers(0, 2**16))
+def test_every_collated_batch_is_a_valid_token_batch(sizes, seed):
+    """Whatever the lengths (empty prompts and responses included), a token map's batch holds."""
+    rng = np.random.default_rng(seed)
+    records = [step(f"e{i}", 0, rng.integers(1, 9, p).tolist(), rng.integers(1, 9, a).tolist(),
+                    loss_mask=(rng.random(a) < 0.8).tolist(), ref_logprob=[-0.5] * a)
+               for i, (p, a) in enumerate(sizes)]
+    fmap = FieldMap.from_dict({**TOKEN_MAP, "fields": {**TOKEN_MAP["fields"],
+                                                       "ref_logprob": {"from": "ref_logprob"}}})
+    batch = fmap.to_train_batch(records)
+    assert batch.response_mask.sum() == sum(sum(r["loss_mask"]) for r in records)
+    assert batch.prompt_mask.sum() == sum(p for p, _ in sizes)
