@@ -285,3 +285,32 @@ def test_every_collated_batch_is_a_valid_token_batch(sizes, seed):
     batch = fmap.to_train_batch(records)
     assert batch.response_mask.sum() == sum(sum(r["loss_mask"]) for r in records)
     assert batch.prompt_mask.sum() == sum(p for p, _ in sizes)
+
+
+def test_a_grpo_map_runs_its_token_ops_on_collated_rows():
+    """group_norm, kl and per_token on the columns collate_tokens makes, validated as a
+    TokenBatch: the advantage per token is the group-normalised reward under response_mask."""
+    records = []
+    for g, rewards in enumerate(([1.0, 0.0, 1.0], [0.0, 0.0, 1.0])):
+        for k, reward in enumerate(rewards):
+            a = 2 + k
+            records.append(dict(step(f"p{g}/{k}", 0, [1, 2], [5] * a, ref_logprob=[-0.3] * a,
+                                     loss_mask=[True] * (a - 1) + [False]),
+                                reward=reward, group_id=f"p{g}"))
+    fields = {k: {"from": k} for k in ("prompt_ids", "prompt_mask", "response_ids",
+                                       "response_mask", "response_length", "logprob",
+                                       "ref_logprob", "reward", "group_id", "episode_id",
+                                       "policy_version", "step")}
+    fields["advantage"] = {"op": "group_norm", "from": ["reward", "group_id"],
+                           "then": [{"op": "per_token"}]}
+    fields["kl"] = {"op": "kl", "from": ["logprob", "ref_logprob"], "estimator": "k1"}
+    batch = FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "fields": fields}
+                               ).to_train_batch(records)
+    rewards = np.array([r["reward"] for r in records]).reshape(2, 3)
+    expected = (rewards - rewards.mean(1, keepdims=True)) / (rewards.std(1, ddof=1,
+                                                                         keepdims=True) + 1e-6)
+    mask = batch.response_mask
+    assert batch.advantage.shape == mask.shape
+    assert np.allclose(batch.advantage[:, 0], expected.reshape(-1), atol=1e-6)
+    assert (batch.advantage[~mask] == 0).all() and (batch.model_extra["kl"][~mask] == 0).all()
+    assert np.allclose(batch.model_extra["kl"][mask], batch.logprob[mask] + 0.3, atol=1e-6)
