@@ -59,7 +59,7 @@ class TokenBatchV1(GyreModel):
                         ) = None
     value: Tensor(F32, ["B", "R"], role="value", finite=False,
                   description="per-token critic values") = None
-    token_reward: Tensor(F32, ["B", "R"], role="reward", finite=False,
+    token_reward: Tensor(F32, ["B", "R"], role="token_reward", finite=False,
                          description="per-token rewards (process reward model)") = None
     return_: Tensor(F32, ["B", "R"], role="return", finite=False,
                     description="per-token return targets") = Field(None, alias="return")
@@ -67,7 +67,7 @@ class TokenBatchV1(GyreModel):
                       description="advantages: [B] (one per row) or [B, R] (one per token)")
     reward: Tensor(F32, ["B"], role="reward", finite=False,
                    description="the sequence reward of each row")
-    group_id: Tensor("string", ["B"], role="other",
+    group_id: Tensor("string", ["B"], role="group_id",
                      description="the group of each row (samples of one prompt)") = None
     episode_id: Tensor("string", ["B"], role="episode_id", description="episode of each row")
     policy_version: Tensor("int64", ["B"], role="policy_version",

@@ -62,9 +62,7 @@ def test_a_group_with_fewer_rows_than_the_others_is_a_warning(tmp_path):
     for r in records:
         r["group_id"] = r["episode_id"].split("/")[0]
     fmap = {**TOKEN_MAP, "fields": {**TOKEN_MAP["fields"], "group_id": {"from": "group_id"}}}
-    steps = [validate_step(r, LLMStep) for r in records] if "group_id" in LLMStep.model_fields \
-        else records
-    report = half_way(steps, fmap)
+    report = half_way([validate_step(r, LLMStep) for r in records], fmap)
     [warning] = report.warnings
     assert "2 of 3 groups have fewer rows than the largest (4): 'g1' (3), 'g2' (2)" in warning
     assert report.exit_code() == 0 and report.exit_code(strict=True) == 1

@@ -314,3 +314,18 @@ def test_a_grpo_map_runs_its_token_ops_on_collated_rows():
     assert np.allclose(batch.advantage[:, 0], expected.reshape(-1), atol=1e-6)
     assert (batch.advantage[~mask] == 0).all() and (batch.model_extra["kl"][~mask] == 0).all()
     assert np.allclose(batch.model_extra["kl"][mask], batch.logprob[mask] + 0.3, atol=1e-6)
+
+
+def test_a_conversation_read_from_a_file(tmp_path):
+    """The 3-turn episode written as LLMStep records, read back as an episode and as steps."""
+    from gyre_contract.io.reading import read_episodes, read_steps
+    from gyre_contract.io.writer import write_steps
+
+    path = tmp_path / "chat.jsonl"
+    write_steps(path, [validate_step(r, LLMStep) for r in conversation()])
+    expected = collate_tokens(conversation())
+    for source in (list(read_episodes(path, LLMStep)), list(read_steps(path, LLMStep))):
+        out = collate_tokens(source)
+        for key in ("prompt_ids", "response_ids", "response_mask", "loss_mask", "logprob",
+                    "step", "episode_id"):
+            assert out[key].tolist() == expected[key].tolist(), key
