@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
+from gyre_contract.core.modelinfo import model_info
 from gyre_contract.io.episodes import episode_from_steps
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.ops import cast_array
@@ -86,8 +87,8 @@ def collate_tokens(
     """
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise ValueError(f"pad_id must be an integer token id, got {pad_id!r}")
-    inputs = _inputs(list(items))
     wanted = None if fields is None else [f for f in fields if f not in (*LAYOUT_FIELDS,)]
+    inputs = _inputs(list(items), wanted)
     prompt_name = _prompt_source(inputs)
     prompts = _ragged(inputs, prompt_name)
     responses = _ragged(inputs, RESPONSE_SOURCE)
@@ -124,12 +125,12 @@ def collate_tokens(
 
 # -- inputs ------------------------------------------------------------------------------------
 
-def _inputs(items: list[Any]) -> list[_Input]:
+def _inputs(items: list[Any], wanted: list[str] | None) -> list[_Input]:
     if not items:
         raise ContractError(Problem("steps", "at least one step", "none", "nothing to collate"))
     steps = [_is_step(x) for x in items]
     if all(steps):
-        return [_flat_block(items)]
+        return [_flat_block(items, wanted)]
     if any(steps):
         i = steps.index(not steps[0])
         raise TypeError(f"items[{i}]: give episodes or step records, not both (items[0] is "
@@ -169,14 +170,19 @@ def _episode(index: int, episode: Any) -> _Input:
     return _Input(f"episodes[{index}]", flat, steps, flat.get("episode_id", [label] * steps))
 
 
-def _flat_block(items: list[Any]) -> _Input:
-    """Step records in order as one input: models through `episode_from_steps`, dicts as they
-    are (their lists become arrays per step)."""
+def _flat_block(items: list[Any], wanted: list[str] | None) -> _Input:
+    """Step records in order as one input: models by attribute (only the columns needed when
+    `wanted` names them, else through `episode_from_steps`), dicts as they are (their lists
+    become arrays per step)."""
     if all(isinstance(x, BaseModel) for x in items):
         model = type(items[0])
         if any(type(x) is not model for x in items):
             raise TypeError("step models of one class only (validate them with one model)")
-        columns = episode_from_steps(list(enumerate(items)), model).columns
+        if wanted is None:
+            columns = episode_from_steps(list(enumerate(items)), model).columns
+        else:
+            names = [RESPONSE_SOURCE, LOSS_MASK, "step", "episode_id", *PROMPT_SOURCES, *wanted]
+            columns = _model_columns(items, model, list(dict.fromkeys(names)))
     else:
         records = [x.model_dump(by_alias=True, exclude_none=True) if isinstance(x, BaseModel)
                    else x for x in items]
@@ -187,6 +193,38 @@ def _flat_block(items: list[Any]) -> _Input:
     if RESPONSE_SOURCE not in flat:
         raise MissingFieldError(RESPONSE_SOURCE, flat.keys())
     return _Input("steps", flat, len(items), flat.get("episode_id"))
+
+
+def _model_columns(items: list[BaseModel], model: type[BaseModel], names: list[str]
+                   ) -> dict[str, list[Any]]:
+    """The columns `names` (wire names, dotted for a modality) of step models, one list each;
+    a column no step carries is left out."""
+    info = model_info(model)
+    columns: dict[str, list[Any]] = {}
+    for name in names:
+        head, _, rest = name.partition(".")
+        if head not in info.wires:
+            continue
+        attr = info.attr(head)
+        values = [getattr(x, attr) for x in items]
+        if rest:
+            first = next((v for v in values if v is not None), None)
+            if isinstance(first, BaseModel) and all(type(v) is type(first) for v in values):
+                sub = model_info(type(first)).attr(rest)
+                values = [getattr(v, sub, None) for v in values]
+            else:
+                values = [_modality(v, rest) for v in values]
+        if any(v is not None for v in values):
+            columns[name] = values
+    return columns
+
+
+def _modality(value: Any, wire: str) -> Any:
+    if isinstance(value, Mapping):
+        return value.get(wire)
+    if isinstance(value, BaseModel):
+        return getattr(value, model_info(type(value)).attr(wire), None)
+    return None
 
 
 def _value(record: Mapping[str, Any], dotted: str) -> Any:
