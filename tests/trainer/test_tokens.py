@@ -114,6 +114,13 @@ def test_validated_step_models_and_episode_objects():
     assert out["prompt_ids"].tolist() == [[0, 1, 2], [0, 0, 3], [4, 4, 4]]
     assert out["response_ids"].tolist() == [[5, 6, 7], [8, 0, 0], [9, 9, 0]]
     assert out["policy_version"].dtype == np.int64 and out["reward"].dtype == np.float32
+    some = collate_tokens(models, fields=["reward", "logprob"])  # by attribute, these only
+    assert sorted(some) == ["episode_id", "logprob", "prompt_ids", "prompt_mask", "response_ids",
+                            "response_length", "response_mask", "reward"]
+    with pytest.raises(MissingFieldError, match="observation.text"):  # no step records text
+        collate_tokens(models, fields=["observation.text"])
+    for key, value in some.items():
+        assert value.dtype == out[key].dtype and value.tolist() == out[key].tolist(), key
     episode = Episode("a", episode_of(records[:2]))
     again = collate_tokens([episode, Episode("b", episode_of(records[2:]))])
     assert again["response_ids"].tolist() == out["response_ids"].tolist()
