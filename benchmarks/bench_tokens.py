@@ -10,8 +10,8 @@ over the lines, `np.zeros` for each padded array, and one slice assignment per r
 (prompt left-padded, response right-padded, masks, per-token log-probs, per-row scalars); it
 checks nothing. Both run in the same process, interleaved (ours, baseline, ours, ...); the ratio
 is the median of the per-round ratios. Target: <= 2x. A second figure (information) times the
-collation alone: `collate_tokens` on the steps once read, against the same padding loop run on
-their numpy arrays.
+collation alone: the map's `collated` (`collate_tokens` of the columns it reads) on the steps
+once read, against the same padding loop run on their numpy arrays.
 
 Run: python benchmarks/bench_tokens.py            (10,000 completions, 5 rounds)
      python benchmarks/bench_tokens.py --quick    (1,000 completions, 3 rounds)
@@ -34,7 +34,6 @@ from gyre_contract.io.reading import read_steps
 from gyre_contract.io.writer import write_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.trainer.fieldmap import FieldMap
-from gyre_contract.trainer.tokens import collate_tokens
 
 TOKEN_MAP = {"gyre_field_map": 1, "rows": "step", "fields": {
     **{k: {"from": k} for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask",
@@ -150,7 +149,7 @@ def main() -> None:
         steps = list(read_steps(path, LLMStep))
         collate_ratios = []
         for _ in range(rounds):
-            t_ours, _ = timed(collate_tokens, steps)
+            t_ours, _ = timed(fmap.collated, steps)
             t_base, _ = timed(baseline_arrays, steps)
             collate_ratios.append(t_ours / t_base)
     ratio = statistics.median(ratios)
@@ -168,7 +167,7 @@ def main() -> None:
           f"baseline (orjson loop + np.zeros + row slices): {result['baseline_s'] * 1e3:.0f} ms")
     print(f"ratio {ratio:.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)}); target <= "
           f"{TARGET:g}x: {'PASS' if result['pass'] else 'FAIL'}")
-    print(f"collation alone (collate_tokens on the steps read / the padding loop on their "
+    print(f"collation alone (the map's collate_tokens on the steps read / the padding loop on their "
           f"arrays): {result['collate_ratio']:.2f}x (info)")
 
 
