@@ -33,16 +33,24 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import SchemaValidator
 from pydantic_core import core_schema as cs
 
-from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_MAX, INT_DTYPES, Shape, bind_dims, numpy_dtype
+from gyre_contract.core.dims import FLOAT_DTYPES, INT_DTYPES, Shape, bind_dims, numpy_dtype
+from gyre_contract.core.fastforms import (
+    GiveUp,
+    all_finite,
+    choice_converter,
+    choice_dtypes,
+    choice_schema,
+    convert_observation,
+    leaf_schema,
+    nested_lists,
+    observation_schema,
+)
 from gyre_contract.core.modelinfo import derived_table, model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
 from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import ERROR_TYPE, TensorSpec
-
-_SMALL = 64
-"""Float arrays up to this size are checked for finiteness in Python (cheaper than a ufunc)."""
 
 _CROSS = RolloutStepV1.__pydantic_decorators__.model_validators["_cross_field_rules"].func
 
@@ -56,22 +64,18 @@ class Unsupported(Exception):
     """The model holds something the compiler does not know; it keeps the normal path only."""
 
 
-class _GiveUp(Exception):
-    """Raised inside a fast validation: let the normal path decide and explain."""
-
-
 FAST_PATH = declare_fast_path(
     "compiled_step", kinds=("field", "step"),
     implements=[*(r.name for r in FIELD_RULES),  # pydantic-core strict types, else the normal function
                 "step.dims_agree",  # _dims_agree
-                "step.logprob_shape", "step.logprob_nonpositive",  # _logprob_ok, _leaf(nonpositive)
+                "step.logprob_shape", "step.logprob_nonpositive",  # _logprob_ok, leaf_schema(nonpositive)
                 "step.next_observation_structure", "step.next_observation_modalities",
                 "step.next_observation_shape"])  # _same_structure
 """The rules the compiled path implements: each one it is given broken, it refuses."""
 
 PLAN_KEY = "fastpath.compiled_step"
 """The `ModelInfo.derived` key of a model's compiled fast validator."""
-FAST_FAILURES = (ValidationError, _GiveUp)
+FAST_FAILURES = (ValidationError, GiveUp)
 
 
 def fast_plan(model: type[BaseModel]) -> SchemaValidator | None:
@@ -170,6 +174,8 @@ class _Compiler:
         owner = getattr(function, "__self__", None)
         if isinstance(owner, TensorSpec):
             return _tensor_schema(owner, node, id(owner) in self.nonpositive)
+        if isinstance(owner, AnyObservation) and not owner.lead:
+            return observation_schema(node)  # fastforms: any rank, or modalities
         if isinstance(owner, (AnyObservation, JsonScalars)):
             return node  # validated by the normal function; its result is final
         raise Unsupported(f"validator {function!r}")
@@ -229,30 +235,19 @@ def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool =
     Only single-dtype tensors get the list forms; the normal function (last choice) handles every
     other form with its exact semantics, and its result passes the finisher unchanged.
     """
+    pair = choice_dtypes(spec.dtypes)
+    if pair is not None and len(spec.shape) == 1 and spec.shape[0].variadic:
+        return choice_schema(*pair, normal)  # int64 | float32 [*act]: fastforms
     choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
     if isinstance(spec.dtype, str):
-        leaf = _leaf(spec.dtype, nonpositive)
+        leaf = leaf_schema(spec.dtype, nonpositive)
         variadic = [d for d in spec.shape if d.variadic]
         if not variadic:
             choices.append(_nested(leaf, spec.shape))
-        elif len(spec.shape) == 1:  # a lone *name: a scalar or a flat list are the usual forms
-            choices += [leaf, cs.list_schema(leaf, strict=True)]
+        elif len(spec.shape) == 1:  # a lone *name: a scalar or nested lists of any rank
+            choices += [leaf, *nested_lists(leaf)]
     choices.append(normal)
     return cs.union_schema(choices, mode="left_to_right")
-
-
-def _leaf(dtype: str, nonpositive: bool = False) -> dict[str, Any]:
-    """One element, strictly: a float tensor refuses ints here (their exactness rule is the
-    normal path's), and every float must be finite and within the dtype's range."""
-    if dtype == "bool":
-        return cs.bool_schema(strict=True)
-    if dtype == "string":
-        return cs.str_schema(strict=True)
-    if dtype in INT_DTYPES:
-        return cs.int_schema(strict=True)  # range: numpy raises OverflowError on conversion
-    top = FLOAT_MAX[dtype]
-    return cs.chain_schema([cs.is_instance_schema(float), cs.float_schema(
-        strict=True, allow_inf_nan=False, ge=-top, le=0.0 if nonpositive else top)])
 
 
 def _nested(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
@@ -287,38 +282,38 @@ class _Tensor:
             try:
                 return self.single.type(value)  # a scalar for a lone *name: np.asarray(v)[()]
             except OverflowError:
-                raise _GiveUp from None
-        raise _GiveUp
+                raise GiveUp from None
+        raise GiveUp
 
     def _from_list(self, value: list[Any]) -> np.ndarray:
         dtype = self.single
         if dtype is None:
-            raise _GiveUp
+            raise GiveUp
         try:
             arr = np.array(value, dtype=None if dtype.kind == "U" else dtype)
         except (ValueError, TypeError, OverflowError):
-            raise _GiveUp from None  # ragged, or an int out of range: the normal path explains
+            raise GiveUp from None  # ragged, or an int out of range: the normal path explains
         if arr.ndim != len(self.spec.shape) and not self.variadic:
-            raise _GiveUp
+            raise GiveUp
         if not arr.size and dtype.kind != "f":
-            raise _GiveUp  # numpy reads [] as float64; the normal path decides
+            raise GiveUp  # numpy reads [] as float64; the normal path decides
         return arr
 
     def _from_array(self, arr: np.ndarray) -> np.ndarray:
         dtype = arr.dtype
         if dtype not in self.dtypes and not (dtype.kind == "U" == self.dtypes[0].kind):
             if not (self.float and dtype.kind == "f" and self.single is not None):
-                raise _GiveUp
+                raise GiveUp
             with np.errstate(over="ignore", invalid="ignore"):
                 arr = arr.astype(self.single)
             dtype = arr.dtype
-        if arr.ndim == 0 or not self._shape_ok(arr.shape):
-            raise _GiveUp
-        if dtype.kind == "f" and self.spec.finite and not _all_finite(arr):
-            raise _GiveUp
+        if arr.ndim == 0 or not self.shape_ok(arr.shape):
+            raise GiveUp
+        if dtype.kind == "f" and self.spec.finite and not all_finite(arr):
+            raise GiveUp
         return arr
 
-    def _shape_ok(self, shape: tuple[int, ...]) -> bool:
+    def shape_ok(self, shape: tuple[int, ...]) -> bool:
         if self.variadic:
             if len(shape) < self.rank - 1:
                 return False
@@ -340,26 +335,27 @@ def _fixed_positions(shape: Shape) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _all_finite(arr: np.ndarray) -> bool:
-    """No NaN or infinity. Small arrays: a Python sum (inf - inf and nan stay non-finite)."""
-    if arr.size <= _SMALL:
-        total = sum(arr.ravel().tolist())
-        return total - total == 0.0
-    return bool(np.isfinite(arr).all())
-
-
 Converter = Callable[[Any], Any]
 
 
 def _converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
-    """(attribute, converter) for each tensor field that is not a plain scalar."""
+    """(attribute, converter) for each tensor field that is not a plain scalar, and for each
+    free observation (`fastforms.convert_observation`)."""
     info = model_info(model)
-    return [(info.attr(wire), _converter(spec)) for wire, spec in field_specs(model).items()
-            if isinstance(spec, TensorSpec) and not spec.is_scalar]
+    out = []
+    for wire, spec in field_specs(model).items():
+        if isinstance(spec, TensorSpec) and not spec.is_scalar:
+            out.append((info.attr(wire), _converter(spec)))
+        elif isinstance(spec, AnyObservation) and not spec.lead:
+            out.append((info.attr(wire), convert_observation))
+    return out
 
 
 def _converter(spec: TensorSpec) -> Converter:
     """The general `_Tensor.convert`, behind a shortcut for the usual form when there is one."""
+    pair = choice_dtypes(spec.dtypes)
+    if pair is not None and len(spec.shape) == 1 and spec.shape[0].variadic:
+        return choice_converter(*pair, _Tensor("", spec).shape_ok)
     general = _Tensor("", spec).convert
     dtype = numpy_dtype(spec.dtype) if isinstance(spec.dtype, str) else None
     if dtype is None or dtype.kind == "U":
@@ -372,7 +368,7 @@ def _converter(spec: TensorSpec) -> Converter:
                 try:
                     return array(value, dtype)
                 except OverflowError:  # an int beyond the dtype's range
-                    raise _GiveUp from None
+                    raise GiveUp from None
             return general(value)
 
         return fixed
@@ -383,9 +379,9 @@ def _converter(spec: TensorSpec) -> Converter:
                 try:
                     out = array(value, dtype)
                 except OverflowError:
-                    raise _GiveUp from None
+                    raise GiveUp from None
                 if not value and dtype.kind != "f":
-                    raise _GiveUp  # numpy reads [] as float64; the normal path decides
+                    raise GiveUp  # numpy reads [] as float64; the normal path decides
                 return out
             return general(value)
 
@@ -438,7 +434,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     convert_logprob = None if logprob_spec.is_scalar else _converter(logprob_spec)
     binds = _shared_locations(model)
     free_logprob = any(d.variadic for d in logprob_spec.shape)
-    # A scalar int action is always a Python int here: a Python float logprob needs its sign only.
+    # A scalar int action is always a Python int here: a Python float logprob needs its sign only
+    # (a float is a [] logprob, which any action admits).
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
     # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
     checked_lists = bool(_nonpositive_specs(model)) and not free_logprob
@@ -450,9 +447,9 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
             if value is not None:
                 values[attr] = convert(value)
         logprob = values["logprob"]
-        if logprob.__class__ is float and int_action:
-            if logprob > 0:
-                raise _GiveUp
+        if logprob.__class__ is float:
+            if logprob > 0 and (int_action or _discrete(values["action"])):
+                raise GiveUp
             if convert_logprob is not None:
                 values["logprob"] = convert_logprob(logprob)
         elif logprob.__class__ is list and checked_lists:
@@ -461,20 +458,20 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
             if convert_logprob is not None:
                 logprob = values["logprob"] = convert_logprob(logprob)
             if not _logprob_ok(logprob, values["action"], free_logprob):
-                raise _GiveUp
+                raise GiveUp
         if binds and not _dims_agree(binds, values):
-            raise _GiveUp
+            raise GiveUp
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
-            raise _GiveUp
+            raise GiveUp
         return step
 
     return finish
 
 
-_Location = tuple[str, str | None, str | None, Shape]
-"""(attribute, attribute inside a modalities instance or None, the name of a lone [N] dim or
-None, the shape): one tensor whose dims another tensor shares."""
+_Location = tuple[str, str | None, str | None, bool, Shape]
+"""(attribute, attribute inside a modalities instance or None, the name of a lone [N] or [*name]
+dim or None, whether it is a [*name], the shape): one tensor whose dims another tensor shares."""
 
 
 def _shared_locations(model: type[BaseModel]) -> list[_Location]:
@@ -493,8 +490,9 @@ def _shared_locations(model: type[BaseModel]) -> list[_Location]:
             continue
         if len(path) > 2:
             raise Unsupported("modalities nested in modalities")
-        lone = shape[0].name if len(shape) == 1 and not shape[0].variadic else None
-        out.append((path[0], path[1] if len(path) == 2 else None, lone, shape))
+        lone = shape[0].name if len(shape) == 1 else None
+        out.append((path[0], path[1] if len(path) == 2 else None, lone,
+                    lone is not None and shape[0].variadic, shape))
     return out
 
 
@@ -516,14 +514,14 @@ def _collect(model: type[BaseModel], prefix: tuple[str, ...],
 def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
     """`models.record_bindings` finds no conflict among these locations."""
     bindings: dict[str, Any] = {}
-    for attr, sub, lone, shape in locations:
+    for attr, sub, lone, whole, shape in locations:
         value = values[attr]
         if sub is not None and value is not None:
             value = value.__dict__[sub]
         if value.__class__ is not np.ndarray:
             continue
-        if lone is not None:  # the usual [N]: no pairing of dims needed
-            size = value.shape[0]
+        if lone is not None:  # the usual [N] or [*name]: no pairing of dims needed
+            size = value.shape if whole else value.shape[0]
             if bindings.setdefault(lone, size) != size:
                 return False
         elif bind_dims(shape, value.shape, bindings):
@@ -531,18 +529,21 @@ def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
     return True
 
 
+def _discrete(action: Any) -> bool:
+    """An integer action (a token id, a discrete choice): its logprob is <= 0."""
+    if action.__class__ is int:
+        return True
+    if isinstance(action, (np.ndarray, np.generic)):
+        return action.dtype.kind in "iu"
+    return np.asarray(action).dtype.kind in "iu"
+
+
 def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
-    """`models._logprob_problems` finds nothing: shape [] or the action's; <= 0 if discrete."""
+    """The step rules on logprob find nothing: shape [] or the action's; <= 0 if discrete."""
     is_array = logprob.__class__ is np.ndarray
     if free and is_array and logprob.shape and logprob.shape != np.shape(action):
         return False
-    if action.__class__ is int:
-        discrete = True
-    elif isinstance(action, (np.ndarray, np.generic)):
-        discrete = action.dtype.kind in "iu"
-    else:
-        discrete = np.asarray(action).dtype.kind in "iu"
-    if not discrete:
+    if not _discrete(action):
         return True
     if is_array:
         return not logprob.size or not logprob.max() > 0
