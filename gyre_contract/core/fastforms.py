@@ -1,12 +1,13 @@
 """The value forms the compiled fast path (`core.fastpath`) takes, and their conversion.
 
-A tensor field is checked in two halves: a pydantic-core schema checks the elements (strict
-nested lists of one dtype, finite floats in the dtype's range, a numpy array's class), and a
-Python converter, run once per field by the model's finisher, turns the accepted value into the
-normal path's result (a numpy array of the dtype, a numpy scalar).
+A tensor field's fast schema is a union of strict forms (nested lists of one dtype with finite
+floats in the dtype's range, a numpy array, a scalar), tried left to right, each followed by the
+conversion that gives the normal path's result directly (`np.array(value, dtype)` called from
+pydantic-core, a numpy scalar type, an array check): no Python loop over the fields afterwards.
 
 This module holds the forms of the free-form fields of the generic models, so that the default
-`RolloutStep` is as fast as a pinned one:
+`RolloutStep` is as fast as a pinned one, and of any tensor of one dtype and shape `[*name]`
+(the generic `logprob`):
 
 - an observation (`AnyObservation`): a finite float tensor of any rank up to `MAX_RANK` (nested
   lists of floats, or a numpy array: a float array becomes float32, an integer array keeps its
@@ -17,9 +18,9 @@ This module holds the forms of the free-form fields of the generic models, so th
   of floats, a numpy array.
 
 Every choice of these schemas is strict; the normal validation function is the last one, so any
-other form is validated there with its exact semantics, and its result passes the converter
-unchanged. A converter that meets something it is not sure of raises `GiveUp`: the whole record
-then goes to the normal path, which decides and explains. Verdicts and messages are therefore the
+other form (or a list numpy finds ragged) is validated there with its exact semantics. An array
+check that meets something it is not sure of raises `GiveUp`: the whole record then goes to the
+normal path, which decides and explains. Verdicts and messages are therefore the
 normal path's (`tests/core/test_fast_paths.py` runs random records through both).
 """
 
@@ -64,17 +65,60 @@ def leaf_schema(dtype: str, nonpositive: bool = False) -> dict[str, Any]:
         strict=True, allow_inf_nan=False, ge=-top, le=0.0 if nonpositive else top)])
 
 
-def nested_lists(leaf: dict[str, Any], max_rank: int = MAX_RANK) -> list[dict[str, Any]]:
+def nested_lists(leaf: dict[str, Any], max_rank: int = MAX_RANK, nonempty: bool = False
+                 ) -> list[dict[str, Any]]:
     """Strict nested lists of `leaf`, one schema per rank 1..max_rank (for a union of choices).
 
     `fail_fast`: a list of the wrong element type or depth is refused at its first element, so
-    trying the ranks and dtypes one after another costs little.
+    trying the ranks and dtypes one after another costs little. `nonempty`: no list may be empty
+    (numpy reads `[]` as float64, so an empty list of another dtype is the normal path's).
     """
     out, body = [], leaf
     for _ in range(max_rank):
-        body = cs.list_schema(body, strict=True, fail_fast=True)
+        body = cs.list_schema(body, strict=True, fail_fast=True, min_length=1 if nonempty else None)
         out.append(body)
     return out
+
+
+def as_array(dtype: np.dtype, lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each list schema followed by `np.array(value, dtype)`, called from pydantic-core.
+
+    numpy raises ValueError on ragged lists: pydantic-core then tries the next choice (in the
+    end the normal function, which explains). An int beyond an integer dtype's range (numpy's
+    OverflowError) gives up: checking the range in the schema would cost four times the check of
+    a strict int.
+    """
+    return [cs.no_info_after_validator_function(_array_of(dtype), body) for body in lists]
+
+
+def _array_of(dtype: np.dtype) -> Converter:
+    """`np.array(value, dtype)` as a closure: called from pydantic-core, a closure with
+    positional arguments costs half of a `functools.partial` with a keyword."""
+    array = np.array
+    if dtype.kind == "U":
+        return array  # numpy sizes the strings itself
+    if dtype.kind not in "iu":
+        return lambda value: array(value, dtype)
+
+    def ints(value: list[Any]) -> np.ndarray:
+        try:
+            return array(value, dtype)
+        except OverflowError:
+            raise GiveUp from None
+
+    return ints
+
+
+def then(function: Callable[[Any], Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema`, then `function` on its result (called from pydantic-core)."""
+    return cs.no_info_after_validator_function(function, schema)
+
+
+def bounded_int(dtype: str) -> dict[str, Any]:
+    """A strict int within the dtype's range: numpy's conversion cannot overflow. (For a scalar:
+    on each element of a list the range check costs more than the rest of the validation.)"""
+    lo, hi = INT_RANGES[dtype]
+    return cs.int_schema(strict=True, ge=lo, le=hi)
 
 
 def all_finite(arr: np.ndarray) -> bool:
@@ -85,56 +129,29 @@ def all_finite(arr: np.ndarray) -> bool:
     return bool(np.isfinite(arr).all())
 
 
-def _int_leaves(value: list[Any]) -> bool:
-    """Whether lists a schema accepted as all ints or all floats hold ints: their first element
-    decides. No element at all (`[]`, `[[]]`) reads as float, as numpy and the normal path do."""
-    probe: Any = value
-    while probe.__class__ is list:
-        if not probe:
-            return False
-        probe = probe[0]
-    return not isinstance(probe, float)
-
-
-def _array(value: list[Any], dtype: np.dtype) -> np.ndarray:
-    try:
-        return np.array(value, dtype)
-    except (ValueError, OverflowError):
-        raise GiveUp from None  # ragged, or an int beyond the dtype: the normal path explains
-
-
 # -- the observation of the generic models ------------------------------------------------------
 
 def observation_schema(normal: dict[str, Any]) -> dict[str, Any]:
-    """A float tensor (array or nested float lists), an object of modalities, else `normal`."""
-    floats = nested_lists(leaf_schema("float32"))
+    """A float tensor (array or nested float lists), an object of modalities, else `normal`.
+
+    The choices are disjoint; the usual ones come first (a failed choice costs an error object).
+    """
+    floats = as_array(FLOAT32, nested_lists(leaf_schema("float32")))
+    ints = as_array(INT64, nested_lists(cs.int_schema(strict=True), nonempty=True))
     modality = cs.union_schema(
-        [cs.is_instance_schema(str), cs.is_instance_schema(np.ndarray),
-         *nested_lists(cs.int_schema(strict=True)), *floats], mode="left_to_right")
+        [ints[0], cs.is_instance_schema(str), then(_modality_array, cs.is_instance_schema(np.ndarray)),
+         floats[0], *ints[1:], *floats[1:]], mode="left_to_right")
     modalities = cs.dict_schema(cs.str_schema(strict=True), modality, strict=True)
-    return cs.union_schema([cs.is_instance_schema(np.ndarray), *floats, modalities, normal],
-                           mode="left_to_right")
+    return cs.union_schema(
+        [floats[0], then(_observation_array, cs.is_instance_schema(np.ndarray)), modalities,
+         *floats[1:], normal], mode="left_to_right")
 
 
-def convert_observation(value: Any) -> Any:
-    """The normal path's result for a value `observation_schema` accepted."""
-    cls = value.__class__
-    if cls is list:  # floats only: ints or mixed lists took the normal function
-        return _array(value, FLOAT32)
-    if cls is np.ndarray:
-        return _tensor_observation(value)
-    if cls is dict:
-        return {key: _modality(item) for key, item in value.items()}
-    if isinstance(value, np.generic):
-        return value  # the normal function's result for a 0-d observation
-    raise GiveUp
-
-
-def _tensor_observation(arr: np.ndarray) -> np.ndarray:
+def _observation_array(arr: np.ndarray) -> np.ndarray:
     """float32 as is (finite), float16/float64 cast once, an integer array (an image) as is."""
     dtype = arr.dtype
-    if not arr.ndim:
-        raise GiveUp  # the normal path gives a numpy scalar
+    if not arr.ndim or arr.__class__ is not np.ndarray:
+        raise GiveUp  # the normal path gives a numpy scalar; a subclass is the normal path's
     if dtype == FLOAT32:
         if not all_finite(arr):
             raise GiveUp
@@ -154,26 +171,15 @@ _KEPT_KINDS = frozenset("biuU")
 _KEPT_FLOATS = (np.dtype(np.float16), FLOAT32, np.dtype(np.float64))
 
 
-def _modality(value: Any) -> Any:
-    """One modality: a string as is, an array of its own dtype as is, lists int64 or float32."""
-    cls = value.__class__
-    if cls is list:
-        if _int_leaves(value):
-            return _array(value, INT64)  # the schema checked every leaf is a strict int
-        return _array(value, FLOAT32)  # [] and [[]] read as float32, as the normal path does
-    if cls is np.ndarray:
-        dtype = value.dtype
-        if not dtype.isnative:
-            raise GiveUp
-        if dtype.kind in _KEPT_KINDS:
-            return value
-        if dtype in _KEPT_FLOATS:
-            if not all_finite(value):
-                raise GiveUp
-            return value
+def _modality_array(arr: np.ndarray) -> np.ndarray:
+    """An array modality keeps its own dtype (a float one must be finite)."""
+    dtype = arr.dtype
+    if not dtype.isnative or arr.__class__ is not np.ndarray:
         raise GiveUp
-    if isinstance(value, str):
-        return value
+    if dtype.kind in _KEPT_KINDS:
+        return arr
+    if dtype in _KEPT_FLOATS and all_finite(arr):
+        return arr
     raise GiveUp
 
 
@@ -189,50 +195,75 @@ def choice_dtypes(dtypes: tuple[str, ...]) -> tuple[str, str] | None:
 
 
 def choice_schema(int_name: str, float_name: str, normal: dict[str, Any]) -> dict[str, Any]:
-    """An array, a numpy scalar of either dtype, a Python int or float, nested lists of ints or
-    of floats, else `normal`."""
-    lo, hi = INT_RANGES[int_name]
-    scalars = (numpy_dtype(int_name).type, numpy_dtype(float_name).type)
+    """For a `[*name]` tensor of an int or a float dtype: an array, a numpy scalar of either
+    dtype, a Python int or float, nested lists of ints or of floats, else `normal`. Lists of
+    ints become the int dtype, every other list (`[]` too) the float one, as on the normal path."""
+    int_dtype, float_dtype = numpy_dtype(int_name), numpy_dtype(float_name)
     float_leaf = leaf_schema(float_name)
+    ints = as_array(int_dtype, nested_lists(cs.int_schema(strict=True), nonempty=True))
+    floats = as_array(float_dtype, nested_lists(float_leaf))
     return cs.union_schema(
-        [cs.is_instance_schema(np.ndarray), cs.is_instance_schema(scalars),
-         cs.int_schema(strict=True, ge=lo, le=hi), float_leaf,
-         *nested_lists(cs.int_schema(strict=True)), *nested_lists(float_leaf), normal],
+        [then(numpy_ints(int_dtype), bounded_int(int_name)), ints[0],
+         then(float_scalar(float_dtype), float_leaf), floats[0],
+         then(_choice_array(int_dtype, float_dtype), cs.is_instance_schema(np.ndarray)),
+         cs.is_instance_schema(int_dtype.type),
+         then(_finite_scalar, cs.is_instance_schema(float_dtype.type)),
+         *ints[1:], *floats[1:], normal],
         mode="left_to_right")
 
 
-def choice_converter(int_name: str, float_name: str, fixed: Callable[[tuple[int, ...]], bool]
-                     ) -> Converter:
-    """The normal path's result for a value `choice_schema` accepted. `fixed(shape)` says
-    whether an array's shape has the declared rank and fixed dims."""
-    int_dtype, float_dtype = numpy_dtype(int_name), numpy_dtype(float_name)
-    int_type, float_type = int_dtype.type, float_dtype.type
-    others = tuple(numpy_dtype(d) for d in FLOAT_DTYPES if d not in ("bfloat16", float_name))
+class _NumpyInts(dict):  # type: ignore[type-arg]
+    """Python int -> numpy scalar of one dtype; small ones made once (numpy scalars are
+    immutable, so sharing one is safe), the others on demand."""
 
-    def convert(value: Any) -> Any:
-        cls = value.__class__
-        if cls is int:
-            return int_type(value)
-        if cls is float:
-            return float_type(value)
-        if cls is list:
-            arr = _array(value, int_dtype if _int_leaves(value) else float_dtype)
-            if not fixed(arr.shape):
-                raise GiveUp
-            return arr
-        if cls is np.ndarray:
-            return from_array(value)
-        if cls is int_type:
-            return value
-        if cls is float_type:
-            if value - value != 0:
-                raise GiveUp
-            return value
-        raise GiveUp
+    def __init__(self, dtype: np.dtype) -> None:
+        lo, hi = INT_RANGES[dtype.name]
+        make = self.make = dtype.type
+        super().__init__((i, make(i)) for i in range(max(lo, -256), min(hi, 4096) + 1))
 
-    def from_array(arr: np.ndarray) -> np.ndarray:
+    def __missing__(self, key: int) -> Any:
+        return self.make(key)
+
+
+_NUMPY_INTS: dict[np.dtype, _NumpyInts] = {}
+
+
+def numpy_ints(dtype: np.dtype) -> Callable[[int], Any]:
+    """`dtype.type(value)` for a Python int of the dtype's range, faster for small values
+    (a discrete action, a token id: the table lookup costs a tenth of making the scalar)."""
+    table = _NUMPY_INTS.get(dtype)
+    if table is None:
+        table = _NUMPY_INTS[dtype] = _NumpyInts(dtype)
+    return table.__getitem__
+
+
+def float_scalar(dtype: np.dtype) -> Converter:
+    """`dtype.type(value)` for a Python float within the dtype's range, four times faster.
+
+    Under numpy 2's promotion rules (NEP 50) `one * value` is that scalar: the Python float is
+    cast to the dtype (the constructor's rounding), then multiplied by one, exactly. Older numpy
+    promotes to float64 there, and gets the constructor.
+    """
+    one = dtype.type(1.0)
+    probe = one * 0.1
+    if probe.__class__ is dtype.type and probe == dtype.type(0.1):
+        return one.__mul__
+    return dtype.type
+
+
+def _finite_scalar(value: Any) -> Any:
+    if value - value != 0:
+        raise GiveUp  # NaN or infinity
+    return value
+
+
+def _choice_array(int_dtype: np.dtype, float_dtype: np.dtype) -> Converter:
+    others = tuple(numpy_dtype(d) for d in FLOAT_DTYPES
+                   if d != "bfloat16" and numpy_dtype(d) != float_dtype)
+
+    def check(arr: np.ndarray) -> np.ndarray:
         dtype = arr.dtype
-        if not arr.ndim or not fixed(arr.shape):
+        if not arr.ndim or arr.__class__ is not np.ndarray:
             raise GiveUp  # a 0-d array: the normal path gives a numpy scalar
         if dtype == int_dtype:
             return arr
@@ -250,4 +281,24 @@ def choice_converter(int_name: str, float_name: str, fixed: Callable[[tuple[int,
             return out
         raise GiveUp
 
-    return convert
+    return check
+
+
+# -- a tensor of one dtype and shape [*name] (the generic logprob) --------------------------------
+
+def lone_schema(dtype: str, leaf: dict[str, Any], check_array: Converter,
+                normal: dict[str, Any], raw_scalar: bool = False) -> dict[str, Any]:
+    """A scalar (`leaf`, as the dtype's numpy scalar; left a Python scalar with `raw_scalar`, for
+    the model's finisher to check and convert), nested lists of `leaf` of any rank, an array
+    (`check_array`), else `normal`."""
+    np_dtype = numpy_dtype(dtype)
+    if dtype in INT_DTYPES:
+        scalar = then(numpy_ints(np_dtype), bounded_int(dtype))
+    elif np_dtype.kind == "f":
+        scalar = leaf if raw_scalar else then(float_scalar(np_dtype), leaf)
+    else:  # bool, string
+        scalar = then(np_dtype.type, leaf)
+    lists = as_array(np_dtype, nested_lists(leaf, nonempty=np_dtype.kind != "f"))
+    return cs.union_schema(
+        [scalar, lists[0], then(check_array, cs.is_instance_schema(np.ndarray)), *lists[1:],
+         normal], mode="left_to_right")

@@ -37,12 +37,11 @@ from gyre_contract.core.dims import FLOAT_DTYPES, INT_DTYPES, Shape, bind_dims, 
 from gyre_contract.core.fastforms import (
     GiveUp,
     all_finite,
-    choice_converter,
     choice_dtypes,
     choice_schema,
-    convert_observation,
+    float_scalar,
     leaf_schema,
-    nested_lists,
+    lone_schema,
     observation_schema,
 )
 from gyre_contract.core.modelinfo import derived_table, model_info
@@ -109,7 +108,7 @@ def compile_plan(model: type[BaseModel]) -> SchemaValidator | None:
     schema = model.__pydantic_core_schema__
     try:
         config = _root_model(schema).get("config")
-        compiler = _Compiler(config, _nonpositive_specs(model))
+        compiler = _Compiler(config, _nonpositive_specs(model), _raw_logprob(model))
         return SchemaValidator(compiler.node(schema), config)
     except Unsupported:
         return None
@@ -136,9 +135,11 @@ class _Compiler:
     builds the instance: pydantic-core would otherwise reuse the class's own, normal validator.
     """
 
-    def __init__(self, config: dict[str, Any] | None, nonpositive: set[int]) -> None:
+    def __init__(self, config: dict[str, Any] | None, nonpositive: set[int],
+                 raw: TensorSpec | None = None) -> None:
         self.config = _config_key(config)
         self.nonpositive = nonpositive  # ids of the specs whose list elements must be <= 0
+        self.raw = raw  # the [*name] logprob whose Python float the finisher checks, converts
 
     def node(self, node: dict[str, Any]) -> dict[str, Any]:
         kind = node.get("type")
@@ -173,7 +174,7 @@ class _Compiler:
         function = node["function"]["function"]
         owner = getattr(function, "__self__", None)
         if isinstance(owner, TensorSpec):
-            return _tensor_schema(owner, node, id(owner) in self.nonpositive)
+            return _tensor_schema(owner, node, id(owner) in self.nonpositive, owner is self.raw)
         if isinstance(owner, AnyObservation) and not owner.lead:
             return observation_schema(node)  # fastforms: any rank, or modalities
         if isinstance(owner, (AnyObservation, JsonScalars)):
@@ -228,26 +229,46 @@ def _nonpositive_specs(model: type[BaseModel]) -> set[int]:
     return set()
 
 
-def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False
-                   ) -> dict[str, Any]:
+def _raw_logprob(model: type[BaseModel]) -> TensorSpec | None:
+    """A step's `[*name]` float logprob: its usual form, one Python float, is checked against
+    the action (sign) and converted by the finisher, cheaper than in the schema."""
+    spec = field_specs(model).get("logprob") if issubclass(model, RolloutStepV1) else None
+    if isinstance(spec, TensorSpec) and final_in_schema(spec) and spec.dtype in FLOAT_DTYPES:
+        return spec
+    return None
+
+
+def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False,
+                   raw_scalar: bool = False) -> dict[str, Any]:
     """A numpy array (checked later), strict nested lists of the dtype, else the normal function.
 
     Only single-dtype tensors get the list forms; the normal function (last choice) handles every
     other form with its exact semantics, and its result passes the finisher unchanged.
     """
-    pair = choice_dtypes(spec.dtypes)
-    if pair is not None and len(spec.shape) == 1 and spec.shape[0].variadic:
-        return choice_schema(*pair, normal)  # int64 | float32 [*act]: fastforms
+    if final_in_schema(spec):  # [*name]: a scalar or nested lists of any rank (fastforms)
+        pair = choice_dtypes(spec.dtypes)
+        if pair is not None:
+            return choice_schema(*pair, normal)  # int64 | float32 [*act]
+        leaf = leaf_schema(spec.dtype, nonpositive)  # type: ignore[arg-type]
+        return lone_schema(spec.dtype, leaf, _Tensor("", spec).from_array, normal,  # type: ignore
+                           raw_scalar)
     choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
-    if isinstance(spec.dtype, str):
-        leaf = leaf_schema(spec.dtype, nonpositive)
-        variadic = [d for d in spec.shape if d.variadic]
-        if not variadic:
-            choices.append(_nested(leaf, spec.shape))
-        elif len(spec.shape) == 1:  # a lone *name: a scalar or nested lists of any rank
-            choices += [leaf, *nested_lists(leaf)]
+    if isinstance(spec.dtype, str) and not any(d.variadic for d in spec.shape):
+        choices.append(_nested(leaf_schema(spec.dtype, nonpositive), spec.shape))
     choices.append(normal)
     return cs.union_schema(choices, mode="left_to_right")
+
+
+def final_in_schema(spec: Any) -> bool:
+    """Whether the fast schema of a field gives the normal path's value itself (`fastforms`: a
+    free observation, a `[*name]` tensor), so that the finisher converts nothing."""
+    if isinstance(spec, AnyObservation):
+        return not spec.lead
+    if not isinstance(spec, TensorSpec) or len(spec.shape) != 1 or not spec.shape[0].variadic:
+        return False
+    if choice_dtypes(spec.dtypes) is not None:
+        return True
+    return isinstance(spec.dtype, str) and spec.dtype != "bfloat16"
 
 
 def _nested(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
@@ -275,7 +296,7 @@ class _Tensor:
         if value.__class__ is list:
             return self._from_list(value)
         if value.__class__ is np.ndarray:
-            return self._from_array(value)
+            return self.from_array(value)
         if isinstance(value, np.generic):
             return value  # the normal function's 0-d result (a numpy scalar of the dtype)
         if self.single is not None and value.__class__ in (float, int, bool, str):
@@ -299,7 +320,7 @@ class _Tensor:
             raise GiveUp  # numpy reads [] as float64; the normal path decides
         return arr
 
-    def _from_array(self, arr: np.ndarray) -> np.ndarray:
+    def from_array(self, arr: np.ndarray) -> np.ndarray:
         dtype = arr.dtype
         if dtype not in self.dtypes and not (dtype.kind == "U" == self.dtypes[0].kind):
             if not (self.float and dtype.kind == "f" and self.single is not None):
@@ -339,23 +360,15 @@ Converter = Callable[[Any], Any]
 
 
 def _converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
-    """(attribute, converter) for each tensor field that is not a plain scalar, and for each
-    free observation (`fastforms.convert_observation`)."""
+    """(attribute, converter) for each tensor field that is not a plain scalar, except those
+    whose schema gives the final value (`final_in_schema`)."""
     info = model_info(model)
-    out = []
-    for wire, spec in field_specs(model).items():
-        if isinstance(spec, TensorSpec) and not spec.is_scalar:
-            out.append((info.attr(wire), _converter(spec)))
-        elif isinstance(spec, AnyObservation) and not spec.lead:
-            out.append((info.attr(wire), convert_observation))
-    return out
+    return [(info.attr(wire), _converter(spec)) for wire, spec in field_specs(model).items()
+            if isinstance(spec, TensorSpec) and not spec.is_scalar and not final_in_schema(spec)]
 
 
 def _converter(spec: TensorSpec) -> Converter:
     """The general `_Tensor.convert`, behind a shortcut for the usual form when there is one."""
-    pair = choice_dtypes(spec.dtypes)
-    if pair is not None and len(spec.shape) == 1 and spec.shape[0].variadic:
-        return choice_converter(*pair, _Tensor("", spec).shape_ok)
     general = _Tensor("", spec).convert
     dtype = numpy_dtype(spec.dtype) if isinstance(spec.dtype, str) else None
     if dtype is None or dtype.kind == "U":
@@ -386,15 +399,6 @@ def _converter(spec: TensorSpec) -> Converter:
             return general(value)
 
         return flat
-    if len(spec.shape) == 1 and spec.shape[0].variadic and dtype.kind == "f":
-        scalar = dtype.type
-
-        def lone(value: Any) -> Any:  # float32 [*logp]: most often one Python float
-            if value.__class__ is float:
-                return scalar(value)
-            return general(value)
-
-        return lone
     return general
 
 
@@ -431,7 +435,10 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     if not isinstance(logprob_spec, TensorSpec) or not isinstance(action_spec, TensorSpec):
         raise Unsupported("logprob or action is not a tensor field")
     converters = [(a, c) for a, c in _converters(model) if a != "logprob"]
-    convert_logprob = None if logprob_spec.is_scalar else _converter(logprob_spec)
+    convert_logprob = None if logprob_spec.is_scalar or final_in_schema(logprob_spec) \
+        else _converter(logprob_spec)
+    raw = _raw_logprob(model)
+    raw_float = None if raw is None else float_scalar(numpy_dtype(raw.dtype))  # type: ignore[arg-type]
     binds = _shared_locations(model)
     free_logprob = any(d.variadic for d in logprob_spec.shape)
     # A scalar int action is always a Python int here: a Python float logprob needs its sign only
@@ -447,11 +454,11 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
             if value is not None:
                 values[attr] = convert(value)
         logprob = values["logprob"]
-        if logprob.__class__ is float:
+        if logprob.__class__ is float:  # a scalar logprob ([]), checked for its sign only
             if logprob > 0 and (int_action or _discrete(values["action"])):
                 raise GiveUp
-            if convert_logprob is not None:
-                values["logprob"] = convert_logprob(logprob)
+            if raw_float is not None:
+                values["logprob"] = raw_float(logprob)
         elif logprob.__class__ is list and checked_lists:
             values["logprob"] = convert_logprob(logprob)  # type: ignore[misc]
         elif logprob is not None:
@@ -477,12 +484,14 @@ dim or None, whether it is a [*name], the shape): one tensor whose dims another 
 def _shared_locations(model: type[BaseModel]) -> list[_Location]:
     """Where the dims named in more than one place live: only there can two fields disagree."""
     found: list[tuple[tuple[str, ...], Shape]] = []
-    _collect(model, (), found)
+    observations = _collect(model, (), found)
     counts: dict[str, int] = {}
-    for _, shape in found:
+    for path, shape in found:
         for dim in shape:
-            if dim.name is not None:
+            if dim.name is not None and path not in observations[1:]:
                 counts[dim.name] = counts.get(dim.name, 0) + 1
+    # The free observations (observation, next_observation) bind their dims only when they are
+    # arrays, and then `_same_structure` compares their shapes: they count as one location.
     shared = {name for name, n in counts.items() if n > 1}
     out = []
     for path, shape in found:
@@ -497,18 +506,23 @@ def _shared_locations(model: type[BaseModel]) -> list[_Location]:
 
 
 def _collect(model: type[BaseModel], prefix: tuple[str, ...],
-             out: list[tuple[tuple[str, ...], Shape]]) -> None:
+             out: list[tuple[tuple[str, ...], Shape]]) -> list[tuple[str, ...]]:
+    """Append (path, shape) of each tensor of `model` to `out`; the paths of its free
+    observations."""
     info = model_info(model)
+    observations = []
     for wire, spec in field_specs(model).items():
         path = (*prefix, info.attr(wire))
         if isinstance(spec, AnyObservation):
             if spec.lead:
                 raise Unsupported("an observation with lead dims in a step")
             out.append((path, spec.spec.shape))  # binds only when the value is an array
+            observations.append(path)
         elif isinstance(spec, TensorSpec):
             out.append((path, spec.shape))
         elif isinstance(spec, type) and issubclass(spec, Modalities):
             _collect(spec, path, out)
+    return observations
 
 
 def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
@@ -541,7 +555,10 @@ def _discrete(action: Any) -> bool:
 def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
     """The step rules on logprob find nothing: shape [] or the action's; <= 0 if discrete."""
     is_array = logprob.__class__ is np.ndarray
-    if free and is_array and logprob.shape and logprob.shape != np.shape(action):
+    if not is_array:
+        if not logprob > 0:  # a scalar is [] (any action admits it) and needs no sign check
+            return True
+    elif free and logprob.shape and logprob.shape != np.shape(action):
         return False
     if not _discrete(action):
         return True

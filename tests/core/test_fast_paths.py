@@ -337,8 +337,10 @@ def tensors(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 def as_numpy(values: Any, dtype: str) -> Any:
+    """`as_array` when numpy can read the values at all, else the values as they are."""
     try:
-        return as_array(values, dtype)
+        with np.errstate(all="ignore"):
+            return as_array(values, dtype)
     except (ValueError, TypeError, OverflowError):
         return values
 
