@@ -449,10 +449,11 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
 
     def finish(step: Any) -> Any:
         values = step.__dict__
-        for attr, convert in converters:
-            value = values[attr]
-            if value is not None:
-                values[attr] = convert(value)
+        if converters:
+            for attr, convert in converters:
+                value = values[attr]
+                if value is not None:
+                    values[attr] = convert(value)
         logprob = values["logprob"]
         if logprob.__class__ is float:  # a scalar logprob ([]), checked for its sign only
             if logprob > 0 and (int_action or _discrete(values["action"])):
