@@ -108,7 +108,8 @@ def compile_plan(model: type[BaseModel]) -> SchemaValidator | None:
     schema = model.__pydantic_core_schema__
     try:
         config = _root_model(schema).get("config")
-        compiler = _Compiler(config, _nonpositive_specs(model), _raw_logprob(model))
+        raw = _raw_logprob(model) if _field_checks(model) is None else None
+        compiler = _Compiler(config, _nonpositive_specs(model), raw)
         return SchemaValidator(compiler.node(schema), config)
     except Unsupported:
         return None
@@ -185,6 +186,16 @@ class _Compiler:
         if node["function"]["function"] is not _CROSS or node["schema"].get("type") != "model":
             raise Unsupported("an after-validator of the project's own")
         inner = node["schema"]
+        checks = _field_checks(inner["cls"])
+        if checks is not None:  # no finisher: each cross-field rule checked on its field
+            body = self._model_body(inner)
+            fields = body["schema"]["fields"]
+            for attr, (check, first) in checks.items():
+                fields[attr] = {**fields[attr], "schema": _checked(fields[attr]["schema"], check,
+                                                                     first)}
+            if node.get("ref") is not None:
+                body["ref"] = node["ref"]
+            return body
         finish = _step_finisher(inner["cls"])
         return _wrap(finish, self._model_body(inner), node.get("ref"))
 
@@ -475,6 +486,68 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
         return step
 
     return finish
+
+
+# -- the same rules on the fields themselves, for models that need no finisher ------------------
+
+FieldCheck = Callable[[Any, Any], Any]
+
+
+def _field_checks(model: type[BaseModel]) -> dict[str, tuple[FieldCheck, dict | None]] | None:
+    """attribute -> (check, a choice tried first) for a step model whose fields all get their
+    final values inside pydantic-core and share no named dim (the generic `RolloutStep`): each
+    cross-field rule runs as a validator of its field, with the fields before it at hand
+    (`info.data`), and only when the field is given. None when the model needs the finisher.
+
+    The first choice of `logprob` is a float <= 0 (as float32): it breaks no rule whatever the
+    action, so the usual record calls no Python function for its cross-field rules at all.
+    """
+    if not issubclass(model, RolloutStepV1):
+        return None
+    return model_info(model).derived("fastpath.field_checks", _build_field_checks)
+
+
+def _build_field_checks(model: type[BaseModel]) -> dict[str, tuple[FieldCheck, dict | None]] | None:
+    specs = field_specs(model)
+    logprob, action = specs.get("logprob"), specs.get("action")
+    if not isinstance(logprob, TensorSpec) or not isinstance(action, TensorSpec) \
+            or _converters(model) or _shared_locations(model):
+        return None
+    info = model_info(model)
+    order = list(info.wires)
+    if order.index("action") > order.index("logprob") \
+            or order.index("observation") > order.index("next_observation"):
+        return None  # the field a check compares with must be validated first, to be at hand
+    free = any(d.variadic for d in logprob.shape)
+
+    def check_logprob(value: Any, validation: Any) -> Any:
+        action = validation.data.get("action")
+        if action is None or not _logprob_ok(value, action, free):
+            raise GiveUp
+        return value
+
+    def check_next(value: Any, validation: Any) -> Any:
+        observation = validation.data.get("observation")
+        if observation is None or not _same_structure(observation, value):
+            raise GiveUp
+        return value
+
+    first = None
+    if final_in_schema(logprob) and logprob.dtype in FLOAT_DTYPES:
+        np_dtype = numpy_dtype(logprob.dtype)  # type: ignore[arg-type]
+        first = cs.no_info_after_validator_function(
+            float_scalar(np_dtype), leaf_schema(logprob.dtype, nonpositive=True))  # type: ignore
+    return {info.attr("logprob"): (check_logprob, first),
+            info.attr("next_observation"): (check_next, None)}
+
+
+def _checked(schema: dict[str, Any], check: FieldCheck, first: dict | None) -> dict[str, Any]:
+    """A field's schema (inside its `default`, if optional) followed by `check`, and `first`
+    tried before both."""
+    if schema.get("type") == "default":
+        return {**schema, "schema": _checked(schema["schema"], check, first)}
+    out = cs.with_info_after_validator_function(check, schema)
+    return out if first is None else cs.union_schema([first, out], mode="left_to_right")
 
 
 _Location = tuple[str, str | None, str | None, bool, Shape]
