@@ -37,11 +37,13 @@ from gyre_contract.core.dims import FLOAT_DTYPES, INT_DTYPES, Shape, bind_dims, 
 from gyre_contract.core.fastforms import (
     GiveUp,
     all_finite,
+    as_array,
     choice_dtypes,
     choice_schema,
     float_scalar,
     leaf_schema,
     lone_schema,
+    nested_lists,
     observation_schema,
 )
 from gyre_contract.core.modelinfo import derived_table, model_info
@@ -493,21 +495,24 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
 FieldCheck = Callable[[Any, Any], Any]
 
 
-def _field_checks(model: type[BaseModel]) -> dict[str, tuple[FieldCheck, dict | None]] | None:
+def _field_checks(model: type[BaseModel]
+                  ) -> dict[str, tuple[FieldCheck, list[dict[str, Any]]]] | None:
     """attribute -> (check, a choice tried first) for a step model whose fields all get their
     final values inside pydantic-core and share no named dim (the generic `RolloutStep`): each
     cross-field rule runs as a validator of its field, with the fields before it at hand
     (`info.data`), and only when the field is given. None when the model needs the finisher.
 
-    The first choice of `logprob` is a float <= 0 (as float32): it breaks no rule whatever the
-    action, so the usual record calls no Python function for its cross-field rules at all.
+    The first choices of a `[*name]` float `logprob` are a float <= 0 (as float32: it breaks no
+    rule whatever the action, so the usual record calls no Python function for its cross-field
+    rules at all) and nested lists of floats <= 0 (only their shape is compared with the action).
     """
     if not issubclass(model, RolloutStepV1):
         return None
     return model_info(model).derived("fastpath.field_checks", _build_field_checks)
 
 
-def _build_field_checks(model: type[BaseModel]) -> dict[str, tuple[FieldCheck, dict | None]] | None:
+def _build_field_checks(model: type[BaseModel]
+                        ) -> dict[str, tuple[FieldCheck, list[dict[str, Any]]]] | None:
     specs = field_specs(model)
     logprob, action = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob, TensorSpec) or not isinstance(action, TensorSpec) \
@@ -532,22 +537,31 @@ def _build_field_checks(model: type[BaseModel]) -> dict[str, tuple[FieldCheck, d
             raise GiveUp
         return value
 
-    first = None
+    def check_shape(value: np.ndarray, validation: Any) -> Any:  # elements checked <= 0
+        action = validation.data.get("action")
+        if action is None or value.shape != np.shape(action):
+            raise GiveUp
+        return value
+
+    first: list[dict[str, Any]] = []
     if final_in_schema(logprob) and logprob.dtype in FLOAT_DTYPES:
         np_dtype = numpy_dtype(logprob.dtype)  # type: ignore[arg-type]
-        first = cs.no_info_after_validator_function(
-            float_scalar(np_dtype), leaf_schema(logprob.dtype, nonpositive=True))  # type: ignore
+        nonpositive = leaf_schema(logprob.dtype, nonpositive=True)  # type: ignore[arg-type]
+        first = [cs.no_info_after_validator_function(float_scalar(np_dtype), nonpositive),
+                 *(cs.with_info_after_validator_function(check_shape, lists)
+                   for lists in as_array(np_dtype, nested_lists(nonpositive)))]
     return {info.attr("logprob"): (check_logprob, first),
-            info.attr("next_observation"): (check_next, None)}
+            info.attr("next_observation"): (check_next, [])}
 
 
-def _checked(schema: dict[str, Any], check: FieldCheck, first: dict | None) -> dict[str, Any]:
-    """A field's schema (inside its `default`, if optional) followed by `check`, and `first`
-    tried before both."""
+def _checked(schema: dict[str, Any], check: FieldCheck, first: list[dict[str, Any]]
+             ) -> dict[str, Any]:
+    """A field's schema (inside its `default`, if optional) followed by `check`, and the
+    choices `first` tried before both."""
     if schema.get("type") == "default":
         return {**schema, "schema": _checked(schema["schema"], check, first)}
     out = cs.with_info_after_validator_function(check, schema)
-    return out if first is None else cs.union_schema([first, out], mode="left_to_right")
+    return cs.union_schema([*first, out], mode="left_to_right") if first else out
 
 
 _Location = tuple[str, str | None, str | None, bool, Shape]
