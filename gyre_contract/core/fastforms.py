@@ -17,6 +17,10 @@ This module holds the forms of the free-form fields of the generic models, so th
   shape): a Python int or float, a numpy scalar of one of the two dtypes, nested lists of ints or
   of floats, a numpy array.
 
+A tensor of fixed dims (a pinned `[4]`, `[A]`, `[B, 2]`) keeps the older split (`tensor_schema`,
+`field_converters`): pydantic-core checks strict nested lists of exactly that shape, and the
+model's finisher converts them, in one Python call per record.
+
 Every choice of these schemas is strict; the normal validation function is the last one, so any
 other form (or a list numpy finds ragged) is validated there with its exact semantics. An array
 check that meets something it is not sure of raises `GiveUp`: the whole record then goes to the
@@ -30,9 +34,20 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 from pydantic_core import core_schema as cs
 
-from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_MAX, INT_DTYPES, INT_RANGES, numpy_dtype
+from gyre_contract.core.dims import (
+    FLOAT_DTYPES,
+    FLOAT_MAX,
+    INT_DTYPES,
+    INT_RANGES,
+    Shape,
+    numpy_dtype,
+)
+from gyre_contract.core.fields import AnyObservation, field_specs
+from gyre_contract.core.modelinfo import model_info
+from gyre_contract.core.tensor import TensorSpec
 
 MAX_RANK = 4
 """Nested lists deeper than this take the normal validation function (still correct, slower)."""
@@ -302,3 +317,194 @@ def lone_schema(dtype: str, leaf: dict[str, Any], check_array: Converter,
     return cs.union_schema(
         [scalar, lists[0], then(check_array, cs.is_instance_schema(np.ndarray)), *lists[1:],
          normal], mode="left_to_right")
+
+
+# -- the tensor fields of any model: schema, then conversion by the model's finisher ----------------
+
+def tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False,
+                   raw_scalar: bool = False) -> dict[str, Any]:
+    """A numpy array (checked later), strict nested lists of the dtype, else the normal function.
+
+    Only single-dtype tensors get the list forms; the normal function (last choice) handles every
+    other form with its exact semantics, and its result passes the finisher unchanged.
+    """
+    if final_in_schema(spec):  # [*name]: a scalar or nested lists of any rank
+        pair = choice_dtypes(spec.dtypes)
+        if pair is not None:
+            return choice_schema(*pair, normal)  # int64 | float32 [*act]
+        leaf = leaf_schema(spec.dtype, nonpositive)  # type: ignore[arg-type]
+        return lone_schema(spec.dtype, leaf, TensorForms("", spec).from_array, normal,  # type: ignore
+                           raw_scalar)
+    choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
+    if isinstance(spec.dtype, str) and not any(d.variadic for d in spec.shape):
+        choices.append(nested_fixed(leaf_schema(spec.dtype, nonpositive), spec.shape))
+    choices.append(normal)
+    return cs.union_schema(choices, mode="left_to_right")
+
+
+def final_in_schema(spec: Any) -> bool:
+    """Whether the fast schema of a field gives the normal path's value itself (a free
+    observation, a `[*name]` tensor), so that the finisher converts nothing."""
+    if isinstance(spec, AnyObservation):
+        return not spec.lead
+    if not isinstance(spec, TensorSpec) or len(spec.shape) != 1 or not spec.shape[0].variadic:
+        return False
+    if choice_dtypes(spec.dtypes) is not None:
+        return True
+    return isinstance(spec.dtype, str) and spec.dtype != "bfloat16"
+
+
+def nested_fixed(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    body = leaf
+    for dim in reversed(shape):
+        body = cs.list_schema(body, strict=True, min_length=dim.size, max_length=dim.size)
+    return body
+
+
+class TensorForms:
+    """Turns a tensor field's fast-validated value into the normal path's result."""
+
+    def __init__(self, attr: str, spec: TensorSpec) -> None:
+        self.attr = attr
+        self.spec = spec
+        self.dtypes = tuple(numpy_dtype(d) for d in spec.dtypes if d != "bfloat16")
+        self.single = self.dtypes[0] if len(self.dtypes) == 1 and isinstance(spec.dtype, str) \
+            else None
+        self.float = all(d in FLOAT_DTYPES for d in spec.dtypes)
+        self.rank = len(spec.shape)
+        self.variadic = any(d.variadic for d in spec.shape)
+        self.fixed = _fixed_positions(spec.shape)
+
+    def convert(self, value: Any) -> Any:
+        if value.__class__ is list:
+            return self._from_list(value)
+        if value.__class__ is np.ndarray:
+            return self.from_array(value)
+        if isinstance(value, np.generic):
+            return value  # the normal function's 0-d result (a numpy scalar of the dtype)
+        if self.single is not None and value.__class__ in (float, int, bool, str):
+            try:
+                return self.single.type(value)  # a scalar for a lone *name: np.asarray(v)[()]
+            except OverflowError:
+                raise GiveUp from None
+        raise GiveUp
+
+    def _from_list(self, value: list[Any]) -> np.ndarray:
+        dtype = self.single
+        if dtype is None:
+            raise GiveUp
+        try:
+            arr = np.array(value, dtype=None if dtype.kind == "U" else dtype)
+        except (ValueError, TypeError, OverflowError):
+            raise GiveUp from None  # ragged, or an int out of range: the normal path explains
+        if arr.ndim != len(self.spec.shape) and not self.variadic:
+            raise GiveUp
+        if not arr.size and dtype.kind != "f":
+            raise GiveUp  # numpy reads [] as float64; the normal path decides
+        return arr
+
+    def from_array(self, arr: np.ndarray) -> np.ndarray:
+        dtype = arr.dtype
+        if dtype not in self.dtypes and not (dtype.kind == "U" == self.dtypes[0].kind):
+            if not (self.float and dtype.kind == "f" and self.single is not None):
+                raise GiveUp
+            with np.errstate(over="ignore", invalid="ignore"):
+                arr = arr.astype(self.single)
+            dtype = arr.dtype
+        if arr.ndim == 0 or not self.shape_ok(arr.shape):
+            raise GiveUp
+        if dtype.kind == "f" and self.spec.finite and not all_finite(arr):
+            raise GiveUp
+        return arr
+
+    def shape_ok(self, shape: tuple[int, ...]) -> bool:
+        if self.variadic:
+            if len(shape) < self.rank - 1:
+                return False
+        elif len(shape) != self.rank:
+            return False
+        for at, size in self.fixed:
+            if shape[at] != size:
+                return False
+        return True
+
+
+def _fixed_positions(shape: Shape) -> tuple[tuple[int, int], ...]:
+    """(axis, size) of each fixed dim; axes after a *name count from the end (negative)."""
+    out = []
+    at = next((i for i, d in enumerate(shape) if d.variadic), None)
+    for i, dim in enumerate(shape):
+        if dim.size is not None:
+            out.append((i if at is None or i < at else i - len(shape), dim.size))
+    return tuple(out)
+
+
+Converter = Callable[[Any], Any]
+
+
+def field_converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
+    """(attribute, converter) for each tensor field that is not a plain scalar, except those
+    whose schema gives the final value (`final_in_schema`)."""
+    info = model_info(model)
+    return [(info.attr(wire), converter(spec)) for wire, spec in field_specs(model).items()
+            if isinstance(spec, TensorSpec) and not spec.is_scalar and not final_in_schema(spec)]
+
+
+def converter(spec: TensorSpec) -> Converter:
+    """The general `TensorForms.convert`, behind a shortcut for the usual form when there is one."""
+    general = TensorForms("", spec).convert
+    dtype = numpy_dtype(spec.dtype) if isinstance(spec.dtype, str) else None
+    if dtype is None or dtype.kind == "U":
+        return general
+    array = np.array
+    if all(d.size for d in spec.shape):  # fixed, non-zero dims: the list is exactly in shape
+
+        def fixed(value: Any) -> Any:
+            if value.__class__ is list:
+                try:
+                    return array(value, dtype)
+                except OverflowError:  # an int beyond the dtype's range
+                    raise GiveUp from None
+            return general(value)
+
+        return fixed
+    if len(spec.shape) == 1 and not spec.shape[0].variadic:  # [N]: a flat list cannot be ragged
+
+        def flat(value: Any) -> Any:
+            if value.__class__ is list:
+                try:
+                    out = array(value, dtype)
+                except OverflowError:
+                    raise GiveUp from None
+                if not value and dtype.kind != "f":
+                    raise GiveUp  # numpy reads [] as float64; the normal path decides
+                return out
+            return general(value)
+
+        return flat
+    return general
+
+
+def _convert_all(converters: list[tuple[str, Converter]], values: dict[str, Any]) -> None:
+    for attr, convert in converters:
+        value = values[attr]
+        if value is not None:
+            values[attr] = convert(value)
+
+
+def modalities_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
+    """Convert the tensors, then build the instance as pydantic-core's model node would."""
+    converters = field_converters(model)
+    new, set_slot = model.__new__, object.__setattr__
+
+    def finish(fields: tuple[dict[str, Any], Any, set[str]]) -> Any:
+        values, extra, fields_set = fields
+        _convert_all(converters, values)
+        instance = new(model)
+        set_slot(instance, "__dict__", values)
+        set_slot(instance, "__pydantic_extra__", extra)
+        set_slot(instance, "__pydantic_fields_set__", fields_set)
+        set_slot(instance, "__pydantic_private__", None)
+        return instance
+
+    return finish

@@ -4,8 +4,16 @@ Why: `validate_step` runs on every environment step. The normal path validates e
 with a Python function and then applies the cross-field rules generically. The fast plan,
 compiled once per model from the model's own core schema, checks tensor elements inside
 pydantic-core (strict nested lists with the dtype's range and finiteness, or a numpy array of the
-declared dtype) and calls one Python function per model instance, which turns lists into arrays
-and applies the cross-field rules only where the model can break them.
+declared dtype; the forms and their conversions are in `core.fastforms`). Then either
+
+- a pinned model with fixed dims (`[4]`, `[A]`) gets one Python function per record, the
+  finisher, which turns lists into arrays and applies the cross-field rules only where the model
+  can break them; or
+- a model whose fields all get their final values inside pydantic-core and share no named dim
+  (the default `RolloutStep`: free observation, `int64 | float32` action, `[*name]` tensors)
+  gets no finisher: each cross-field rule is a validator of the field it concerns, which sees
+  the fields validated before it (`_field_checks`), so a usual record (a logprob <= 0, no
+  `next_observation`) calls no Python code of ours beyond `np.array`.
 
 The fast path only ever *accepts*. Whatever it is not sure of (any error, an unusual input form:
 an int inside a float tensor, a numpy array of another dtype, ...) makes it give up, and the
@@ -36,15 +44,16 @@ from pydantic_core import core_schema as cs
 from gyre_contract.core.dims import FLOAT_DTYPES, INT_DTYPES, Shape, bind_dims, numpy_dtype
 from gyre_contract.core.fastforms import (
     GiveUp,
-    all_finite,
     as_array,
-    choice_dtypes,
-    choice_schema,
+    converter,
+    field_converters,
+    final_in_schema,
     float_scalar,
     leaf_schema,
-    lone_schema,
+    modalities_finisher,
     nested_lists,
     observation_schema,
+    tensor_schema,
 )
 from gyre_contract.core.modelinfo import derived_table, model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
@@ -177,7 +186,7 @@ class _Compiler:
         function = node["function"]["function"]
         owner = getattr(function, "__self__", None)
         if isinstance(owner, TensorSpec):
-            return _tensor_schema(owner, node, id(owner) in self.nonpositive, owner is self.raw)
+            return tensor_schema(owner, node, id(owner) in self.nonpositive, owner is self.raw)
         if isinstance(owner, AnyObservation) and not owner.lead:
             return observation_schema(node)  # fastforms: any rank, or modalities
         if isinstance(owner, (AnyObservation, JsonScalars)):
@@ -208,7 +217,7 @@ class _Compiler:
         if _config_key(node.get("config")) != self.config:
             raise Unsupported(f"{cls.__name__} has a configuration of its own")
         fields = self._model_body(node)["schema"]  # validated under the same configuration
-        return _wrap(_modalities_finisher(cls), fields, node.get("ref"))
+        return _wrap(modalities_finisher(cls), fields, node.get("ref"))
 
     def _model_body(self, node: dict[str, Any]) -> dict[str, Any]:
         if node.get("custom_init") or node.get("post_init") or node.get("root_model"):
@@ -251,195 +260,6 @@ def _raw_logprob(model: type[BaseModel]) -> TensorSpec | None:
     return None
 
 
-def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False,
-                   raw_scalar: bool = False) -> dict[str, Any]:
-    """A numpy array (checked later), strict nested lists of the dtype, else the normal function.
-
-    Only single-dtype tensors get the list forms; the normal function (last choice) handles every
-    other form with its exact semantics, and its result passes the finisher unchanged.
-    """
-    if final_in_schema(spec):  # [*name]: a scalar or nested lists of any rank (fastforms)
-        pair = choice_dtypes(spec.dtypes)
-        if pair is not None:
-            return choice_schema(*pair, normal)  # int64 | float32 [*act]
-        leaf = leaf_schema(spec.dtype, nonpositive)  # type: ignore[arg-type]
-        return lone_schema(spec.dtype, leaf, _Tensor("", spec).from_array, normal,  # type: ignore
-                           raw_scalar)
-    choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
-    if isinstance(spec.dtype, str) and not any(d.variadic for d in spec.shape):
-        choices.append(_nested(leaf_schema(spec.dtype, nonpositive), spec.shape))
-    choices.append(normal)
-    return cs.union_schema(choices, mode="left_to_right")
-
-
-def final_in_schema(spec: Any) -> bool:
-    """Whether the fast schema of a field gives the normal path's value itself (`fastforms`: a
-    free observation, a `[*name]` tensor), so that the finisher converts nothing."""
-    if isinstance(spec, AnyObservation):
-        return not spec.lead
-    if not isinstance(spec, TensorSpec) or len(spec.shape) != 1 or not spec.shape[0].variadic:
-        return False
-    if choice_dtypes(spec.dtypes) is not None:
-        return True
-    return isinstance(spec.dtype, str) and spec.dtype != "bfloat16"
-
-
-def _nested(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
-    body = leaf
-    for dim in reversed(shape):
-        body = cs.list_schema(body, strict=True, min_length=dim.size, max_length=dim.size)
-    return body
-
-
-class _Tensor:
-    """Turns a tensor field's fast-validated value into the normal path's result."""
-
-    def __init__(self, attr: str, spec: TensorSpec) -> None:
-        self.attr = attr
-        self.spec = spec
-        self.dtypes = tuple(numpy_dtype(d) for d in spec.dtypes if d != "bfloat16")
-        self.single = self.dtypes[0] if len(self.dtypes) == 1 and isinstance(spec.dtype, str) \
-            else None
-        self.float = all(d in FLOAT_DTYPES for d in spec.dtypes)
-        self.rank = len(spec.shape)
-        self.variadic = any(d.variadic for d in spec.shape)
-        self.fixed = _fixed_positions(spec.shape)
-
-    def convert(self, value: Any) -> Any:
-        if value.__class__ is list:
-            return self._from_list(value)
-        if value.__class__ is np.ndarray:
-            return self.from_array(value)
-        if isinstance(value, np.generic):
-            return value  # the normal function's 0-d result (a numpy scalar of the dtype)
-        if self.single is not None and value.__class__ in (float, int, bool, str):
-            try:
-                return self.single.type(value)  # a scalar for a lone *name: np.asarray(v)[()]
-            except OverflowError:
-                raise GiveUp from None
-        raise GiveUp
-
-    def _from_list(self, value: list[Any]) -> np.ndarray:
-        dtype = self.single
-        if dtype is None:
-            raise GiveUp
-        try:
-            arr = np.array(value, dtype=None if dtype.kind == "U" else dtype)
-        except (ValueError, TypeError, OverflowError):
-            raise GiveUp from None  # ragged, or an int out of range: the normal path explains
-        if arr.ndim != len(self.spec.shape) and not self.variadic:
-            raise GiveUp
-        if not arr.size and dtype.kind != "f":
-            raise GiveUp  # numpy reads [] as float64; the normal path decides
-        return arr
-
-    def from_array(self, arr: np.ndarray) -> np.ndarray:
-        dtype = arr.dtype
-        if dtype not in self.dtypes and not (dtype.kind == "U" == self.dtypes[0].kind):
-            if not (self.float and dtype.kind == "f" and self.single is not None):
-                raise GiveUp
-            with np.errstate(over="ignore", invalid="ignore"):
-                arr = arr.astype(self.single)
-            dtype = arr.dtype
-        if arr.ndim == 0 or not self.shape_ok(arr.shape):
-            raise GiveUp
-        if dtype.kind == "f" and self.spec.finite and not all_finite(arr):
-            raise GiveUp
-        return arr
-
-    def shape_ok(self, shape: tuple[int, ...]) -> bool:
-        if self.variadic:
-            if len(shape) < self.rank - 1:
-                return False
-        elif len(shape) != self.rank:
-            return False
-        for at, size in self.fixed:
-            if shape[at] != size:
-                return False
-        return True
-
-
-def _fixed_positions(shape: Shape) -> tuple[tuple[int, int], ...]:
-    """(axis, size) of each fixed dim; axes after a *name count from the end (negative)."""
-    out = []
-    at = next((i for i, d in enumerate(shape) if d.variadic), None)
-    for i, dim in enumerate(shape):
-        if dim.size is not None:
-            out.append((i if at is None or i < at else i - len(shape), dim.size))
-    return tuple(out)
-
-
-Converter = Callable[[Any], Any]
-
-
-def _converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
-    """(attribute, converter) for each tensor field that is not a plain scalar, except those
-    whose schema gives the final value (`final_in_schema`)."""
-    info = model_info(model)
-    return [(info.attr(wire), _converter(spec)) for wire, spec in field_specs(model).items()
-            if isinstance(spec, TensorSpec) and not spec.is_scalar and not final_in_schema(spec)]
-
-
-def _converter(spec: TensorSpec) -> Converter:
-    """The general `_Tensor.convert`, behind a shortcut for the usual form when there is one."""
-    general = _Tensor("", spec).convert
-    dtype = numpy_dtype(spec.dtype) if isinstance(spec.dtype, str) else None
-    if dtype is None or dtype.kind == "U":
-        return general
-    array = np.array
-    if all(d.size for d in spec.shape):  # fixed, non-zero dims: the list is exactly in shape
-
-        def fixed(value: Any) -> Any:
-            if value.__class__ is list:
-                try:
-                    return array(value, dtype)
-                except OverflowError:  # an int beyond the dtype's range
-                    raise GiveUp from None
-            return general(value)
-
-        return fixed
-    if len(spec.shape) == 1 and not spec.shape[0].variadic:  # [N]: a flat list cannot be ragged
-
-        def flat(value: Any) -> Any:
-            if value.__class__ is list:
-                try:
-                    out = array(value, dtype)
-                except OverflowError:
-                    raise GiveUp from None
-                if not value and dtype.kind != "f":
-                    raise GiveUp  # numpy reads [] as float64; the normal path decides
-                return out
-            return general(value)
-
-        return flat
-    return general
-
-
-def _convert_all(converters: list[tuple[str, Converter]], values: dict[str, Any]) -> None:
-    for attr, convert in converters:
-        value = values[attr]
-        if value is not None:
-            values[attr] = convert(value)
-
-
-def _modalities_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
-    """Convert the tensors, then build the instance as pydantic-core's model node would."""
-    converters = _converters(model)
-    new, set_slot = model.__new__, object.__setattr__
-
-    def finish(fields: tuple[dict[str, Any], Any, set[str]]) -> Any:
-        values, extra, fields_set = fields
-        _convert_all(converters, values)
-        instance = new(model)
-        set_slot(instance, "__dict__", values)
-        set_slot(instance, "__pydantic_extra__", extra)
-        set_slot(instance, "__pydantic_fields_set__", fields_set)
-        set_slot(instance, "__pydantic_private__", None)
-        return instance
-
-    return finish
-
-
 # -- the step rules of the registry (FAST_PATH.implements), as a yes/no -------------------------
 
 def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
@@ -447,9 +267,9 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     logprob_spec, action_spec = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob_spec, TensorSpec) or not isinstance(action_spec, TensorSpec):
         raise Unsupported("logprob or action is not a tensor field")
-    converters = [(a, c) for a, c in _converters(model) if a != "logprob"]
+    converters = [(a, c) for a, c in field_converters(model) if a != "logprob"]
     convert_logprob = None if logprob_spec.is_scalar or final_in_schema(logprob_spec) \
-        else _converter(logprob_spec)
+        else converter(logprob_spec)
     raw = _raw_logprob(model)
     raw_float = None if raw is None else float_scalar(numpy_dtype(raw.dtype))  # type: ignore[arg-type]
     binds = _shared_locations(model)
@@ -516,7 +336,7 @@ def _build_field_checks(model: type[BaseModel]
     specs = field_specs(model)
     logprob, action = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob, TensorSpec) or not isinstance(action, TensorSpec) \
-            or _converters(model) or _shared_locations(model):
+            or field_converters(model) or _shared_locations(model):
         return None
     info = model_info(model)
     order = list(info.wires)
