@@ -345,7 +345,8 @@ def _build_field_checks(model: type[BaseModel]
         return None
     info = model_info(model)
     order = list(info.wires)
-    if order.index("action") > order.index("logprob") \
+    tokens = [w for w in TOKEN_FIELDS if isinstance(specs.get(w), TensorSpec)]
+    if any(order.index("action") > order.index(w) for w in ("logprob", *tokens)) \
             or order.index("observation") > order.index("next_observation"):
         return None  # the field a check compares with must be validated first, to be at hand
     free = any(d.variadic for d in logprob.shape)
@@ -362,21 +363,58 @@ def _build_field_checks(model: type[BaseModel]
             raise GiveUp
         return value
 
-    def check_shape(value: np.ndarray, validation: Any) -> Any:  # elements checked <= 0
+    checks = {info.attr("logprob"): (check_logprob, _nonpositive_first(logprob)),
+              info.attr("next_observation"): (check_next, [])}
+    for wire in tokens:
+        spec = specs[wire]
+        checks[info.attr(wire)] = (_token_check(wire, spec),
+                                   _nonpositive_first(spec) if wire == "ref_logprob" else [])
+    return checks
+
+
+def _check_shape(value: np.ndarray, validation: Any) -> Any:
+    """Lists of log-probs checked <= 0 in pydantic-core: only their shape is the action's."""
+    action = validation.data.get("action")
+    if action is None or value.shape != np.shape(action):
+        raise GiveUp
+    return value
+
+
+def _nonpositive_first(spec: TensorSpec) -> list[dict[str, Any]]:
+    """For a `[*name]` float log-prob: a float <= 0 (as the dtype's scalar, no check needed
+    whatever the action) and nested lists of floats <= 0 (their shape checked), tried first."""
+    if not final_in_schema(spec) or spec.dtype not in FLOAT_DTYPES:
+        return []
+    np_dtype = numpy_dtype(spec.dtype)  # type: ignore[arg-type]
+    nonpositive = leaf_schema(spec.dtype, nonpositive=True)  # type: ignore[arg-type]
+    return [cs.no_info_after_validator_function(float_scalar(np_dtype), nonpositive),
+            *(cs.with_info_after_validator_function(_check_shape, lists)
+              for lists in as_array(np_dtype, nested_lists(nonpositive)))]
+
+
+def _token_check(wire: str, spec: TensorSpec) -> FieldCheck:
+    """`step.token_fields_shape` (a free shape is the action's; `ref_logprob` may be []) and, for
+    `ref_logprob`, `step.ref_logprob_nonpositive`, as a validator of the token field."""
+    free = any(d.variadic for d in spec.shape)
+    ref = wire == "ref_logprob"
+
+    def check(value: Any, validation: Any) -> Any:
         action = validation.data.get("action")
-        if action is None or value.shape != np.shape(action):
+        if action is None:
             raise GiveUp
+        if free:
+            got = np.shape(value)
+            if got != np.shape(action) and not (ref and got == ()):
+                raise GiveUp
+        if ref and _discrete(action):
+            if value.__class__ is np.ndarray:
+                if value.size and value.max() > 0:
+                    raise GiveUp
+            elif value > 0:
+                raise GiveUp
         return value
 
-    first: list[dict[str, Any]] = []
-    if final_in_schema(logprob) and logprob.dtype in FLOAT_DTYPES:
-        np_dtype = numpy_dtype(logprob.dtype)  # type: ignore[arg-type]
-        nonpositive = leaf_schema(logprob.dtype, nonpositive=True)  # type: ignore[arg-type]
-        first = [cs.no_info_after_validator_function(float_scalar(np_dtype), nonpositive),
-                 *(cs.with_info_after_validator_function(check_shape, lists)
-                   for lists in as_array(np_dtype, nested_lists(nonpositive)))]
-    return {info.attr("logprob"): (check_logprob, first),
-            info.attr("next_observation"): (check_next, [])}
+    return check
 
 
 def _checked(schema: dict[str, Any], check: FieldCheck, first: list[dict[str, Any]]

@@ -382,13 +382,47 @@ def _rectangular(value: Any) -> bool:
     return bool(np.isfinite(arr).all())
 
 
+masks = st.one_of(st.lists(st.booleans(), max_size=4),
+                  st.lists(st.booleans(), max_size=4).map(np.array),
+                  st.booleans(), st.sampled_from([[1, 0], [True, None], np.zeros(2, np.int8)]))
+token_fields = st.fixed_dictionaries({}, optional={
+    "ref_logprob": st.one_of(vectors(st.integers(0, 4)), floats),
+    "loss_mask": masks, "token_reward": st.one_of(vectors(st.integers(0, 4)), floats),
+    "group_id": st.sampled_from(["prompt-1", "", 3, None])})
+
+
 @SETTINGS
 @given(tokens=vectors(st.integers(0, 4)), action=vectors(st.integers(0, 4)),
-       logprob=vectors(st.integers(0, 4)), text=st.one_of(st.none(), st.text(max_size=4)))
-def test_random_llm_records_default_model(llm_record, tokens, action, logprob, text):
+       logprob=vectors(st.integers(0, 4)), text=st.one_of(st.none(), st.text(max_size=4)),
+       extra=token_fields)
+def test_random_llm_records_default_model(llm_record, tokens, action, logprob, text, extra):
+    """LLM records (with the v1.1 token fields) under the default model: both paths agree."""
     observation = {"token_ids": tokens} if text is None else {"token_ids": tokens, "text": text}
-    check_both_paths(dict(llm_record, observation=observation, action=action, logprob=logprob),
-                     RolloutStep)
+    check_both_paths(dict(llm_record, observation=observation, action=action, logprob=logprob,
+                          **extra), RolloutStep)
+
+
+@pytest.mark.parametrize("extra", [
+    {"ref_logprob": [-0.2, -0.3], "loss_mask": [True, False], "token_reward": [0.0, 1.0],
+     "group_id": "prompt-7"},
+    {"ref_logprob": -0.2}, {"ref_logprob": np.float32([-0.2, -0.3])},
+    {"loss_mask": np.array([True, True])}, {"token_reward": np.float32([0.5, -0.5])},
+])
+def test_llm_record_with_token_fields_takes_the_fast_path(llm_record, extra):
+    record = dict(llm_record, **extra)
+    assert fast_validate(record, RolloutStep) is not None
+    check_both_paths(record, RolloutStep)
+
+
+@pytest.mark.parametrize("extra", [
+    {"ref_logprob": [-0.2]}, {"ref_logprob": [-0.2, 0.3]}, {"ref_logprob": 0.3},
+    {"ref_logprob": [[-0.2, -0.3]]}, {"loss_mask": [True]}, {"loss_mask": True},
+    {"token_reward": [0.5, 0.5, 0.5]}, {"token_reward": 0.5}, {"group_id": ""},
+])
+def test_llm_record_with_broken_token_fields(llm_record, extra):
+    check_both_paths(dict(llm_record, **extra), RolloutStep)
+    with pytest.raises(ContractError):
+        validate_step(dict(llm_record, **extra), RolloutStep)
 
 
 @pytest.mark.parametrize("change", [
