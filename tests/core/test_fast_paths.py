@@ -311,6 +311,8 @@ def test_edge_actions_default_model(cartpole_record, action, logprob):
     {"logprob": np.float64([-0.1, -0.2]), "action": [1, 2]},
     {"logprob": np.float32(0.5), "action": 1},
     {"logprob": 1e-50}, {"logprob": -1e39}, {"logprob": [-1, -2], "action": [1, 2]},
+    {"logprob": np.float64(-0.5)}, {"logprob": np.float64(0.5), "action": 0.5},
+    {"ref_logprob": np.float64(-0.25)}, {"ref_logprob": [np.float64(-0.25)], "action": [1]},
     {"logprob": [], "action": []}, {"logprob": [], "action": [1]},
     {"next_observation": [0.5, 0.5, 0.5, 0.5]}, {"next_observation": [0.5]},
     {"next_observation": {"x": [0.5]}},
