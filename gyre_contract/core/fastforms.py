@@ -328,13 +328,21 @@ def tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = 
     Only single-dtype tensors get the list forms; the normal function (last choice) handles every
     other form with its exact semantics, and its result passes the finisher unchanged.
     """
-    if final_in_schema(spec):  # [*name]: a scalar or nested lists of any rank
+    if lone_tensor(spec):  # [*name]: a scalar or nested lists of any rank
         pair = choice_dtypes(spec.dtypes)
         if pair is not None:
             return choice_schema(*pair, normal)  # int64 | float32 [*act]
         leaf = leaf_schema(spec.dtype, nonpositive)  # type: ignore[arg-type]
         return lone_schema(spec.dtype, leaf, TensorForms("", spec).from_array, normal,  # type: ignore
                            raw_scalar)
+    if final_in_schema(spec, nonpositive):  # fixed dims ([4], [A]): the lists, then an array
+        np_dtype = numpy_dtype(spec.dtype)  # type: ignore[arg-type]
+        lists = nested_fixed(leaf_schema(spec.dtype, nonpositive), spec.shape,  # type: ignore
+                             nonempty=np_dtype.kind != "f")
+        return cs.union_schema(
+            [*as_array(np_dtype, [lists]),
+             then(TensorForms("", spec).from_array, cs.is_instance_schema(np.ndarray)), normal],
+            mode="left_to_right")
     choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
     if isinstance(spec.dtype, str) and not any(d.variadic for d in spec.shape):
         choices.append(nested_fixed(leaf_schema(spec.dtype, nonpositive), spec.shape))
@@ -342,11 +350,23 @@ def tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = 
     return cs.union_schema(choices, mode="left_to_right")
 
 
-def final_in_schema(spec: Any) -> bool:
+def final_in_schema(spec: Any, nonpositive: bool = False) -> bool:
     """Whether the fast schema of a field gives the normal path's value itself (a free
-    observation, a `[*name]` tensor), so that the finisher converts nothing."""
+    observation, a `[*name]` tensor, a tensor of one dtype and fixed dims), so that the finisher
+    converts nothing. A fixed-dims log-prob whose list elements are checked <= 0 (`nonpositive`)
+    stays a list for the finisher, which then knows it needs no sign check."""
     if isinstance(spec, AnyObservation):
         return not spec.lead
+    if lone_tensor(spec):
+        return True
+    return isinstance(spec, TensorSpec) and not nonpositive and bool(spec.shape) \
+        and isinstance(spec.dtype, str) and spec.dtype != "bfloat16" \
+        and not any(d.variadic for d in spec.shape)
+
+
+def lone_tensor(spec: Any) -> bool:
+    """A `[*name]` tensor of one dtype, or of an int and a float dtype (`lone_schema`,
+    `choice_schema`)."""
     if not isinstance(spec, TensorSpec) or len(spec.shape) != 1 or not spec.shape[0].variadic:
         return False
     if choice_dtypes(spec.dtypes) is not None:
@@ -354,10 +374,15 @@ def final_in_schema(spec: Any) -> bool:
     return isinstance(spec.dtype, str) and spec.dtype != "bfloat16"
 
 
-def nested_fixed(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
+def nested_fixed(leaf: dict[str, Any], shape: Shape, nonempty: bool = False) -> dict[str, Any]:
+    """Strict nested lists of `leaf` of exactly `shape`'s rank and fixed sizes. `nonempty`: no
+    list may be empty (numpy reads `[]` as float64: an empty list of another dtype is the normal
+    path's)."""
     body = leaf
     for dim in reversed(shape):
-        body = cs.list_schema(body, strict=True, min_length=dim.size, max_length=dim.size)
+        low = dim.size if dim.size is not None else 0
+        body = cs.list_schema(body, strict=True, min_length=max(low, 1) if nonempty else dim.size,
+                              max_length=dim.size)
     return body
 
 
@@ -442,12 +467,15 @@ def _fixed_positions(shape: Shape) -> tuple[tuple[int, int], ...]:
 Converter = Callable[[Any], Any]
 
 
-def field_converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
+def field_converters(model: type[BaseModel], nonpositive: frozenset[int] | set[int] = frozenset()
+                     ) -> list[tuple[str, Converter]]:
     """(attribute, converter) for each tensor field that is not a plain scalar, except those
-    whose schema gives the final value (`final_in_schema`)."""
+    whose schema gives the final value (`final_in_schema`; `nonpositive`: the ids of the specs
+    whose list elements are checked <= 0)."""
     info = model_info(model)
     return [(info.attr(wire), converter(spec)) for wire, spec in field_specs(model).items()
-            if isinstance(spec, TensorSpec) and not spec.is_scalar and not final_in_schema(spec)]
+            if isinstance(spec, TensorSpec) and not spec.is_scalar
+            and not final_in_schema(spec, id(spec) in nonpositive)]
 
 
 def converter(spec: TensorSpec) -> Converter:

@@ -50,6 +50,7 @@ from gyre_contract.core.fastforms import (
     final_in_schema,
     float_scalar,
     leaf_schema,
+    lone_tensor,
     modalities_finisher,
     nested_lists,
     observation_schema,
@@ -257,7 +258,7 @@ def _raw_logprob(model: type[BaseModel]) -> TensorSpec | None:
     """A step's `[*name]` float logprob: its usual form, one Python float, is checked against
     the action (sign) and converted by the finisher, cheaper than in the schema."""
     spec = field_specs(model).get("logprob") if issubclass(model, RolloutStepV1) else None
-    if isinstance(spec, TensorSpec) and final_in_schema(spec) and spec.dtype in FLOAT_DTYPES:
+    if isinstance(spec, TensorSpec) and lone_tensor(spec) and spec.dtype in FLOAT_DTYPES:
         return spec
     return None
 
@@ -269,8 +270,10 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     logprob_spec, action_spec = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob_spec, TensorSpec) or not isinstance(action_spec, TensorSpec):
         raise Unsupported("logprob or action is not a tensor field")
-    converters = [(a, c) for a, c in field_converters(model) if a != "logprob"]
-    convert_logprob = None if logprob_spec.is_scalar or final_in_schema(logprob_spec) \
+    nonpositive = _nonpositive_specs(model)
+    converters = [(a, c) for a, c in field_converters(model, nonpositive) if a != "logprob"]
+    convert_logprob = None if logprob_spec.is_scalar \
+        or final_in_schema(logprob_spec, id(logprob_spec) in nonpositive) \
         else converter(logprob_spec)
     raw = _raw_logprob(model)
     raw_float = None if raw is None else float_scalar(numpy_dtype(raw.dtype))  # type: ignore[arg-type]
@@ -341,7 +344,7 @@ def _build_field_checks(model: type[BaseModel]
     specs = field_specs(model)
     logprob, action = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob, TensorSpec) or not isinstance(action, TensorSpec) \
-            or field_converters(model) or _shared_locations(model):
+            or field_converters(model, _nonpositive_specs(model)) or _shared_locations(model):
         return None
     info = model_info(model)
     order = list(info.wires)
@@ -382,8 +385,11 @@ def _check_shape(value: np.ndarray, validation: Any) -> Any:
 
 def _nonpositive_first(spec: TensorSpec) -> list[dict[str, Any]]:
     """For a `[*name]` float log-prob: a float <= 0 (as the dtype's scalar, no check needed
-    whatever the action) and nested lists of floats <= 0 (their shape checked), tried first."""
-    if not final_in_schema(spec) or spec.dtype not in FLOAT_DTYPES:
+    whatever the action) and nested lists of floats <= 0 (their shape checked), tried first.
+    For a `[]` one: a Python float <= 0."""
+    if spec.is_scalar and spec.dtype in FLOAT_DTYPES:
+        return [leaf_schema(spec.dtype, nonpositive=True)]  # type: ignore[arg-type]
+    if not lone_tensor(spec) or spec.dtype not in FLOAT_DTYPES:
         return []
     np_dtype = numpy_dtype(spec.dtype)  # type: ignore[arg-type]
     nonpositive = leaf_schema(spec.dtype, nonpositive=True)  # type: ignore[arg-type]
