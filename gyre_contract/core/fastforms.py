@@ -17,9 +17,10 @@ This module holds the forms of the free-form fields of the generic models, so th
   shape): a Python int or float, a numpy scalar of one of the two dtypes, nested lists of ints or
   of floats, a numpy array.
 
-A tensor of fixed dims (a pinned `[4]`, `[A]`, `[B, 2]`) keeps the older split (`tensor_schema`,
-`field_converters`): pydantic-core checks strict nested lists of exactly that shape, and the
-model's finisher converts them, in one Python call per record.
+A tensor of one dtype and fixed dims (a pinned `[4]`, `[A]`, `[B, 2]`) is checked as strict
+nested lists of exactly that rank and those sizes and converted the same way (`tensor_schema`);
+only a fixed-dims log-prob whose elements are checked <= 0 stays a list, for the model's
+finisher (`field_converters`), which then knows it needs no sign check.
 
 Every choice of these schemas is strict; the normal validation function is the last one, so any
 other form (or a list numpy finds ragged) is validated there with its exact semantics. An array

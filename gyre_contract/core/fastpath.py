@@ -6,14 +6,15 @@ compiled once per model from the model's own core schema, checks tensor elements
 pydantic-core (strict nested lists with the dtype's range and finiteness, or a numpy array of the
 declared dtype; the forms and their conversions are in `core.fastforms`). Then either
 
-- a pinned model with fixed dims (`[4]`, `[A]`) gets one Python function per record, the
-  finisher, which turns lists into arrays and applies the cross-field rules only where the model
-  can break them; or
 - a model whose fields all get their final values inside pydantic-core and share no named dim
-  (the default `RolloutStep`: free observation, `int64 | float32` action, `[*name]` tensors)
-  gets no finisher: each cross-field rule is a validator of the field it concerns, which sees
-  the fields validated before it (`_field_checks`), so a usual record (a logprob <= 0, no
-  `next_observation`) calls no Python code of ours beyond `np.array`.
+  (the default `RolloutStep`: free observation, `int64 | float32` action, `[*name]` tensors;
+  `CartPoleStep`) gets no finisher: each cross-field rule is a validator of the field it
+  concerns, which sees the fields validated before it (`_field_checks`), so a usual record (a
+  logprob <= 0, no `next_observation`) calls no Python code of ours beyond `np.array`; or
+- a model whose fields share a named dim (`LLMStep`: the action's `A` in `logprob` and the token
+  fields) gets one Python function per record, the finisher, which binds the dims, converts what
+  is left as lists (a log-prob whose elements were checked <= 0 in pydantic-core) and applies
+  the cross-field rules only where the model can break them.
 
 The fast path only ever *accepts*. Whatever it is not sure of (any error, an unusual input form:
 an int inside a float tensor, a numpy array of another dtype, ...) makes it give up, and the
