@@ -22,6 +22,7 @@ from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.binding import Binder, bindable
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.fastfile import Block, BulkPlan, bulk_plan
 from gyre_contract.io.lines import Item, Lines
@@ -137,7 +138,8 @@ class StepChecker:
         checked = bulk.decode(block, arrays=arrays)
         if checked is None or not self.tracker.add_columns(
                 checked.episode_id, checked.step, checked.policy_version, checked.terminated,
-                checked.truncated, first):
+                checked.truncated, first,
+                None if bulk.bound is None else bulk.bound.for_block(checked)):
             return None
         self.records += checked.n
         self.steps += checked.n
@@ -158,12 +160,17 @@ class StepChecker:
         else, like any other source, item by item. Same problems, lines and counts either way.
         """
         bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
-        if bulk is None:
+        binder = None
+        if bulk is None and isinstance(source, Lines) and bindable(self.model):
+            binder = Binder(self.model)  # an unpinned model: bind what the file shows
+        if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return
         assert isinstance(source, Lines)
         for first, block in source.blocks():
-            checked = self.block(bulk, block, first, arrays=episodes is not None)
+            plan = bulk if binder is None else binder.plan_for(block)
+            checked = None if plan is None else \
+                self.block(plan, block, first, arrays=episodes is not None)
             if checked is None:
                 yield from self._items(source.parse(first, block), episodes)
             elif episodes is not None:

@@ -71,6 +71,8 @@ class Block:
     """Fields whose `arrays` entry is None, as in `columns`."""
     layout: list[tuple[str, np.ndarray | None, bool]] | None = None
     """(wire, its `arrays` entry, whether some line lacks it) per field, for `episode`."""
+    present: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per wire of `BulkPlan.presence`: which lines carry it (a plan bound from data)."""
     _columns: dict[str, tuple[Any, ...]] | None = None
 
     @property
@@ -93,8 +95,16 @@ class BulkPlan:
     """The msgspec decoder and column plan of one simple step model."""
 
     def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
-                 discrete: bool) -> None:
+                 discrete: bool, no_ints: frozenset[str] = frozenset()) -> None:
         self.model = model
+        self.no_ints = no_ints
+        """Wires decoded as `int | float` whose values must all be floats (see `binding`)."""
+        self.presence: tuple[str, ...] = ()
+        """Wires whose presence per line `Block.present` records (set by `binding`)."""
+        self.bound: Any = None
+        """For a plan bound from a file's data: its `binding.Binding` (dims and kinds)."""
+        self.stats_model: type[BaseModel] = model
+        """The model whose tensor fields the report's field table lists (`array_counts`)."""
         self.fields = fields  # (wire, struct attribute, msgspec type, required)
         struct = msgspec.defstruct(
             f"{model.__name__}Record",
@@ -148,7 +158,9 @@ class BulkPlan:
                       policy_version=_joined([p.policy_version for p in parts]),
                       terminated=_joined([p.terminated for p in parts]),
                       truncated=_joined([p.truncated for p in parts]),
-                      key_counts=counts, lines=lines, plan=self)
+                      key_counts=counts, lines=lines, plan=self,
+                      present={wire: _joined([p.present[wire] for p in parts])
+                               for wire in self.presence})
         if arrays:
             block.arrays, block.lists = {}, {}
             for wire in counts:
@@ -192,11 +204,18 @@ class BulkPlan:
             return None
         if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
             return None
+        for wire in self.no_ints:
+            if wire in columns and _has_int(columns[wire], counts[wire] < n):
+                return None  # an integer literal: the unpinned model reads another dtype
         part = _Part(n, counts, columns["episode_id"],
                      np.fromiter(columns["step"], np.int64, n),
                      np.fromiter(columns["policy_version"], np.int64, n),
                      np.fromiter(columns["terminated"], bool, n),
                      np.fromiter(columns["truncated"], bool, n))
+        for wire in self.presence:
+            count = counts.get(wire, 0)
+            part.present[wire] = np.full(n, bool(count)) if count in (0, n) else \
+                np.fromiter(map(is_not, columns[wire], repeat(None)), bool, n)
         if arrays:
             part.values = {wire: self._part_column(wire, values, counts[wire], part)
                            for wire, values in columns.items()}
@@ -240,10 +259,10 @@ class BulkPlan:
     def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
         """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
         out = []
-        for wire, spec in field_specs(self.model).items():
-            if isinstance(spec, TensorSpec) and not spec.is_scalar and wire in block.key_counts:
-                shape = tuple(d.size for d in spec.shape)
-                out.append((wire, self.dtypes[wire], shape, block.key_counts[wire]))
+        for wire, spec in field_specs(self.stats_model).items():
+            if wire in block.key_counts and wire in self.dtypes and not (
+                    isinstance(spec, TensorSpec) and spec.is_scalar):
+                out.append((wire, self.dtypes[wire], self.shapes[wire], block.key_counts[wire]))
         return out
 
     def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]
@@ -358,6 +377,7 @@ class _Part:
     terminated: np.ndarray
     truncated: np.ndarray
     values: dict[str, Any] = field(default_factory=dict)
+    present: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _joined(pieces: list[Any]) -> Any:
@@ -392,6 +412,16 @@ def _array(values: Iterable[Any], n: int, dtype: np.dtype, shape: tuple[int, ...
     return np.array(list(values), dtype=dtype)
 
 
+def _has_int(values: tuple[Any, ...], partial: bool) -> bool:
+    """Whether a value (or tensor element) of `values` was an integer literal."""
+    present = [v for v in values if v is not None] if partial else values
+    if present and present[0].__class__ is list:
+        present = list(chain.from_iterable(present))
+        while present and present[0].__class__ is list:
+            present = list(chain.from_iterable(present))
+    return int in set(map(type, present))
+
+
 def _nonpositive(logprobs: list[Any]) -> bool:
     present = [v for v in logprobs if v is not None] if None in logprobs else logprobs
     return max(present) <= 0
@@ -421,6 +451,12 @@ def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
     return model_info(model).derived(PLAN_KEY, _build)
 
 
+def build_plan(model: type[BaseModel], no_ints: frozenset[str] = frozenset()
+               ) -> BulkPlan | None:
+    """A new bulk plan of `model` (not cached; see `_build`), or None."""
+    return _build(model, no_ints) if fast_paths_enabled() else None
+
+
 _INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
 _CROSS = "_cross_field_rules"
@@ -430,7 +466,9 @@ def _cross_rules() -> Any:
     return RolloutStepV1.__pydantic_decorators__.model_validators[_CROSS].func
 
 
-def _build(model: type[BaseModel]) -> BulkPlan | None:
+def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> BulkPlan | None:
+    """The plan of `model`; None when it is not simple enough. `no_ints`: wires whose numbers
+    must be written as floats (read as `int | float`, refused when an integer comes)."""
     if not FAST_PATH.usable():
         return None  # a registered rule this reader does not implement: the normal path
     decorators = model.__pydantic_decorators__
@@ -446,7 +484,7 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
         if spec is None and any(isinstance(m, JsonScalars) for m in info.metadata):
             kind: Any = dict[str, str | _INFO_INT | _INFO_FLOAT | bool]
         elif isinstance(spec, TensorSpec):
-            kind = _msgspec_type(spec)
+            kind = _msgspec_type(spec, wire in no_ints)
         else:
             return None  # an observation of modalities, free-form observation, plain field
         if kind is None:
@@ -464,11 +502,12 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
     action, logprob = specs["action"], specs["logprob"]
     if not logprob.is_scalar:
         return None  # logprob's shape rules and per-element sign: the normal path
-    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES)
+    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES, no_ints=no_ints)
 
 
-def _msgspec_type(spec: TensorSpec) -> Any:
-    """The msgspec type that accepts exactly a subset of what the normal path accepts."""
+def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
+    """The msgspec type that accepts exactly a subset of what the normal path accepts;
+    `ints_too`: a float leaf also takes an integer literal, as an int (see `_has_int`)."""
     if not isinstance(spec.dtype, str) or spec.dtype in ("bfloat16", "string") and spec.shape:
         return None
     if any(d.size is None or d.size == 0 for d in spec.shape):
@@ -479,10 +518,19 @@ def _msgspec_type(spec: TensorSpec) -> Any:
         return None
     if spec.shape:  # a float element beyond the exact-int range may have been written as an int
         leaf = _number(spec.dtype, exact_ints=True)
+        if ints_too and spec.dtype in FLOAT_DTYPES:
+            leaf = leaf | _any_int()
         for dim in reversed(spec.shape):
             leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
         return leaf
+    if ints_too and spec.dtype in FLOAT_DTYPES:
+        return _number(spec.dtype, exact_ints=False) | _any_int()
     return _number(spec.dtype, exact_ints=False)
+
+
+def _any_int() -> Any:
+    """An integer literal the normal reader would take (within 64 bits)."""
+    return Annotated[int, msgspec.Meta(ge=-(2**63), le=2**64 - 1)]
 
 
 def _number(dtype: str, exact_ints: bool) -> Any:
