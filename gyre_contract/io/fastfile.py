@@ -529,8 +529,8 @@ def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
 
 
 def _any_int() -> Any:
-    """An integer literal the normal reader would take (within 64 bits)."""
-    return Annotated[int, msgspec.Meta(ge=-(2**63), le=2**64 - 1)]
+    """An integer literal (one beyond int64 fails decoding: the block goes line by line)."""
+    return Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 def _number(dtype: str, exact_ints: bool) -> Any:
