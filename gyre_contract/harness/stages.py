@@ -162,8 +162,14 @@ def half_way(
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
-    episodes = _episodes(episodes_or_path, model)
-    columns = fmap.collated(episodes, max_len=max_len)
+    flat = None
+    if isinstance(episodes_or_path, (str, os.PathLike)):  # a file: its columns, no episodes
+        flat = fmap.collated_file(episodes_or_path, model or RolloutStep, max_len=max_len)
+    if flat is not None:
+        columns, n_episodes = flat
+    else:
+        episodes = _episodes(episodes_or_path, model)
+        columns, n_episodes = fmap.collated(episodes, max_len=max_len), len(episodes)
     arrays = fmap.apply(columns)
     built = time.perf_counter()
     if schema is None:
@@ -187,7 +193,7 @@ def half_way(
         rows=int(mask.shape[0]),
         time_steps=int(mask.shape[1]),
         steps=int(mask.sum()),
-        episodes=len(episodes),
+        episodes=n_episodes,
         policy_versions=versions,
         loss=loss,
         seconds={"read_and_build": built - clock, "validate": validated - built,

@@ -53,6 +53,7 @@ from gyre_contract.core.models import TrainBatch
 from gyre_contract.core.validate import validate_batch
 from gyre_contract.io.jsonfile import JSONFileError, read_json_file
 from gyre_contract.trainer.collation import DERIVED_FIELDS, collate
+from gyre_contract.trainer.flatcollate import collate_file
 from gyre_contract.trainer.ops import (
     NEEDS_MASK,
     ArgCheck,
@@ -269,6 +270,13 @@ class FieldMap:
         (what `apply` runs on; the mask tells a report how much of the batch is padding)."""
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate(episodes, max_len=max_len, fields=wanted)
+
+    def collated_file(self, path: str | os.PathLike[str], model: Any, *,
+                      max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
+        """`collated` of a JSON Lines file's episodes straight from its columns, with the
+        number of episodes; None when only episodes can say (`flatcollate.collate_file`)."""
+        wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
+        return collate_file(path, model, fields=wanted, max_len=max_len)
 
 
 def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,
