@@ -25,8 +25,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from gyre_contract.core.dims import numpy_dtype
-from gyre_contract.core.models import RolloutStep, field_specs
 from gyre_contract.core.modelinfo import model_info
+from gyre_contract.core.models import RolloutStep, field_specs
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.fastfile import Block

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel

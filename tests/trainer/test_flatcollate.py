@@ -15,13 +15,13 @@ import orjson
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "io"))
-from test_fast_file import cartpole_lines  # noqa: E402
+from test_fast_file import cartpole_lines
 
-from gyre_contract.core.errors import ContractError  # noqa: E402
-from gyre_contract.core.models import RolloutStep  # noqa: E402
-from gyre_contract.io.reading import read_episodes  # noqa: E402
-from gyre_contract.trainer.collation import collate  # noqa: E402
-from gyre_contract.trainer.flatcollate import collate_file  # noqa: E402
+from gyre_contract.core.errors import ContractError
+from gyre_contract.core.models import RolloutStep
+from gyre_contract.io.reading import read_episodes
+from gyre_contract.trainer.collation import collate
+from gyre_contract.trainer.flatcollate import collate_file
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +96,7 @@ def test_a_colon_in_a_string_sends_the_block_to_the_line_path(cartpole_record, c
 
 def test_open_episodes_come_last_in_first_appearance_order(cartpole_record, tmp_path):
     lines = cartpole_lines(dict(cartpole_record), episodes=9, interleave=3)
-    kept = [raw for raw in lines if not orjson.loads(raw)["episode_id"] in ("ep-1", "ep-4")
+    kept = [raw for raw in lines if orjson.loads(raw)["episode_id"] not in ("ep-1", "ep-4")
             or not (orjson.loads(raw)["terminated"] or orjson.loads(raw)["truncated"])]
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(kept) + b"\n")
