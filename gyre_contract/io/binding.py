@@ -130,6 +130,8 @@ def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] 
     annotations: dict[str, Any] = {}
     namespace: dict[str, Any] = {}
     no_ints = set()
+    bindings, _ = record_bindings(model, {  # type: ignore[arg-type]
+        wire: np.zeros(kind[1], kind[0]) for wire, kind in seen.items() if kind is not None})
     for wire, kind in seen.items():
         spec = specs[wire]
         tensor = spec.spec if isinstance(spec, AnyObservation) else spec
@@ -137,10 +139,11 @@ def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] 
             dtype, shape = kind
         elif wire == "next_observation" and "observation" in annotations:
             continue  # pinned below from the observation
-        elif wire == "logprob":
-            dtype, shape = "float32", ()  # a scalar until a line shows otherwise
-        else:
-            return None, frozenset()
+        else:  # no sampled line has it: the dims the others bind (a free `*dims` as [])
+            unseen = _unseen_shape(tensor, bindings)
+            if unseen is None or isinstance(spec, AnyObservation):
+                return None, frozenset()
+            dtype, shape = unseen
         if dtype not in tensor.dtypes and not isinstance(spec, AnyObservation):
             return None, frozenset()
         if len(tensor.dtypes) > 1 and dtype in FLOAT_DTYPES:
@@ -159,6 +162,25 @@ def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] 
                      __doc__=f"{model.__name__} pinned to what a file shows.")
     pinned = type(f"{model.__name__}Bound", (model,), namespace)
     return pinned, frozenset(no_ints)
+
+
+def _unseen_shape(spec: TensorSpec, bindings: dict[str, Any]
+                  ) -> tuple[str, tuple[int, ...]] | None:
+    """(dtype, shape) for a field no sampled line carries: its one dtype, fixed sizes as
+    declared, named dims as the other fields bind them; None when that leaves it open."""
+    if len(spec.dtypes) != 1:
+        return None
+    shape: list[int] = []
+    for dim in spec.shape:
+        if dim.size is not None:
+            shape.append(dim.size)
+        elif dim.variadic:
+            shape += bindings.get(dim.name, ())
+        elif isinstance(bindings.get(dim.name), int):
+            shape.append(bindings[dim.name])
+        else:
+            return None
+    return spec.dtypes[0], tuple(shape)
 
 
 def _kind_of(value: Any) -> tuple[str, tuple[int, ...]] | None:
