@@ -78,8 +78,10 @@ def bind_plan(model: type[BaseModel], lines: list[Any]) -> BulkPlan | None:
     if not steps:
         return None
     seen = _seen(model, steps)
-    if seen is None:
-        return None
+    return None if seen is None else _plan_of(model, seen)
+
+
+def _plan_of(model: type[BaseModel], seen: tuple[Any, ...]) -> BulkPlan | None:
     key = (model, seen)
     if key in _PLANS:
         return _PLANS[key]
@@ -93,6 +95,26 @@ def bind_plan(model: type[BaseModel], lines: list[Any]) -> BulkPlan | None:
         _PLANS.pop(next(iter(_PLANS)))
     _PLANS[key] = plan
     return plan
+
+
+def plan_from_kinds(model: type[BaseModel], kinds: dict[str, tuple[str, tuple[int, ...]]]
+                    ) -> BulkPlan | None:
+    """The plan of `model` pinned to the (dtype, shape) of each field that `kinds` gives (a
+    typed file's columns, e.g. Parquet); None when a field cannot be pinned that way. An
+    observation binds only as float32, the dtype the unpinned model gives it."""
+    seen = []
+    for wire, spec in field_specs(model).items():
+        tensor = spec.spec if isinstance(spec, AnyObservation) else spec
+        if not isinstance(tensor, TensorSpec):
+            return None
+        if not isinstance(spec, AnyObservation) and len(tensor.dtypes) == 1 \
+                and all(d.size is not None for d in tensor.shape):
+            continue
+        kind = kinds.get(wire)
+        if kind is not None and (kind[0] not in tensor.dtypes or kind[0] == "null"):
+            return None
+        seen.append((wire, kind))
+    return _plan_of(model, tuple(seen))
 
 
 _PLANS: dict[tuple[Any, ...], BulkPlan | None] = {}

@@ -136,11 +136,17 @@ class StepChecker:
               arrays: bool = False) -> Block | None:
         """Check a block of lines at once; None (nothing changed) when it must go line by line."""
         checked = bulk.decode(block, arrays=arrays)
-        if checked is None or not self.tracker.add_columns(
+        return checked if checked is not None and self.accept(checked, first) else None
+
+    def accept(self, checked: Block, first: int) -> bool:
+        """Apply the episode rules to a decoded block and count it; False (nothing changed)
+        when it must go line by line."""
+        bulk = checked.plan
+        if not self.tracker.add_columns(
                 checked.episode_id, checked.step, checked.policy_version, checked.terminated,
                 checked.truncated, first,
                 None if bulk.bound is None else bulk.bound.for_block(checked)):
-            return None
+            return False
         self.records += checked.n
         self.steps += checked.n
         if self.stats is not None:
@@ -150,7 +156,7 @@ class StepChecker:
             for i, eid in enumerate(checked.episode_id):
                 if eid not in ids:
                     ids[eid] = first + i
-        return checked
+        return True
 
     def feed(self, source: Lines | Iterable[Item],
              episodes: EpisodeAssembler | None = None) -> Iterator[Episode]:
@@ -159,6 +165,9 @@ class StepChecker:
         A JSON Lines source is checked a block at a time where the model allows (`fastfile`),
         else, like any other source, item by item. Same problems, lines and counts either way.
         """
+        if hasattr(source, "decode_block"):  # a typed source checked a batch at a time
+            yield from self._typed(source, episodes)
+            return
         bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
         binder = None
         if bulk is None and isinstance(source, Lines) and bindable(self.model):
@@ -178,6 +187,20 @@ class StepChecker:
         tail = source.tail_item()
         if tail is not None:
             yield from self._items((tail,), episodes)
+
+    def _typed(self, source: Any, episodes: Any) -> Iterator[Episode]:
+        """`feed` over a source of typed batches (`parquet.ParquetRows`): each batch checked on
+        its columns where it can be, else row by row. Episodes are assembled from rows (a
+        checked batch keeps no lines to rebuild a mixed episode from), except for a sink that
+        takes blocks whole (`columnar`)."""
+        whole = episodes is None or getattr(episodes, "takes_blocks", False)
+        for first, batch in source.blocks():
+            checked = source.decode_block(batch, arrays=episodes is not None) if whole else None
+            if checked is not None and self.accept(checked, first):
+                if episodes is not None:
+                    yield from episodes.add_block(checked, first)
+            else:
+                yield from self._items(source.parse(first, batch), episodes)
 
     def _items(self, items: Iterable[Item], episodes: EpisodeAssembler | None
                ) -> Iterator[Episode]:

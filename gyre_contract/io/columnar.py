@@ -31,6 +31,7 @@ from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.fastfile import Block
 from gyre_contract.io.lines import Lines
+from gyre_contract.io.parquet import ParquetRows, is_parquet
 
 
 @dataclass
@@ -54,6 +55,8 @@ class FileColumns:
 class _Sink:
     """Stands where `StepChecker.feed` takes an `EpisodeAssembler`: keeps blocks and steps."""
 
+    takes_blocks = True  # a checked block is kept whole, never taken apart into steps
+
     def __init__(self) -> None:
         self.chunks: list[Block | list[BaseModel]] = []
 
@@ -72,10 +75,12 @@ class _Sink:
 def read_columns(path: str | os.PathLike[str], model: type[BaseModel] = RolloutStep, *,
                  allow_partial_tail: bool = False) -> FileColumns | None:
     """The file's valid steps as columns; raises ContractError on the first problem (as
-    `read_episodes`), None when its fields do not fit columns (module doc)."""
+    `read_episodes`), None when its fields do not fit columns (module doc). A Parquet file
+    (`.parquet`, `.pq`) is read a record batch at a time, its rows numbered from 1."""
     sink = _Sink()
-    for _ in StepChecker(model).feed(Lines(path, allow_partial_tail=allow_partial_tail),
-                                     sink):  # type: ignore[arg-type]
+    source = ParquetRows(path, model) if is_parquet(path) else \
+        Lines(path, allow_partial_tail=allow_partial_tail)
+    for _ in StepChecker(model).feed(source, sink):  # type: ignore[arg-type]
         pass
     if not sink.chunks:
         return None

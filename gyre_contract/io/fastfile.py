@@ -42,7 +42,7 @@ from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.io.episodes import Episode
 
 _COLON = ord(":")
-_MAX_INFO_KEYS = 1000
+MAX_INFO_KEYS = 1000
 """Far below the reader's per-record key limit, whatever the model's own fields."""
 _FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
 """The normal reader takes integer literals within int64/uint64 and reports any beyond; a float
@@ -197,7 +197,7 @@ class BulkPlan:
         del records
         if "info" in counts:
             sizes = [len(i) for i in columns["info"] if i is not None]
-            if max(sizes) > _MAX_INFO_KEYS:
+            if max(sizes) > MAX_INFO_KEYS:
                 return None  # a record with very many keys: the normal path bounds and reports
             keys += sum(sizes)
         if colons != keys:

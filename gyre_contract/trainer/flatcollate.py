@@ -24,7 +24,6 @@ from pydantic import BaseModel
 
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.io.columnar import FileColumns, read_columns
-from gyre_contract.io.parquet import is_parquet
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.collation import DERIVED_FIELDS, ROW_FIELDS, SKIPPED_FIELDS
 
@@ -32,10 +31,11 @@ from gyre_contract.trainer.collation import DERIVED_FIELDS, ROW_FIELDS, SKIPPED_
 def collate_file(path: str | os.PathLike[str], model: type[BaseModel], *,
                  fields: Iterable[str] | None = None, max_len: int | None = None,
                  max_bytes: int | None = None) -> tuple[dict[str, np.ndarray], int] | None:
-    """(the collated batch, the number of episodes) of a JSON Lines file, or None (module doc).
+    """(the collated batch, the number of episodes) of a JSON Lines or Parquet file, or None
+    (module doc).
 
     Raises ContractError on the first problem of the file, as `read_episodes` does."""
-    if not fast_paths_enabled() or getattr(model, "varying_dims", ()) or is_parquet(path):
+    if not fast_paths_enabled() or getattr(model, "varying_dims", ()):
         return None
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
