@@ -82,12 +82,17 @@ def _backward(rows: _Rows, value: np.ndarray, gamma: float, decay: float) -> np.
     v_next[ends, rows.lengths[ends] - 1] = rows.bootstrap[ends]
     v_next = np.where(rows.terminated, 0.0, v_next)
     delta = np.where(rows.mask, rows.reward + gamma * v_next - value, 0.0)
-    adv = np.zeros((nb, nt), dtype=np.float64)
+    # time-major copies: each step of the recursion reads and writes one contiguous row of B
+    delta_t = np.ascontiguousarray(delta.T)
+    padding_t = np.ascontiguousarray(~rows.mask.T)
+    adv_t = np.empty((nt, nb), dtype=np.float64)
     running = np.zeros(nb, dtype=np.float64)
     for t in range(nt - 1, -1, -1):
-        running = np.where(rows.mask[:, t], delta[:, t] + decay * running, 0.0)
-        adv[:, t] = running
-    return adv
+        running *= decay
+        running += delta_t[t]
+        np.copyto(running, 0.0, where=padding_t[t])
+        adv_t[t] = running
+    return adv_t.T.copy()
 
 
 class _Rows:

@@ -227,6 +227,7 @@ class FieldMap:
         dict of its modalities. Only the targets the map names are returned.
         """
         out: dict[str, Any] = {}
+        columns = _Columns(columns)  # ops may share work within this call (`memo`)
         for target, spec in self.fields.items():
             op = self._registered(target, spec.op)
             inputs = [_source(columns, name) for name in spec.sources]
@@ -277,6 +278,15 @@ class FieldMap:
         number of episodes; None when only episodes can say (`flatcollate.collate_file`)."""
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate_file(path, model, fields=wanted, max_len=max_len)
+
+
+class _Columns(dict):
+    """The collated columns as ops see them during one `FieldMap.apply`: a dict, plus `memo`
+    where an op keeps what another target of the same map reuses (GAE's advantage and return)."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        super().__init__(columns)
+        self.memo: dict[Any, Any] = {}
 
 
 def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,
