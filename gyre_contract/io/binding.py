@@ -278,11 +278,15 @@ class BlockShapes:
     def per_episode(self, order: np.ndarray, starts: np.ndarray
                     ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         code = self.code[order]
+        if not len(code):
+            return [], []
         binding = self.binding
-        first = [binding.dims_of(c) for c in code[starts].tolist()]
-        kinds = [binding.kinds_of(c) for c in np.bitwise_or.reduceat(code, starts).tolist()] \
-            if len(code) else []
-        return first, kinds
+        firsts, first_at = np.unique(code[starts], return_inverse=True)
+        dims = [binding.dims_of(c) for c in firsts.tolist()]
+        carried, carried_at = np.unique(np.bitwise_or.reduceat(code, starts),
+                                        return_inverse=True)
+        kinds = [binding.kinds_of(c) for c in carried.tolist()]
+        return [dims[i] for i in first_at.tolist()], [kinds[i] for i in carried_at.tolist()]
 
 
 def _has_named(spec: Any) -> bool:

@@ -49,6 +49,9 @@ __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet"
 
 ROWS_PER_BATCH = 8192
 """Rows converted to records at a time when reading, and written per batch."""
+COLUMN_BATCH_ROWS = 65536
+"""Rows `ParquetRows` reads at a time: a batch checked on its columns costs a few numpy calls
+whatever its size (a batch that fails is converted to records as a whole)."""
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -294,7 +297,7 @@ class ParquetRows:
     def __init__(self, path: str | os.PathLike[str], model: type[BaseModel],
                  batch_rows: int | None = None) -> None:
         self.path, self.model = path, model
-        self.batch_rows = ROWS_PER_BATCH if batch_rows is None else batch_rows
+        self.batch_rows = COLUMN_BATCH_ROWS if batch_rows is None else batch_rows
         self.handle = open_parquet(path)
         schema = self.handle.schema_arrow
         problems = arrow_schema_problems(schema, model)
@@ -311,7 +314,8 @@ class ParquetRows:
 
         row = 0
         try:
-            for batch in self.handle.iter_batches(batch_size=self.batch_rows):
+            for batch in self.handle.iter_batches(batch_size=self.batch_rows,
+                                                  use_threads=True):
                 yield row + 1, batch
                 row += batch.num_rows
         except (pa.ArrowInvalid, OSError) as err:

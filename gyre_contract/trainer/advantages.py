@@ -92,7 +92,7 @@ def _backward(rows: _Rows, value: np.ndarray, gamma: float, decay: float) -> np.
         running += delta_t[t]
         np.copyto(running, 0.0, where=padding_t[t])
         adv_t[t] = running
-    return adv_t.T.copy()
+    return adv_t.T  # a view: the caller's cast to the output dtype makes it contiguous
 
 
 class _Rows:

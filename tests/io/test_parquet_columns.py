@@ -36,7 +36,7 @@ from gyre_contract.trainer.flatcollate import collate_file  # noqa: E402
 def small_batches(monkeypatch):
     import gyre_contract.io.parquet as parquet
 
-    monkeypatch.setattr(parquet, "ROWS_PER_BATCH", 16)
+    monkeypatch.setattr(parquet, "COLUMN_BATCH_ROWS", 16)
 
 
 def clean_table(base: dict, tmp_path: Path, model: Any) -> Any:
