@@ -56,6 +56,16 @@ class EndedEpisodes:
         if len(self._recent) >= _BUFFER:
             self._flush()
 
+    def add_many(self, episode_ids: list[str], lines: list[int]) -> None:
+        """`add` of each id with its line, in order (none of them had ended)."""
+        recent = self._recent
+        for eid, line in zip(episode_ids, lines):
+            recent[hash(eid)] = line
+            self._count += 1
+            if len(recent) >= _BUFFER:
+                self._flush()
+                recent = self._recent
+
     def any_of(self, episode_ids: Iterable[str]) -> bool:
         """Whether any of `episode_ids` ended already (one vectorised search per run)."""
         keys = [hash(eid) for eid in episode_ids]

@@ -347,11 +347,16 @@ class EpisodeTracker:
                 state = self._open.get(eid)
                 dims, kinds = (state.dims, state.kinds) if state else ({}, {})
             self._open[eid] = OpenEpisode(last_step, last_version, line, dims, kinds)
-        for line, eid, term in sorted(ended):
-            self._open.pop(eid, None)
-            self._ended.add(eid, line)
-            self.terminated += term
-            self.truncated += not term
+        if not ended:
+            return
+        ended.sort()
+        opened = self._open
+        for _, eid, _ in ended:
+            opened.pop(eid, None)
+        self._ended.add_many([eid for _, eid, _ in ended], [line for line, _, _ in ended])
+        terms = sum(term for _, _, term in ended)
+        self.terminated += terms
+        self.truncated += len(ended) - terms
 
     def skip(self, episode_id: str, step: int, line: int | None = None) -> None:
         """Account for a step that failed validation, so its episode's next step is not blamed.

@@ -187,13 +187,23 @@ def _check_kinds(arrays: dict[str, np.ndarray], next_value: np.ndarray) -> None:
         raise ContractError(problems)
 
 
-def _row_names(episode_id: Sequence[str] | np.ndarray | None, n: int) -> list[str]:
-    if episode_id is None:
-        return [f"row {b}" for b in range(n)]
-    return [f"row {b} (episode {str(episode_id[b])!r})" for b in range(n)]
+def _row_names(episode_id: Sequence[str] | np.ndarray | None, n: int) -> _RowNames:
+    return _RowNames(episode_id)
 
 
-def _mask_problems(mask: np.ndarray, lengths: np.ndarray, names: list[str]) -> list[Problem]:
+class _RowNames:
+    """`names[b]`: how a message names row b (made only for the rows a message names)."""
+
+    def __init__(self, episode_id: Sequence[str] | np.ndarray | None) -> None:
+        self.episode_id = episode_id
+
+    def __getitem__(self, b: Any) -> str:
+        if self.episode_id is None:
+            return f"row {b}"
+        return f"row {b} (episode {str(self.episode_id[b])!r})"
+
+
+def _mask_problems(mask: np.ndarray, lengths: np.ndarray, names: _RowNames) -> list[Problem]:
     """Padding only at a row's end: the mask must be a run of True then a run of False."""
     prefix = np.arange(mask.shape[1])[None, :] < lengths[:, None]
     bad = np.flatnonzero((mask != prefix).any(axis=1))
@@ -207,7 +217,7 @@ def _mask_text(row: np.ndarray) -> str:
 
 
 def _finite_problems(arrays: dict[str, np.ndarray], mask: np.ndarray,
-                     names: list[str]) -> list[Problem]:
+                     names: _RowNames) -> list[Problem]:
     problems = []
     for name in ("reward", "value"):
         if name not in arrays:
@@ -221,7 +231,7 @@ def _finite_problems(arrays: dict[str, np.ndarray], mask: np.ndarray,
 
 
 def _mid_row_end_problems(done: np.ndarray, lengths: np.ndarray,
-                          names: list[str]) -> list[Problem]:
+                          names: _RowNames) -> list[Problem]:
     """An episode ends only at its last step, so a row is done at most at its last real step."""
     last = np.where(lengths > 0, lengths - 1, -1)
     mid = done & (np.arange(done.shape[1])[None, :] < last[:, None])
@@ -242,7 +252,7 @@ def _bootstrap(
     lengths: np.ndarray,
     next_value: np.ndarray,
     truncation: str,
-    names: list[str],
+    names: _RowNames,
 ) -> tuple[np.ndarray, list[Problem]]:
     """The value after each row's last real step: 0 when terminated, else `next_value[b]`."""
     nb = lengths.shape[0]
