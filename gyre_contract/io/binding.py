@@ -82,19 +82,50 @@ def bind_plan(model: type[BaseModel], lines: list[Any]) -> BulkPlan | None:
 
 
 def _plan_of(model: type[BaseModel], seen: tuple[Any, ...]) -> BulkPlan | None:
-    key = (model, seen)
-    if key in _PLANS:
-        return _PLANS[key]
+    plans = model_info(model).derived(PLANS_KEY, _no_plans)  # files of one shape share a plan
+    if seen in plans:
+        return plans[seen]
     pinned, no_ints = _pinned(model, dict(seen))
     plan = None if pinned is None else build_plan(pinned, no_ints)
+    if plan is not None and not _consistent(model, plan):
+        plan = None
     if plan is not None:
         plan.stats_model = model
         binding = Binding(model, plan)
         plan.bound, plan.presence = binding, binding.presence
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.pop(next(iter(_PLANS)))
-    _PLANS[key] = plan
+    if len(plans) >= _MAX_PLANS:
+        plans.pop(next(iter(plans)))
+    plans[seen] = plan
     return plan
+
+
+def _consistent(model: type[BaseModel], plan: BulkPlan) -> bool:
+    """Whether a step carrying every field of the plan, with its bound shapes, is valid under
+    `model`: the rules that relate shapes (a token field as long as the action, logprob [] or
+    the action's dims, ...) hold for the bound shapes, so they hold on every line the plan takes.
+    (Shapes seen on valid lines always pass; shapes read from a file's column types may not.)"""
+    record: dict[str, Any] = {}
+    for wire, _, _, _ in plan.fields:
+        dtype = plan.dtypes.get(wire)
+        if dtype is None:
+            continue  # info
+        zeros = np.zeros(plan.shapes[wire], dtype)
+        record[wire] = "x" if dtype.kind == "U" else zeros.item() if not zeros.ndim else zeros
+    record.update(step=0, terminated=False, truncated=False, policy_version=0)
+    try:
+        validate_step(record, model)  # type: ignore[arg-type]
+    except ContractError:
+        return False
+    return True
+
+
+PLANS_KEY = "binding.bound_plans"
+"""The `ModelInfo.derived` key of a model's bound plans: what was seen -> plan."""
+_MAX_PLANS = 64
+
+
+def _no_plans(model: type[BaseModel]) -> dict[tuple[Any, ...], BulkPlan | None]:
+    return {}
 
 
 def plan_from_kinds(model: type[BaseModel], kinds: dict[str, tuple[str, tuple[int, ...]]]
@@ -115,11 +146,6 @@ def plan_from_kinds(model: type[BaseModel], kinds: dict[str, tuple[str, tuple[in
             return None
         seen.append((wire, kind))
     return _plan_of(model, tuple(seen))
-
-
-_PLANS: dict[tuple[Any, ...], BulkPlan | None] = {}
-"""Bound plans by (model, what was seen): files of one shape share one pinned model."""
-_MAX_PLANS = 64
 
 
 def _seen(model: type[BaseModel], steps: list[Any]

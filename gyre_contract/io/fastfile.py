@@ -105,6 +105,8 @@ class BulkPlan:
         """For a plan bound from a file's data: its `binding.Binding` (dims and kinds)."""
         self.stats_model: type[BaseModel] = model
         """The model whose tensor fields the report's field table lists (`array_counts`)."""
+        self.extra: dict[str, Any] = {}
+        """What other readers derive from this plan and keep with it (a Parquet JSON decoder)."""
         self.fields = fields  # (wire, struct attribute, msgspec type, required)
         struct = msgspec.defstruct(
             f"{model.__name__}Record",

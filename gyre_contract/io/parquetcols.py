@@ -31,6 +31,9 @@ from gyre_contract.io.arrowschema import peel
 from gyre_contract.io.binding import bindable, plan_from_kinds
 from gyre_contract.io.fastfile import MAX_INFO_KEYS, Block, BulkPlan, bulk_plan
 
+SIGNED = ("logprob", "ref_logprob")
+"""Fields whose values are <= 0 under a discrete action."""
+
 PARQUET_FAST_PATH = declare_fast_path(
     "parquet_columns", kinds=("field", "step"),
     implements=[*(r.name for r in FIELD_RULES),  # typed columns + `_check_column`
@@ -105,6 +108,7 @@ def _decode(plan: BulkPlan, batch: Any, arrays: bool) -> Block | None:
     counts: dict[str, int] = {}
     values: dict[str, Any] = {}
     masks: dict[str, np.ndarray] = {}
+    strings: dict[str, tuple[Any, ...]] = {}
     for name, column in zip(batch.schema.names, batch.columns):
         nulls = column.null_count
         if name == "info":
@@ -122,8 +126,7 @@ def _decode(plan: BulkPlan, batch: Any, arrays: bool) -> Block | None:
             valid = column if present is None else column.filter(present)
             if pc.any(pc.equal(pc.utf8_length(valid), 0)).as_py():
                 return None  # an empty string: the row path reports it
-            if name != "episode_id" and arrays:
-                return None  # a string column episodes keep as a list: the row path
+            strings[name] = tuple(column.to_pylist())  # None on null rows, as `Block.lists`
             array = None
         else:
             array = _checked(plan, name, column, present, n)
@@ -135,18 +138,18 @@ def _decode(plan: BulkPlan, batch: Any, arrays: bool) -> Block | None:
         masks[name] = np.ones(n, bool) if present is None else present
     if not set(plan.required) <= set(counts):
         return None
-    if plan.discrete and "logprob" in values and \
-            not (values["logprob"][masks["logprob"]] <= 0).all():
-        return None
-    block = Block(n=n, episode_id=tuple(batch.column("episode_id").to_pylist()),
+    if plan.discrete and not all((values[w][masks[w]] <= 0).all() for w in SIGNED
+                                 if w in values):
+        return None  # step.logprob_nonpositive (and ref_logprob's): the row path reports it
+    block = Block(n=n, episode_id=strings["episode_id"],
                   step=values["step"], policy_version=values["policy_version"],
                   terminated=values["terminated"], truncated=values["truncated"],
                   key_counts=counts, lines=[], plan=plan)
     block.present = {w: masks.get(w, np.zeros(n, bool)) for w in plan.presence}
+    block.lists = strings  # what `Block.column` gives for them (lines are not kept)
     if arrays:
         block.arrays = {w: a for w, a in values.items() if a is not None}
-        block.arrays["episode_id"] = None
-        block.lists = {"episode_id": block.episode_id}
+        block.arrays.update(dict.fromkeys(strings))
     return block
 
 
@@ -154,10 +157,10 @@ def _clean_json(plan: BulkPlan, column: Any) -> bool:
     """Whether every `info` value is a JSON object the JSON Lines bulk reader would take: its
     msgspec type (string, integer within 64 bits, finite float or bool values), no key written
     twice (as many ':' as keys, as `fastfile` counts them), at most `MAX_INFO_KEYS` keys."""
-    decode = _json_decoders.get(plan)
+    decode = plan.extra.get("info_decode")
     if decode is None:
         kind = next(k for wire, _, k, _ in plan.fields if wire == "info")
-        decode = _json_decoders[plan] = msgspec.json.Decoder(kind).decode
+        decode = plan.extra["info_decode"] = msgspec.json.Decoder(kind).decode
     for text in column.drop_null().to_pylist():
         raw = text.encode("utf-8", "surrogatepass")
         try:
@@ -167,9 +170,6 @@ def _clean_json(plan: BulkPlan, column: Any) -> bool:
         if len(value) > MAX_INFO_KEYS or raw.count(b":") != len(value):
             return False
     return True
-
-
-_json_decoders: dict[BulkPlan, Any] = {}
 
 
 def _checked(plan: BulkPlan, name: str, column: Any, present: np.ndarray | None, n: int
