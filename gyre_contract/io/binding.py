@@ -32,6 +32,7 @@ from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import Tensor, TensorSpec
+from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.fastfile import Block, BulkPlan, build_plan
 
@@ -187,6 +188,8 @@ def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] 
             dtype, shape = kind
         elif wire == "next_observation" and "observation" in annotations:
             continue  # pinned below from the observation
+        elif wire in TOKEN_FIELDS:
+            continue  # the plan gives it the pinned action's shape (`fastfile.bound_specs`)
         else:  # no sampled line has it: the dims the others bind (a free `*dims` as [])
             unseen = _unseen_shape(tensor, bindings)
             if unseen is None or isinstance(spec, AnyObservation):

@@ -140,7 +140,10 @@ def _block_columns(block: Block) -> dict[str, Any] | None:
         if wire in ("episode_id", "info"):
             continue
         if array is None:
-            return None  # strings or a non-float field some lines lack: episodes decide
+            values = block.lists.get(wire)
+            if values is None or None in values or not all(v.__class__ is str for v in values):
+                return None  # a non-float field some lines lack: episodes decide
+            array = np.array(values, dtype=np.str_)
         out[wire] = array
     return out
 
@@ -160,7 +163,12 @@ def _step_columns(steps: list[BaseModel], info: Any, specs: dict[str, Any]
             return None
         present = [v for v in values if v is not None]
         spec = specs.get(wire)
-        if isinstance(spec, TensorSpec) and len(spec.dtypes) == 1 and spec.dtype != "string":
+        if isinstance(spec, TensorSpec) and spec.dtype == "string":
+            if missing:
+                return None
+            out[wire] = np.array(values, dtype=np.str_)
+            continue
+        if isinstance(spec, TensorSpec) and len(spec.dtypes) == 1:
             dtype = numpy_dtype(spec.dtype)  # a scalar field validates to a Python number
         else:
             dtypes = {getattr(v, "dtype", None) for v in present}
@@ -187,8 +195,9 @@ def _joined(pieces: list[Any], spec: Any) -> np.ndarray | None:
     """One field's pieces (arrays, or the number of steps of a chunk without it) as one array."""
     arrays = [p for p in pieces if p.__class__ is np.ndarray]
     first = arrays[0]
-    if any(a.dtype != first.dtype or a.shape[1:] != first.shape[1:] for a in arrays):
-        return None  # another dtype or shape somewhere: episodes decide
+    if any(a.shape[1:] != first.shape[1:] or a.dtype != first.dtype
+           and not a.dtype.kind == first.dtype.kind == "U" for a in arrays):
+        return None  # another dtype or shape somewhere: episodes decide (strings: the widest)
     if len(arrays) < len(pieces):  # chunks without the field
         if first.dtype.kind != "f":
             return None

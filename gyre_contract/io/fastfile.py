@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, ne
+from operator import attrgetter, is_not
 from typing import Annotated, Any
 
 import msgspec
@@ -39,6 +39,7 @@ from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.io.episodes import Episode
 
 _COLON = ord(":")
@@ -95,7 +96,8 @@ class BulkPlan:
     """The msgspec decoder and column plan of one simple step model."""
 
     def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
-                 discrete: bool, no_ints: frozenset[str] = frozenset()) -> None:
+                 discrete: bool, no_ints: frozenset[str] = frozenset(),
+                 specs: dict[str, Any] | None = None) -> None:
         self.model = model
         self.no_ints = no_ints
         """Wires decoded as `int | float` whose values must all be floats (see `binding`)."""
@@ -120,7 +122,7 @@ class BulkPlan:
         self.attrs = {wire: attrgetter(attr) for wire, attr, _, _ in fields}
         self.required = {wire for wire, _, _, required in fields if required}
         self.discrete = discrete  # a discrete action: every logprob must be <= 0
-        specs = field_specs(model)
+        specs = field_specs(model) if specs is None else specs  # token fields: `bound_specs`
         self.specs = {wire: specs[wire] for wire, _, _, _ in fields if wire in specs}
         self.dtypes = {wire: numpy_dtype(spec.dtype) for wire, spec in self.specs.items()}
         self.shapes = {wire: tuple(d.size for d in spec.shape) for wire, spec in self.specs.items()}
@@ -204,8 +206,9 @@ class BulkPlan:
             keys += sum(sizes)
         if colons != keys:
             return None
-        if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
-            return None
+        if self.discrete and not all(_nonpositive(columns[wire]) for wire in SIGNED
+                                     if wire in columns):
+            return None  # step.logprob_nonpositive, step.ref_logprob_nonpositive
         for wire in self.no_ints:
             if wire in columns and _has_int(columns[wire], counts[wire] < n):
                 return None  # an integer literal: the unpinned model reads another dtype
@@ -424,6 +427,25 @@ def _has_int(values: tuple[Any, ...], partial: bool) -> bool:
     return int in set(map(type, present))
 
 
+SIGNED = ("logprob", "ref_logprob")
+"""Fields whose values are <= 0 under a discrete action."""
+
+
+def bound_specs(specs: dict[str, Any]) -> dict[str, Any]:
+    """The token fields of free shape (`*name`) with the one shape this reader accepts for them,
+    which `step.token_fields_shape` allows beside an action of fixed shape: the action's shape
+    (`ref_logprob`: one value, []). Another shape fails decoding: the normal path explains."""
+    action = specs.get("action")
+    if not isinstance(action, TensorSpec) or any(d.size is None for d in action.shape):
+        return {}
+    out = {}
+    for wire in TOKEN_FIELDS:
+        spec = specs.get(wire)
+        if isinstance(spec, TensorSpec) and len(spec.shape) == 1 and spec.shape[0].variadic:
+            out[wire] = replace(spec, shape=() if wire == "ref_logprob" else action.shape)
+    return out
+
+
 def _nonpositive(logprobs: list[Any]) -> bool:
     present = [v for v in logprobs if v is not None] if None in logprobs else logprobs
     return max(present) <= 0
@@ -436,6 +458,8 @@ FAST_PATH = declare_fast_path(
                 "step.dims_agree",  # no named dims
                 "step.logprob_shape",  # a scalar logprob
                 "step.logprob_nonpositive",  # `_nonpositive`
+                "step.token_fields_shape",  # `bound_specs`: the action's fixed shape
+                "step.ref_logprob_nonpositive",  # `_nonpositive`
                 "step.next_observation_structure", "step.next_observation_modalities",
                 "step.next_observation_shape"])  # one fixed tensor shape for both
 """The rules the bulk reader implements: each one a block breaks makes it refuse the block."""
@@ -478,6 +502,7 @@ def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> Bul
             or decorators.model_validators[_CROSS].func is not _cross_rules():
         return None  # rules of the project's own: only the normal path knows them
     specs = field_specs(model)
+    specs = {**specs, **bound_specs(specs)}
     names = model_info(model)
     fields = []
     for name, info in model.model_fields.items():
@@ -504,7 +529,8 @@ def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> Bul
     action, logprob = specs["action"], specs["logprob"]
     if not logprob.is_scalar:
         return None  # logprob's shape rules and per-element sign: the normal path
-    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES, no_ints=no_ints)
+    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES, no_ints=no_ints,
+                    specs=specs)
 
 
 def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
@@ -551,27 +577,3 @@ def _number(dtype: str, exact_ints: bool) -> Any:
         return Annotated[float, msgspec.Meta(ge=-top, le=top)]
     top = FLOAT_MAX[dtype]
     return Annotated[float, msgspec.Meta(gt=max(-top, _FLOAT_LO), lt=min(top, _FLOAT_HI))]
-
-
-def episode_rows(block: Block) -> list[tuple[str, Any, bool]]:
-    """(episode id, its rows in the block, whether its last row ends it), by first appearance.
-
-    Rows are a slice when the episode's lines are contiguous (the usual case), else a list.
-    """
-    ids, n = block.episode_id, block.n
-    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, n - 1)
-    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
-    index: dict[str, list[tuple[int, int]]] = {}
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        index.setdefault(ids[start], []).append((start, stop))
-    done = (block.terminated | block.truncated).tolist()
-    out = []
-    for eid, runs in index.items():
-        if len(runs) == 1:
-            rows: Any = slice(*runs[0])
-            last = runs[0][1] - 1
-        else:
-            rows = [i for a, b in runs for i in range(a, b)]
-            last = rows[-1]
-        out.append((eid, rows, done[last]))
-    return out

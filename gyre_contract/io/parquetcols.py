@@ -39,7 +39,10 @@ PARQUET_FAST_PATH = declare_fast_path(
     implements=[*(r.name for r in FIELD_RULES),  # typed columns + `_check_column`
                 "step.dims_agree",  # a plan has no named dims
                 "step.logprob_shape",  # a scalar logprob column
-                "step.logprob_nonpositive",  # `_check_column`
+                "step.logprob_nonpositive",  # `_decode`: SIGNED
+                "step.ref_logprob_nonpositive",  # `_decode`: SIGNED
+                "step.token_fields_shape",  # the plan's fixed shapes (`fastfile.bound_specs`,
+                # `binding._consistent`), and columns of exactly those shapes
                 "step.next_observation_structure", "step.next_observation_modalities",
                 "step.next_observation_shape"])  # one fixed type for both columns
 """The rules the columnar Parquet check implements: a batch that breaks one goes row by row."""

@@ -571,7 +571,7 @@ def _roles_agree(s: Field, t: Field) -> bool:
         return True
     # Only declared roles can veto a same-name match (`dones` declared episode_start vs done).
     return not (s.declared_role and t.declared_role) and not (
-        {s.role, t.role} & {"ref_logprob", "episode_start"})
+        {s.role, t.role} & {"ref_logprob", "episode_start", "loss_mask"})
 
 
 def _name_likeness(a: str, b: str) -> float:

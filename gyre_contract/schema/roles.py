@@ -18,7 +18,8 @@ from dataclasses import dataclass
 ROLES: tuple[str, ...] = (
     "observation", "next_observation", "action", "reward", "return", "value", "next_value",
     "advantage", "logprob", "ref_logprob", "entropy", "terminated", "truncated", "done",
-    "episode_start", "mask", "step", "episode_id", "policy_version", "other",
+    "episode_start", "mask", "step", "episode_id", "policy_version", "group_id", "loss_mask",
+    "token_reward", "other",
 )
 
 # role -> {name: libraries that use it}. Names are lower case; dots are field nesting.

@@ -103,6 +103,7 @@ def llm_records() -> list[dict]:
             out.append({"observation": {"token_ids": [1, 2, 3], "text": f"{eid}{t}"},
                         "action": list(range(10, 10 + n)),
                         "logprob": [-0.25 * (i + 1) - 0.125 * k for i in range(n)],
+                        "ref_logprob": [-0.5 * (i + 1) for i in range(n)],
                         "value": 0.5, "next_value": 0.25, "reward": float(last), "step": t,
                         "episode_id": eid, "terminated": last and eid != "b",
                         "truncated": last and eid == "b", "policy_version": 3})
@@ -118,12 +119,17 @@ def test_trl_gets_one_row_per_generation_with_its_token_mask(tmp_path) -> None:
     write_steps(path, llm_records())
     trainer = PEERS / "trl_grpo.json"
     r = diff(LLMStep, trainer, batch_dims="B")
-    assert r.exit_code() == 0 and r.entry("ref_per_token_logps").tier == "optional_missing"
+    ref = r.entry("ref_per_token_logps")  # the step's ref_logprob (contract v1.1), padded
+    assert r.exit_code() == 0 and (ref.tier, ref.sampler_fields) == ("needs_conversion",
+                                                                     ("ref_logprob",))
     batch = half_way(path, r.field_map(), model=LLMStep, trainer=trainer, batch_dims="B").batch
     gens = [len(rec["action"]) for rec in llm_records()]
     # rows in the [B, T] mask order: episode by episode, step by step
     assert batch["completion_ids"].shape == (len(gens), max(gens))
     assert batch["completion_mask"].sum(axis=1).tolist() == gens
+    refs = batch["ref_per_token_logps"]
+    assert [refs[row, :n].tolist() for row, n in enumerate(gens)] == [
+        [-0.5 * (i + 1) for i in range(n)] for n in gens]
     cols = collate(list(read_episodes(path, LLMStep)), fields=["reward", "value", "terminated",
                                                               "truncated"])
     adv, _ = gae(cols["reward"], cols["value"], cols["terminated"], cols["truncated"],

@@ -72,6 +72,18 @@ def early_steps(lines: list[bytes], **changes: Any) -> list[bytes]:
     return out
 
 
+def token_fields(lines: list[bytes]) -> list[bytes]:
+    """The v1.1 step fields on every line: a two-token action, one group per 4 episodes."""
+    out = []
+    for raw in lines:
+        record = orjson.loads(raw)
+        number = int(record["episode_id"].split("-")[1])
+        record.update(action=[3, 4], ref_logprob=-0.5, loss_mask=[True, False],
+                      token_reward=[0.1, 0.2], group_id=f"g-{number // 4}")
+        out.append(orjson.dumps(record))
+    return out
+
+
 VARIANTS = {
     "clean": lambda base: cartpole_lines(base),
     "defects": lambda base: with_defects(cartpole_lines(base), DEFECTS),
@@ -95,6 +107,14 @@ VARIANTS = {
                                                 action=[1, 2.5]),
     "next observation": lambda base: replaced(cartpole_lines(base), 8,
                                               next_observation=[0.5] * 4),
+    "token fields": lambda base: token_fields(cartpole_lines(base)),
+    "token mask too long": lambda base: replaced(token_fields(cartpole_lines(base)), 44,
+                                                 loss_mask=[True, True, False]),
+    "positive ref logprob": lambda base: replaced(token_fields(cartpole_lines(base)), 52,
+                                                  ref_logprob=0.25),
+    "empty group": lambda base: replaced(token_fields(cartpole_lines(base)), 23, group_id=""),
+    "group versions": lambda base: replaced(token_fields(cartpole_lines(base)), 6,
+                                            policy_version=0, group_id="g-2"),
     "positive logprob": lambda base: replaced(cartpole_lines(base), 45, logprob=0.5),
     "modalities": lambda base: replaced(cartpole_lines(base), 3,
                                         observation={"pixels": [1, 2], "state": [0.5]}),
@@ -140,7 +160,7 @@ def test_episodes_are_identical_without_a_pinned_model(cartpole_record, tmp_path
             assert same_columns(a.columns[key], b.columns[key]), (a.episode_id, key)
 
 
-@pytest.mark.parametrize("variant", ["clean", "spaced", "float actions"])
+@pytest.mark.parametrize("variant", ["clean", "spaced", "float actions", "token fields"])
 def test_the_bound_plan_is_taken(cartpole_record, tmp_path, monkeypatch, variant):
     import gyre_contract.io.checking as checking
 

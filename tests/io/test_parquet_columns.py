@@ -41,6 +41,9 @@ def small_batches(monkeypatch):
 
 def clean_table(base: dict, tmp_path: Path, model: Any) -> Any:
     records = [orjson.loads(raw) for raw in cartpole_lines(dict(base), episodes=14)]
+    for record in records:  # the v1.1 fields too: one group per 4 episodes
+        number = int(record["episode_id"].split("-")[1])
+        record.update(group_id=f"g-{number // 4}", ref_logprob=-0.5)
     path = tmp_path / "clean.parquet"
     write_parquet(path, records, model)
     return pq.read_table(path)
@@ -78,6 +81,10 @@ DEFECTS = {
     "bad info": ("info", set_at(9, '{"seed": 3, "seed": 4}')),
     "next observation": ("next_observation", set_at(30, [0.5, 0.5, 0.5, 0.5])),
     "null logprob": ("logprob", set_at(31, None)),
+    "empty group": ("group_id", set_at(26, "")),
+    "null group": ("group_id", set_at(27, None)),
+    "group versions": ("group_id", set_at(2, "g-3")),
+    "positive ref logprob": ("ref_logprob", set_at(44, 0.5)),
 }
 
 

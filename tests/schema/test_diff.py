@@ -65,7 +65,8 @@ def test_step_to_train_batch() -> None:
         "mask": "needs_conversion", "policy_version": "same", "episode_id": "same",
         "step": "same"}
     assert [e.sampler_fields for e in r.tier("unused")] == [
-        ("entropy",), ("next_observation",), ("return",), ("info",)]
+        ("ref_logprob",), ("entropy",), ("next_observation",), ("return",), ("group_id",),
+        ("loss_mask",), ("token_reward",), ("info",)]
     assert r.entry("return").reason == (
         "return = advantage + value (the GAE λ-return, consistent with the trainer's "
         "advantage); the sampler's return is optional, so it is computed here")
@@ -409,27 +410,36 @@ def test_tianshou_recomputes_the_logprob() -> None:
 
 def test_verl_ref_log_prob_is_never_the_logprob(llm_model) -> None:
     r = diff(json_schema(llm_model), f"{PEERS}/verl_actor_batch.json", batch_dims="B")
-    ref = r.entry("ref_log_prob")
-    assert ref.tier == "missing" and ref.sampler_fields == ()
-    assert ref.reason.startswith("no sampler field holds a reference-policy log-prob")
+    ref = r.entry("ref_log_prob")  # the step's own ref_logprob (contract v1.1), padded
+    assert ref.tier == "needs_conversion" and ref.sampler_fields == ("ref_logprob",)
+    assert ref.conversion.entry == {"from": "ref_logprob"}
     assert r.entry("old_log_probs").sampler_fields == ("logprob",)
     assert r.entry("response_mask").conversion.entry == {
         "op": "mask", "from": "action_mask", "cast": "int64"}
     assert r.entry("responses").conversion.ops == ("pad",)
     assert "recomputed_logprob" in codes(r)
-    assert r.exit_code() == 1
     check_report(r)
 
 
-@pytest.mark.parametrize(("peer", "ref", "recomputed", "tier"), [
-    ("openrlhf_experience", "base_action_log_probs", "action_log_probs", "missing"),
-    # optional in TRL's batch (only with a KL term): reported, not breaking
-    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps", "optional_missing"),
+def test_a_sampler_without_ref_logprob_never_feeds_it_from_logprob(llm_model) -> None:
+    sampler = json_schema(llm_model)
+    del sampler["properties"]["ref_logprob"]  # a v1.0 sampler: no reference log-probs
+    r = diff(sampler, f"{PEERS}/verl_actor_batch.json", batch_dims="B")
+    ref = r.entry("ref_log_prob")
+    assert ref.tier == "missing" and ref.sampler_fields == ()
+    assert ref.reason.startswith("no sampler field holds a reference-policy log-prob")
+    assert r.exit_code() == 1
+
+
+@pytest.mark.parametrize(("peer", "ref", "recomputed"), [
+    ("openrlhf_experience", "base_action_log_probs", "action_log_probs"),
+    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps"),
 ])
-def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str, tier: str) -> None:
+def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str) -> None:
     r = diff(json_schema(llm_model), f"{PEERS}/{peer}.json", batch_dims="B")
-    assert r.entry(ref).tier == tier
-    assert r.exit_code() == (tier == "missing")
+    assert (r.entry(ref).tier, r.entry(ref).sampler_fields) == ("needs_conversion",
+                                                                ("ref_logprob",))
+    assert r.exit_code() == 0
     assert [w.fields for w in r.warnings if w.code == "recomputed_logprob"] == [(recomputed,)]
     check_report(r)
 
@@ -468,8 +478,9 @@ def test_llm_step_obs_is_the_whole_observation_object_never_a_float_cast() -> No
                         "of observation (token_ids int64 [P], text string []), dtypes kept")
     assert "int_to_float" not in codes(r)
     unused = [f for u in r.tier("unused") for f in u.sampler_fields]
-    assert unused == ["entropy", "next_observation.token_ids", "next_observation.text",
-                      "return", "info"]
+    assert unused == ["ref_logprob", "entropy", "next_observation.token_ids",
+                      "next_observation.text", "return", "group_id", "loss_mask", "token_reward",
+                      "info"]
     line = next(x for x in r.to_text().splitlines() if x.startswith("  obs "))
     assert line.split()[1:6] == ["observation", "{token_ids,", "text}", "int64|string",
                                  "(kept)"]

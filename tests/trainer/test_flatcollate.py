@@ -133,3 +133,18 @@ def test_what_columns_cannot_say_goes_to_episodes(cartpole_record, tmp_path, mon
     monkeypatch.setenv("GYRE_FAST_PATHS", "0")
     path.write_bytes(b"\n".join(lines) + b"\n")
     assert collate_file(path, RolloutStep, fields=["reward"]) is None
+
+
+@pytest.mark.parametrize("max_len", [None, 3])
+def test_v11_fields_collate_from_columns_as_episodes(cartpole_record, tmp_path, small_blocks,
+                                                     max_len):
+    from test_binding import token_fields
+
+    lines = token_fields(colons(cartpole_lines(dict(cartpole_record), interleave=2)))
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    fields = ["action", "ref_logprob", "loss_mask", "token_reward", "group_id", "reward"]
+    found = collate_file(path, RolloutStep, fields=fields, max_len=max_len)
+    assert found is not None
+    same(found[0], collate(list(read_episodes(path, RolloutStep)), fields=fields,
+                           max_len=max_len))
