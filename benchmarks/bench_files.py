@@ -12,9 +12,9 @@ Figures (targets in brackets):
   100,000 lines [<= 1.25x].
 
 Ours and the baseline alternate (ours, baseline, ours, ...); a figure is the median of the
-per-round ratios (a load spike on a shared machine hits both sides of a round). The corpus has
-CartPole's episode lengths (9 to 200 steps): `benchmarks/corpus.py` when present, else the
-generator below.
+per-round ratios (a load spike on a shared machine hits both sides of a round). The corpus is
+`benchmarks/corpus.py`'s (real CartPole-v1 episodes, 8 to 200 steps, cached) when it is there,
+else the generator below (geometric lengths, 9 to 200 steps).
 
     python benchmarks/bench_files.py --quick      # 200k lines, 3 rounds
     python benchmarks/bench_files.py              # 1M lines for validate, 200k for batches
@@ -64,6 +64,26 @@ def cartpole_file(path: Path, lines: int, seed: int = 0) -> None:
                 out.write(orjson.dumps(record) + b"\n")
             n += length
             e += 1
+
+
+def corpus_file(folder: Path, lines: int, fmt: str = "jsonl") -> Path:
+    """The realistic corpus (`benchmarks/corpus.py`: real CartPole episodes, cached) when it
+    is there, else a file of the generator above (written to `folder`)."""
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from corpus import cartpole_corpus  # type: ignore[import-not-found]
+    except ImportError:
+        cartpole_corpus = None
+    if cartpole_corpus is not None:
+        return Path(cartpole_corpus(lines, fmt))
+    path = folder / f"cartpole-{lines}.jsonl"
+    if not path.exists():
+        cartpole_file(path, lines)
+    if fmt == "parquet":
+        twin = path.with_suffix(".parquet")
+        parquet_twin(path, twin)
+        return twin
+    return path
 
 
 def parquet_twin(jsonl: Path, target: Path) -> None:
@@ -210,11 +230,9 @@ def main() -> int:
     figures: dict[str, Any] = Figures()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        small, large = folder / "batch.jsonl", folder / "validate.jsonl"
-        cartpole_file(small, args.batch_lines)
-        cartpole_file(large, big)
-        twin = folder / "batch.parquet"
-        parquet_twin(small, twin)
+        small = corpus_file(folder, args.batch_lines)
+        large = corpus_file(folder, big)
+        twin = corpus_file(folder, args.batch_lines, "parquet")
         validate(small), batch(small), hand_jsonl(small), hand_parquet(twin)  # imports, caches
         figures["validate_jsonl_vs_orjson"] = dict(
             rounds(lambda: validate(large), lambda: orjson_loop(large), n_rounds),
@@ -229,9 +247,7 @@ def main() -> int:
             rounds(lambda: validate(twin), lambda: validate(small), n_rounds),
             lines=args.batch_lines, target=1.2)
         if not args.quick:
-            base, long = folder / "rss_small.jsonl", folder / "rss_large.jsonl"
-            cartpole_file(base, 100_000)
-            cartpole_file(long, args.rss_lines)
+            base, long = corpus_file(folder, 100_000), corpus_file(folder, args.rss_lines)
             kb_small, kb_large = peak_rss(base), peak_rss(long)
             figures["rss_validate"] = {"ratio": kb_large / kb_small, "ours_kb": kb_large,
                                        "baseline_kb": kb_small, "lines": args.rss_lines,
