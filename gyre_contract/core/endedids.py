@@ -91,7 +91,10 @@ class EndedEpisodes:
         for i, (hashes, lines) in enumerate(self._runs):
             at = int(np.searchsorted(hashes, key))
             if at < len(hashes) and hashes[at] == key:
-                self._runs[i] = (np.delete(hashes, at), np.delete(lines, at))
+                if len(hashes) == 1:
+                    del self._runs[i]  # no empty run is kept
+                else:
+                    self._runs[i] = (np.delete(hashes, at), np.delete(lines, at))
                 self._count -= 1
                 return
 

@@ -208,6 +208,12 @@ def test_ended_episodes_is_a_dict_of_lines(ops, buffer):
             assert len(ended) == len(reference)
         for eid, line in reference.items():
             assert eid in ended and ended.line(eid) == line
+        more = [f"more-{i}" for i in range(buffer + 3)]  # a batch that crosses the buffer
+        ended.add_many(more, list(range(len(more))))
+        assert len(ended) == len(reference) + len(more)
+        assert ended.line(more[-1]) == len(more) - 1 and ended.any_of(more[:1])
+        for eid in more:
+            ended.discard(eid)
         others = [f"x{i}" for i in range(20)]
         assert ended.any_of(others) == any(o in reference for o in others)
         assert ended.any_of(list(reference)[:3]) == bool(reference)
