@@ -220,3 +220,26 @@ def test_ended_episodes_is_a_dict_of_lines(ops, buffer):
         assert sorted(ended.items()) == sorted((hash(k), v) for k, v in reference.items())
     finally:
         endedids._BUFFER = old
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"step": 1, "step": 2}',  # a duplicate key, written with ", " separators
+    b'{"a": 1180591620717411303424}',  # an integer beyond 64 bits
+    b'{"a": 1, "b": {"c": 2, "c": 3}}',  # a nested duplicate
+])
+def test_spaced_lines_with_hidden_problems_are_still_found(raw):
+    from gyre_contract.io.lines import Parsed, hidden_problems
+
+    obj = orjson.loads(raw) if b"11805916" not in raw else json.loads(raw)
+    assert hidden_problems(raw, obj)  # the slow check finds it ...
+    from gyre_contract.io.lines import Lines  # ... and the reader does not skip that check
+
+    items = list(Lines.parse(Lines.__new__(Lines), 1, [raw]))
+    assert items[0].__class__ is Parsed and items[0].problems
+
+
+def test_a_spaced_clean_line_is_a_record():
+    from gyre_contract.io.lines import Lines
+
+    raw = json.dumps({"a": [1.5, -2e-05], "b": "caf\u00e9", "c": None}).encode()
+    assert list(Lines.parse(Lines.__new__(Lines), 7, [raw])) == [(7, orjson.loads(raw))]
