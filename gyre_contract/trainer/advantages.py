@@ -80,8 +80,12 @@ def _backward(rows: _Rows, value: np.ndarray, gamma: float, decay: float) -> np.
     has_steps = rows.lengths > 0
     ends = np.flatnonzero(has_steps)
     v_next[ends, rows.lengths[ends] - 1] = rows.bootstrap[ends]
-    v_next = np.where(rows.terminated, 0.0, v_next)
-    delta = np.where(rows.mask, rows.reward + gamma * v_next - value, 0.0)
+    v_next[rows.terminated] = 0.0
+    delta = v_next  # δ = r + γ·V_{t+1} − V_t, in place (the same operations, in the same order)
+    delta *= gamma
+    delta += rows.reward
+    delta -= value
+    delta[~rows.mask] = 0.0
     # time-major copies: each step of the recursion reads and writes one contiguous row of B
     delta_t = np.ascontiguousarray(delta.T)
     padding_t = np.ascontiguousarray(~rows.mask.T)
