@@ -288,6 +288,9 @@ def hidden_json_problems(batch: Any, names: list[str]) -> dict[int, list[Problem
     return found
 
 
+_UNSET = object()
+
+
 class ParquetRows:
     """A Parquet file as a record source of `checking.StepChecker.feed`, a record batch at a
     time: each checked on its columns (`decode_block`, see `parquetcols`) or turned into row
@@ -306,7 +309,8 @@ class ParquetRows:
         self.rows = self.handle.metadata.num_rows
         self.json_columns = [f.name for f in schema
                              if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json"]
-        self.plan = columnar_plan(model, schema)
+        self.schema = schema
+        self.plan: Any = _UNSET  # made from the first batch (`decode_block`)
 
     def blocks(self) -> Iterator[tuple[int, Any]]:
         """(number of the first row, the record batch) of each batch, rows numbered from 1."""
@@ -330,6 +334,8 @@ class ParquetRows:
                 else (row, record)
 
     def decode_block(self, batch: Any, arrays: bool = False) -> Any:
+        if self.plan is _UNSET:
+            self.plan = columnar_plan(self.model, self.schema, batch)
         return decode_batch(self.plan, batch, arrays)
 
     def tail_item(self) -> None:

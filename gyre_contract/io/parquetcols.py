@@ -55,10 +55,11 @@ def decode_batch(plan: BulkPlan | None, batch: Any, arrays: bool = False) -> Blo
     return _decode(plan, batch, arrays)
 
 
-def columnar_plan(model: type[BaseModel], schema: Any) -> BulkPlan | None:
+def columnar_plan(model: type[BaseModel], schema: Any, first: Any = None) -> BulkPlan | None:
     """The plan a file's batches are checked with: the model's own bulk plan, or for an
-    unpinned model one bound from the column types; None unless every column the plan knows
-    has exactly its dtype and fixed sizes."""
+    unpinned model one bound from the column types (a variable list by the one length its
+    values have in `first`, the file's first record batch); None unless every column the plan
+    knows has its dtype and sizes (a variable list: checked batch by batch, `_lengths_ok`)."""
     if not fast_paths_enabled() or not PARQUET_FAST_PATH.usable():
         return None
     plan = bulk_plan(model)
@@ -67,7 +68,14 @@ def columnar_plan(model: type[BaseModel], schema: Any) -> BulkPlan | None:
         for field in schema:
             leaf, sizes = peel(field.type)
             if None in sizes:
-                return None
+                if len(sizes) != 1 or first is None:
+                    return None  # a nested variable list: rows
+                length = _one_length(first.column(field.name))
+                if length is None:
+                    return None  # lengths that differ: rows
+                if length < 0:
+                    continue  # no value yet: bound like a field no line carries
+                sizes = [length]
             kinds[field.name] = (_dtype_name(leaf), tuple(sizes))
         plan = plan_from_kinds(model, kinds)
     if plan is None:
@@ -78,10 +86,23 @@ def columnar_plan(model: type[BaseModel], schema: Any) -> BulkPlan | None:
         if field.name not in plan.dtypes:
             return None
         leaf, sizes = peel(field.type)
-        if _dtype_name(leaf) != _plan_dtype(plan, field.name) or \
-                tuple(sizes) != plan.shapes[field.name]:
+        shape = plan.shapes[field.name]
+        if _dtype_name(leaf) != _plan_dtype(plan, field.name) or len(sizes) != len(shape) \
+                or any(a is not None and a != b for a, b in zip(sizes, shape)) \
+                or None in sizes and len(sizes) != 1:
             return None
     return plan
+
+
+def _one_length(column: Any) -> int | None:
+    """The one length of a variable list column's values (None: several; -1: no value)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(column.drop_null())
+    if len(lengths) == 0:
+        return -1
+    bounds = pc.min_max(lengths).as_py()
+    return bounds["min"] if bounds["min"] == bounds["max"] else None
 
 
 def _dtype_name(leaf: Any) -> str:
@@ -156,6 +177,17 @@ def _decode(plan: BulkPlan, batch: Any, arrays: bool) -> Block | None:
     return block
 
 
+def _lengths_ok(column: Any, size: int) -> bool:
+    """Every value of a (non-null) list column has `size` elements (fixed size lists do)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_fixed_size_list(column.type):
+        return True
+    bounds = pc.min_max(pc.list_value_length(column)).as_py()
+    return bounds["min"] == bounds["max"] == size
+
+
 def _clean_json(plan: BulkPlan, column: Any) -> bool:
     """Whether every `info` value is a JSON object the JSON Lines bulk reader would take: its
     msgspec type (string, integer within 64 bits, finite float or bool values), no key written
@@ -181,6 +213,8 @@ def _checked(plan: BulkPlan, name: str, column: Any, present: np.ndarray | None,
     no null inside a list, floats finite."""
     dtype, shape = plan.dtypes[name], plan.shapes[name]
     leaf = column if present is None else column.filter(present)
+    if shape and not _lengths_ok(leaf, shape[0]):
+        return None  # a variable list of another length: the row path reports it
     for _ in shape:
         leaf = leaf.flatten()
     if leaf.null_count:

@@ -147,3 +147,30 @@ def test_parquet_collates_from_columns_as_episodes(cartpole_record, cartpole_mod
     for key in batch:
         assert batch[key].dtype == expected[key].dtype, key
         np.testing.assert_array_equal(batch[key], expected[key], err_msg=key)
+
+
+@pytest.mark.parametrize("defect", ["clean", "longer observation", "next observation",
+                                    "nan reward"])
+def test_variable_lists_of_the_unpinned_writer(cartpole_record, tmp_path, monkeypatch, defect):
+    """`write_parquet(..., RolloutStep)` writes the observation as a variable list: the length
+    its first batch shows is bound, and a batch holding another length goes row by row."""
+    import gyre_contract.io.checking as checking
+
+    records = [orjson.loads(raw) for raw in cartpole_lines(dict(cartpole_record), episodes=14)]
+    if defect == "longer observation":
+        records[37]["observation"] = [0.0] * 5
+    elif defect == "next observation":
+        records[20]["next_observation"] = [0.5] * 4
+    elif defect == "nan reward":
+        records[21]["reward"] = float("nan")
+    path = tmp_path / "r.parquet"
+    write_parquet(path, records, RolloutStep)
+    assert pa.types.is_list(pq.read_schema(path).field("observation").type)
+    for complete in (False, True):
+        fast, normal = both_ways(monkeypatch, lambda c=complete: validate_file(
+            path, RolloutStep, require_complete=c).to_dict())
+        assert fast == normal
+    if defect == "clean":
+        monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+        monkeypatch.setattr(checking, "validate_step", None)  # no row validated
+        assert validate_file(path, RolloutStep).ok
