@@ -407,31 +407,7 @@ def test_tianshou_recomputes_the_logprob() -> None:
     check_report(r)
 
 
-def test_verl_ref_log_prob_is_never_the_logprob(llm_model) -> None:
-    r = diff(json_schema(llm_model), f"{PEERS}/verl_actor_batch.json", batch_dims="B")
-    ref = r.entry("ref_log_prob")
-    assert ref.tier == "missing" and ref.sampler_fields == ()
-    assert ref.reason.startswith("no sampler field holds a reference-policy log-prob")
-    assert r.entry("old_log_probs").sampler_fields == ("logprob",)
-    assert r.entry("response_mask").conversion.entry == {
-        "op": "mask", "from": "action_mask", "cast": "int64"}
-    assert r.entry("responses").conversion.ops == ("pad",)
-    assert "recomputed_logprob" in codes(r)
-    assert r.exit_code() == 1
-    check_report(r)
-
-
-@pytest.mark.parametrize(("peer", "ref", "recomputed", "tier"), [
-    ("openrlhf_experience", "base_action_log_probs", "action_log_probs", "missing"),
-    # optional in TRL's batch (only with a KL term): reported, not breaking
-    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps", "optional_missing"),
-])
-def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str, tier: str) -> None:
-    r = diff(json_schema(llm_model), f"{PEERS}/{peer}.json", batch_dims="B")
-    assert r.entry(ref).tier == tier
-    assert r.exit_code() == (tier == "missing")
-    assert [w.fields for w in r.warnings if w.code == "recomputed_logprob"] == [(recomputed,)]
-    check_report(r)
+# LLM token trainers (verl, TRL, OpenRLHF): tests/schema/test_token_diff.py
 
 
 # -- per-token fields into a per-step trainer (LLM rollouts) -----------------------------------
