@@ -352,3 +352,34 @@ def test_token_rows_needs_a_token_sampler() -> None:
                       as_table(PEERS / "verl_actor_batch.json")) is None
     found = token_rows(as_table(sampler()), as_table(PEERS / "verl_actor_batch.json"))
     assert found is not None and found[1].kind == "token"
+
+
+# -- the trainer's own batch from token rows ----------------------------------------------------------
+
+def trl_arrays(rows: int = 3, width: int = 4) -> dict:
+    import numpy as np
+    ids = np.arange(rows * width, dtype=np.int64).reshape(rows, width)
+    return {"prompt_ids": ids, "prompt_mask": np.ones_like(ids), "completion_ids": ids,
+            "completion_mask": np.ones_like(ids),
+            "advantages": np.zeros(rows, dtype=np.float32)}
+
+
+def test_token_rows_are_checked_as_they_are() -> None:
+    from gyre_contract.schema.trainerbatch import trainer_schema
+    schema = trainer_schema(PEERS / "trl_grpo.json")
+    out = schema.check(trl_arrays(), rows="step")
+    assert out["advantages"].shape == (3,)
+
+
+def test_token_rows_of_different_counts_are_refused() -> None:
+    import numpy as np
+
+    from gyre_contract.core.errors import ContractError
+    from gyre_contract.schema.trainerbatch import trainer_schema
+    arrays = trl_arrays()
+    arrays["advantages"] = np.zeros(2, dtype=np.float32)
+    with pytest.raises(ContractError) as err:
+        trainer_schema(PEERS / "trl_grpo.json").check(arrays, rows="step")
+    assert "dim B is 2 here but 3 in the batch" in str(err.value)
+    with pytest.raises(ContractError, match="one batch dim"):
+        trainer_schema(PEERS / "torchrl_ppo.json", "B,T").check(arrays, rows="step")
