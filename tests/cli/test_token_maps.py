@@ -21,6 +21,7 @@ from gyre_contract.io.writer import write_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema import diff, json_schema
 
+
 def _token_maps_run() -> bool:
     """Whether this checkout has the token ops and "rows": "step" maps (they land separately)."""
     from gyre_contract.core.errors import FieldMapError
