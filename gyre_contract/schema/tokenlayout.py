@@ -220,8 +220,7 @@ class TokenRows:
                                 "prompt_mask", "bool",
                                 "True on the real prompt tokens (left-padded: padding only at "
                                 "the start)")
-            return self._read(t, self.prompt, "prompt_ids",
-                              "prompt token ids, left-padded with pad id 0")
+            return self._read(t, self.prompt, "prompt_ids", "")
         if last in LENGTH_NAMES:
             return self._missing(t, (), f"{t.name} is a length: one value per row, not [B, R]")
         if last in KL_NAMES:
@@ -291,7 +290,7 @@ class TokenRows:
         base = {"op": "concat", "from": ["prompt_ids", "response_ids"], "value": 0}
         if last in ATTENTION_NAMES or (t.role == "mask" and last not in POSITION_NAMES):
             return self._op(t, sources, {**base, "output": "attention_mask"}, ("concat",),
-                            "concat(prompt_mask, response_mask)", "bool",
+                            "attention_mask(prompt_ids ++ response_ids)", "bool",
                             "attention mask of the whole sequence: the prompt's real tokens "
                             "then the response's")
         if last in POSITION_NAMES:
@@ -386,7 +385,7 @@ class TokenRows:
             text += " per token"
         why = (f"group-relative advantage: (reward - group mean) / (group std + "
                f"{args['eps']:g}) over the rows of one group_id"
-               + (", on every real response token" if per_token else "")
+               + (", on every response token of response_mask" if per_token else "")
                + (f" ({self.profile.note})" if self.profile.note else ""))
         if as_return:
             why = f"returns = advantages for a critic-free, group-relative estimator; {why}"
@@ -404,37 +403,40 @@ class TokenRows:
         return None
 
     def _read(self, t: Field, s: Field, column: str, note: str) -> Entry:
+        """`t` read from one token column: `[B, P]` / `[B, R]` for per-token sampler fields
+        (padded by the collation), `[B]` for one value per step."""
         per_token = column in _COLUMNS.values() or column == "prompt_ids"
-        ops = ("pad",) if per_token else ()
-        text = f"{column} [B, R]" if per_token else column
-        if column == "prompt_ids":
-            text = "prompt_ids [B, P]"
+        ops: tuple[str, ...] = ("pad",) if per_token else ()
+        text = column
+        if per_token:
+            text = ("prompt_ids [B, P], left-padded with 0" if column == "prompt_ids" else
+                    f"{column} [B, R], right-padded with 0")
         fit = compare_dtype(s.dtype, t.dtype)
         if not fit.ok:
             return self._missing(t, (s.name,), f"{s.name} has the role {s.role} but "
                                  f"{fit.why}; no known conversion")
         self.cast_note(t, s, fit)
         entry: dict[str, Any] = {"from": column}
-        why = ", ".join(filter(None, [f"{s.name} as the token column {text}" if per_token
-                                      else "", note]))
+        why = [text if per_token else "", note]
+        cast = None
         if fit.cast_to is not None:
             entry["cast"] = fit.cast_to
             ops += ("cast",)
-            why = "; ".join(filter(None, [why, f"{'lossless' if fit.lossless else 'lossy'} "
-                                          f"cast to {fit.cast_to}"]))
+            cast = "lossless" if fit.lossless else "lossy"
+            why.append(f"{cast} cast to {fit.cast_to}")
         self._use(t, [s])
+        reason = "; ".join(filter(None, why))
         base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
                     sampler_shape=s.shape, trainer_shape=t.shape)
         if not ops:
             tier = "same" if s.name == t.name else "renamed"
-            reason = "same name, dtype and shape" if tier == "same" else \
+            same = "same name, dtype and shape" if tier == "same" else \
                 f"same role ({t.role}), dtype and shape"
-            return Entry(tier, t.name, (s.name,), reason="; ".join(filter(None, [reason, why])),
+            return Entry(tier, t.name, (s.name,), reason="; ".join(filter(None, [same, reason])),
                          **base)
-        cast = None if fit.cast_to is None else ("lossless" if fit.lossless else "lossy")
-        conversion = Conversion(ops, "; ".join(filter(None, [text, why])), entry, cast)
+        conversion = Conversion(ops, reason, entry, cast)
         return Entry("needs_conversion", t.name, (s.name,), conversion=conversion,
-                     reason=why or text, **base)
+                     reason=reason, **base)
 
     def _op(self, t: Field, sources: list[Field | None], entry: dict[str, Any],
             ops: tuple[str, ...], text: str, out: str, why: str) -> Entry:
