@@ -302,8 +302,20 @@ class TokenRows:
                         "int64", "the whole sequence: left-padded prompt then right-padded "
                         "response, pad id 0 (verl input_ids, OpenRLHF sequences)")
 
+    def loss_mask(self) -> Field | None:
+        """The sampler's per-token loss mask: role loss_mask, or a per-token bool field named
+        loss_mask (a schema inferred from a file reads the name as RLlib's mask)."""
+        found = self.have("loss_mask")
+        if found is not None:
+            return found
+        for f in self.by_role.get("mask", ()):
+            if f.name.rsplit(".", 1)[-1] in ("loss_mask", "loss_masks") and f.shape and \
+                    f.shape[0] in f.varying:
+                return f
+        return None
+
     def _response_mask(self, t: Field) -> Entry:
-        loss = self.have("loss_mask")
+        loss = self.loss_mask()
         sources = [self.action] + ([loss] if loss is not None else [])
         why = ("True on real generated tokens AND loss_mask (tokens the policy did not "
                "generate, such as spliced tool output, stay out of the loss)") if loss else \

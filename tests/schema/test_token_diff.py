@@ -383,3 +383,25 @@ def test_token_rows_of_different_counts_are_refused() -> None:
     assert "dim B is 2 here but 3 in the batch" in str(err.value)
     with pytest.raises(ContractError, match="one batch dim"):
         trainer_schema(PEERS / "torchrl_ppo.json", "B,T").check(arrays, rows="step")
+
+
+def test_a_schema_inferred_from_llm_rollouts_gets_the_same_map(tmp_path) -> None:
+    """`gyre-contract infer` on a GRPO file, then the diff: the per-token loss_mask (read as a
+    mask by name) still joins the response mask; the map is the hand-checked one."""
+    from gyre_contract.io.writer import write_steps
+    from gyre_contract.schema.infer import infer_schema
+
+    rows = []
+    for k in range(2):
+        for g in ("p0", "p1"):
+            n = 2 + k + (g == "p1")
+            rows.append({"observation": {"token_ids": [1] * (2 + k), "text": g},
+                         "action": [7] * n, "logprob": [-0.5] * n, "ref_logprob": [-0.25] * n,
+                         "loss_mask": [True] * n, "reward": float(k), "step": 0,
+                         "episode_id": f"{g}{k}", "terminated": True, "truncated": False,
+                         "policy_version": 0, "group_id": g})
+    path = tmp_path / "grpo.jsonl"
+    write_steps(path, rows)
+    r = diff(infer_schema(path), PEERS / "trl_grpo.json")
+    assert r.field_map()["fields"] == written("llm_trl_grpo_map.json")["fields"]
+    assert r.entry("completion_mask").sampler_fields == ("action", "loss_mask")
