@@ -405,3 +405,37 @@ def test_a_schema_inferred_from_llm_rollouts_gets_the_same_map(tmp_path) -> None
     r = diff(infer_schema(path), PEERS / "trl_grpo.json")
     assert r.field_map()["fields"] == written("llm_trl_grpo_map.json")["fields"]
     assert r.entry("completion_mask").sampler_fields == ("action", "loss_mask")
+
+
+OPTIONAL = ("logprob", "ref_logprob", "group_id", "loss_mask", "token_reward", "value",
+            "next_value", "entropy", "return", "next_observation")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.sampled_from(OPTIONAL)),
+       st.sampled_from(["verl_actor_batch", "trl_grpo", "openrlhf_experience"]))
+def test_written_token_maps_are_runnable_by_construction(dropped, trainer) -> None:
+    """Whatever optional fields the sampler leaves out: every entry reads fields the sampler
+    has, every optional one it reads is named by optional_source, a group never comes from the
+    episode, a reference log-prob never from the behaviour one (nor the reverse)."""
+    doc = sampler(*sorted(dropped))
+    r = diff(doc, PEERS / f"{trainer}.json")
+    check(r)
+    assert r.field_map()["rows"] == "step"
+    required = set(doc["required"])
+    optional_named = " ".join(w.message for w in r.warnings if w.code == "optional_source")
+    for e in r.entries:
+        if e.trainer_field is None or e.tier in ("missing", "optional_missing"):
+            continue
+        for name in e.sampler_fields:
+            top = name.split(".")[0]
+            assert top in doc["properties"], (e.trainer_field, name)
+            written_entry = e.conversion is None or e.conversion.entry is not None
+            if top not in required and written_entry:
+                assert top in optional_named, (e.trainer_field, name)
+        if e.role == "group_id":
+            assert "episode_id" not in e.sampler_fields
+        if e.role == "ref_logprob":
+            assert "logprob" not in e.sampler_fields
+        if e.role == "logprob":
+            assert "ref_logprob" not in e.sampler_fields
