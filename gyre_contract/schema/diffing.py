@@ -60,7 +60,7 @@ from gyre_contract.schema.shaperules import (
     static_rank,
     strip_batch_dims,
 )
-from gyre_contract.schema.tokenlayout import TokenRows, token_rows
+from gyre_contract.schema.tokenlayout import TokenRows, token_rows, untokenised
 
 MAX_CANDIDATES = 16
 """Sampler fields scored per trainer field at most (bounds matching to O(n·k))."""
@@ -164,6 +164,8 @@ class _Engine:
         self.notes.finish(entries)
         if self.tokens is not None:
             self.tokens.finish(entries)
+        elif (untok := untokenised(self.s_tab, self.t_tab)) is not None:
+            self.warnings.append(untok)
         return DiffReport(self.s_tab, self.t_tab, self.layout, entries, self.warnings,
                           self.gamma, self.lam)
 

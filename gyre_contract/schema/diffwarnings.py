@@ -2,7 +2,7 @@
 `code` (`narrowing_cast`, `int_to_float`, `optional_source`, `truncation_collapsed`,
 `recomputed_logprob`, `no_bootstrap_value`, `map_incomplete`, `flat_layout`, `no_batch_dims`,
 `ambiguous_match`, `summed_elements`, `padding_unmasked`, `open_shape`, `logprob_unused`; token
-rows add `group_split` and `staleness_unchecked`, in `tokenlayout`).
+rows add `group_split`, `staleness_unchecked` and `untokenised_sampler`, in `tokenlayout`).
 """
 
 from __future__ import annotations

@@ -133,6 +133,24 @@ def token_rows(s_tab: FieldTable, t_tab: FieldTable) -> tuple[FieldTable, Layout
     return t_tab, Layout(("B",), "token", text)
 
 
+def untokenised(s_tab: FieldTable, t_tab: FieldTable) -> DiffWarning | None:
+    """A trainer that reads token rows (token ids `[B, L]`) next to a sampler whose action is not
+    token ids of varying length: the diff cannot write token rows, say what would."""
+    if token_action(s_tab) is not None or t_tab.batch_dims is None or \
+            len(t_tab.batch_dims) != 1:
+        return None
+    ids = [f.name for f in t_tab if _integer(f.dtype) and _rank(f, t_tab.batch_dims) == 1
+           and f.role in ("action", "observation") and f.role != "mask"]
+    if not ids:
+        return None
+    return DiffWarning(
+        "untokenised_sampler", tuple(ids),
+        f"the trainer reads token ids [B, L] ({', '.join(ids)}), but the sampler's action is "
+        f"not token ids of varying length: the map cannot build token rows. An LLM sampler "
+        f"records action int64 [A] and observation.token_ids [P] with P and A varying (the "
+        f"pinned LLMStep); the diff then writes a \"rows\": \"step\" map")
+
+
 def _integer(dtype: Dtype) -> bool:
     kinds = {dtype_kind(d) for d in dtypes_of(dtype)}
     return bool(kinds) and kinds <= {"int"}

@@ -439,3 +439,13 @@ def test_written_token_maps_are_runnable_by_construction(dropped, trainer) -> No
             assert "logprob" not in e.sampler_fields
         if e.role == "logprob":
             assert "ref_logprob" not in e.sampler_fields
+
+
+def test_a_token_trainer_next_to_an_untokenised_sampler_is_told_why() -> None:
+    r = diff(ROOT / "schemas" / "rollout_step.v1.json", PEERS / "verl_actor_batch.json")
+    w = warning(r, "untokenised_sampler")
+    assert w.fields == ("input_ids", "prompts", "responses") and "LLMStep" in w.message
+    check(r)
+    assert "untokenised_sampler" not in codes(diff(sampler(), PEERS / "verl_actor_batch.json"))
+    assert "untokenised_sampler" not in codes(diff(ROOT / "schemas" / "rollout_step.v1.json",
+                                                   PEERS / "tianshou_ppo.json", batch_dims="B"))
