@@ -288,6 +288,9 @@ class TokenRows:
             return self._op(t, [s], entry, ("sum",), f"sum({role}, axis=1)", "float32",
                             f"one {role} per row = the sum over its response tokens (the "
                             f"whole generation's log-prob; padding is 0)")
+        same = self.s_tab.fields.get(t.name)
+        if role == "other" and same is not None and same.shape == () and "." not in t.name:
+            return self._read(t, same, same.name, "")  # same name, a role only one side knows
         if role in ("other", "mask", "loss_mask"):
             return self._missing(t, (), f"no per-row token column for {t.name}")
         s = self.have(role)

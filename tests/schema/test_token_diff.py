@@ -449,3 +449,11 @@ def test_a_token_trainer_next_to_an_untokenised_sampler_is_told_why() -> None:
     assert "untokenised_sampler" not in codes(diff(sampler(), PEERS / "verl_actor_batch.json"))
     assert "untokenised_sampler" not in codes(diff(ROOT / "schemas" / "rollout_step.v1.json",
                                                    PEERS / "tianshou_ppo.json", batch_dims="B"))
+
+
+def test_a_row_field_of_no_known_role_reads_the_same_named_step_field() -> None:
+    doc = token_trainer("advantages")
+    doc["properties"]["group_id"] = {"type": "array", "items": {"type": "string"},
+                                     "x-gyre-role": "other"}
+    r = diff(sampler(), doc)
+    assert r.field_map()["fields"]["group_id"] == {"from": "group_id"}
