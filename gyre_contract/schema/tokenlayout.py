@@ -366,25 +366,37 @@ class TokenRows:
                         f"the step's {s.name} on every real response token")
 
     def _token_reward(self, t: Field) -> Entry:
+        """Per-token rewards: the sampler's token_reward, or the sequence reward on the last
+        response token by `kl_reward` with beta 0 (verl's token_level_rewards without a KL
+        penalty in the reward); the one whose inputs the sampler requires, else kl_reward."""
         recorded = self.have("token_reward")
-        if recorded is not None and self._column(recorded) is not None:
+        if recorded is not None and self._column(recorded) != "token_reward":
+            recorded = None
+        reward, logp, ref = self.have("reward"), self.have("logprob"), self.have("ref_logprob")
+        if ref is not None and self._column(ref) != "ref_logprob":
+            ref = None
+        if reward is None:
+            return self._missing(t, (), "no reward in the sampler")
+        kl_inputs = [reward, logp, ref] if logp is not None and ref is not None else None
+        if recorded is not None and (kl_inputs is None or recorded.required and
+                                     not all(f.required for f in kl_inputs)):
             return self._read(t, recorded, "token_reward", "per-token reward recorded by the "
                               "sampler; the scalar reward is not added to it (put the outcome "
                               "reward in token_reward if the trainer should count it there)")
-        reward, logp, ref = self.have("reward"), self.have("logprob"), self.have("ref_logprob")
-        if reward is None:
-            return self._missing(t, (), "no reward in the sampler")
-        if logp is None or ref is None or self._column(ref) is None:
+        if kl_inputs is None:
             return self._manual(t, [reward], "the sequence reward on the last response token",
                                 "per-token rewards need token_reward, or ref_logprob for "
                                 "kl_reward: the sampler records neither")
         entry = {"op": "kl_reward", "from": ["reward", "logprob", "ref_logprob"], "beta": 0.0,
                  "estimator": "k1"}
-        return self._op(t, [reward, logp, ref], entry, ("kl_reward",),
+        other = (f"; the sampler's {recorded.name} is not in it (process rewards: map "
+                 f"{t.name} {{\"from\": \"token_reward\"}})") if recorded is not None else ""
+        return self._op(t, kl_inputs, entry, ("kl_reward",),
                         "kl_reward(reward, logprob, ref_logprob, beta=0)", "float32",
                         "the sequence reward on the last real response token, 0 elsewhere "
                         "(verl token_level_rewards without a KL penalty in the reward); set "
-                        "beta to the trainer's KL coefficient to put -beta*KL on every token")
+                        "beta to the trainer's KL coefficient to put -beta*KL on every token"
+                        + other)
 
     def _kl(self, t: Field) -> Entry:
         logp, ref = self.have("logprob"), self.have("ref_logprob")

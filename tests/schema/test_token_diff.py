@@ -106,7 +106,7 @@ def test_verl_reads_the_whole_sequence_and_the_group() -> None:
                                     "std": "unbiased", "eps": 1e-6, "singletons": "raw",
                                     "then": [{"op": "per_token"}]}
     # verl's default: no KL in the reward, the sequence reward on the last response token
-    assert r.entry("token_level_rewards").sampler_fields == ("token_reward",)
+    assert r.entry("token_level_rewards").sampler_fields == ("reward", "logprob", "ref_logprob")
     mask = r.entry("response_mask")
     assert mask.sampler_fields == ("action", "loss_mask")
     assert "AND loss_mask" in mask.reason
@@ -132,12 +132,24 @@ def test_openrlhf_returns_are_the_group_relative_advantages() -> None:
     assert fields["action_mask"] == {"from": "response_mask"}  # bool, as OpenRLHF's
 
 
-def test_without_a_kl_free_token_reward_the_sequence_reward_goes_on_the_last_token() -> None:
-    r = diff(sampler("token_reward"), PEERS / "verl_actor_batch.json")
+def test_token_level_rewards_put_the_sequence_reward_on_the_last_token() -> None:
+    r = diff(sampler(), PEERS / "verl_actor_batch.json")
     assert r.field_map()["fields"]["token_level_rewards"] == {
         "op": "kl_reward", "from": ["reward", "logprob", "ref_logprob"], "beta": 0.0,
         "estimator": "k1"}
-    assert "last real response token" in r.entry("token_level_rewards").reason
+    why = r.entry("token_level_rewards").reason
+    assert "last real response token" in why and "token_reward is not in it" in why
+
+
+def test_a_required_token_reward_is_read_as_the_per_token_reward() -> None:
+    doc = sampler()
+    doc["required"].append("token_reward")
+    r = diff(doc, PEERS / "verl_actor_batch.json")
+    assert r.field_map()["fields"]["token_level_rewards"] == {"from": "token_reward"}
+    r = diff(sampler("ref_logprob"), PEERS / "verl_actor_batch.json")
+    assert r.field_map()["fields"]["token_level_rewards"] == {"from": "token_reward"}
+    r = diff(sampler("ref_logprob", "token_reward"), PEERS / "verl_actor_batch.json")
+    assert r.entry("token_level_rewards").conversion.entry is None  # by hand, said why
 
 
 def test_a_per_token_kl_field_is_the_kl_op() -> None:
@@ -274,7 +286,8 @@ def test_every_reference_synonym_resolves_away_from_logprob() -> None:
 # -- warnings --------------------------------------------------------------------------------------
 
 def test_a_trainer_that_reads_no_logprob_says_what_is_lost() -> None:
-    doc = peer("verl_actor_batch", drop=("old_log_probs", "rollout_log_probs"))
+    doc = peer("verl_actor_batch", drop=("old_log_probs", "rollout_log_probs",
+                                         "token_level_rewards"))
     r = diff(sampler(), doc)
     w = warning(r, "logprob_unused")
     assert w.fields == ("logprob",)
