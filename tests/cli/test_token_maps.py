@@ -165,6 +165,9 @@ def test_verl_gets_its_batch(rollouts, tmp_path) -> None:
     np.testing.assert_allclose(b["ref_log_prob"],
                                [right(r["ref_logprob"], R, 0.0) for r in ROWS])
     assert b["uid"].tolist() == [r["group_id"] for r in ROWS]
+    # no KL in the reward: the sequence reward on the last response token
+    np.testing.assert_allclose(b["token_level_rewards"], [
+        right([0.0] * (len(r["action"]) - 1) + [r["reward"]], R, 0.0) for r in ROWS])
     adv = group_norm(ROWS, 1e-6)  # verl: scores * response_mask (the loss mask included)
     want = [[a * m for m in mask] for a, mask in zip(adv, expected_response_mask())]
     np.testing.assert_allclose(b["advantages"], want, rtol=1e-5, atol=1e-6)
