@@ -567,6 +567,9 @@ GOLDEN_CASES = {
     "step_vs_cleanrl": (STEP, f"{PEERS}/cleanrl_ppo_storage.json", "T,N"),
     "step_vs_train_batch": (STEP, BATCH, None),
     "llm_step_vs_train_batch": (LLMStep, TrainBatch, None),
+    "llm_step_vs_verl": (LLMStep, f"{PEERS}/verl_actor_batch.json", None),
+    "llm_step_vs_trl_grpo": (LLMStep, f"{PEERS}/trl_grpo.json", None),
+    "llm_step_vs_openrlhf": (LLMStep, f"{PEERS}/openrlhf_experience.json", None),
 }
 
 
