@@ -151,6 +151,11 @@ def untokenised(s_tab: FieldTable, t_tab: FieldTable) -> DiffWarning | None:
         f"pinned LLMStep); the diff then writes a \"rows\": \"step\" map")
 
 
+def _per_token(s: Field) -> bool:
+    """A sampler field with one value per token: one dim, a varying one."""
+    return s.shape is not None and len(s.shape) == 1 and s.shape[0] in s.varying
+
+
 def _integer(dtype: Dtype) -> bool:
     kinds = {dtype_kind(d) for d in dtypes_of(dtype)}
     return bool(kinds) and kinds <= {"int"}
@@ -227,6 +232,11 @@ class TokenRows:
     def _per_token(self, t: Field) -> Entry:
         span = _span(t)
         last = t.name.lower().rsplit(".", 1)[-1]
+        same = self.s_tab.fields.get(t.name)
+        if same is not None and _per_token(same) and same.role in _COLUMNS and \
+                _COLUMNS[same.role] in (t.name, same.name) and \
+                not ({same.role, t.role} & {"logprob", "ref_logprob"} and same.role != t.role):
+            return self._read(t, same, _COLUMNS[same.role], "")  # same name: read it
         if span == "sequence":
             return self._sequence(t, last)
         if span == "prompt":
@@ -347,7 +357,7 @@ class TokenRows:
 
     def _token_read(self, t: Field, s: Field) -> Entry:
         column = self._column(s)
-        if column not in _COLUMNS.values():
+        if column is None or not _per_token(s):
             return self._missing(t, (s.name,), f"{s.name} {shape_text(s.shape)} holds one "
                                  f"value per step; {t.name} reads one per token")
         return self._read(t, s, column, "")
@@ -357,23 +367,26 @@ class TokenRows:
         (critic-free estimators: verl GRPO, OpenRLHF group_norm), else the step's return on
         each token."""
         s = self.have("return")
-        if s is not None and self._column(s) == "return" and s.shape:
+        if s is not None and _per_token(s):
             return self._read(t, s, "return", "")
-        if self.have("group_id") is not None or s is None:
+        if self.have("group_id") is not None and (t.required or s is None):
             return self._advantage(t, per_token=True, as_return=True)
+        if s is None:
+            return self._advantage(t, per_token=True)
         entry = {"from": s.name, "then": [{"op": "per_token"}]}
         return self._op(t, [s], entry, ("per_token",), f"per_token({s.name})", "float32",
-                        f"the step's {s.name} on every real response token")
+                        f"the step's {s.name} on every response token of response_mask (the "
+                        f"return-to-go of each token when the reward comes at the end, gamma 1)")
 
     def _token_reward(self, t: Field) -> Entry:
         """Per-token rewards: the sampler's token_reward, or the sequence reward on the last
         response token by `kl_reward` with beta 0 (verl's token_level_rewards without a KL
         penalty in the reward); the one whose inputs the sampler requires, else kl_reward."""
         recorded = self.have("token_reward")
-        if recorded is not None and self._column(recorded) != "token_reward":
+        if recorded is not None and not _per_token(recorded):
             recorded = None
         reward, logp, ref = self.have("reward"), self.have("logprob"), self.have("ref_logprob")
-        if ref is not None and self._column(ref) != "ref_logprob":
+        if ref is not None and not _per_token(ref):
             ref = None
         if reward is None:
             return self._missing(t, (), "no reward in the sampler")
@@ -441,7 +454,7 @@ class TokenRows:
 
     def _column(self, s: Field) -> str | None:
         """The token column of sampler field `s`: per-token fields by role, scalars by name."""
-        if s.shape is not None and len(s.shape) == 1 and s.shape[0] in s.varying:
+        if _per_token(s):
             return _COLUMNS.get(s.role)
         if s.shape == () and "." not in s.name:
             return s.name
@@ -450,7 +463,7 @@ class TokenRows:
     def _read(self, t: Field, s: Field, column: str, note: str) -> Entry:
         """`t` read from one token column: `[B, P]` / `[B, R]` for per-token sampler fields
         (padded by the collation), `[B]` for one value per step."""
-        per_token = column in _COLUMNS.values() or column == "prompt_ids"
+        per_token = _per_token(s)
         ops: tuple[str, ...] = ("pad",) if per_token else ()
         text = column
         if per_token:

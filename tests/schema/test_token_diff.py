@@ -470,3 +470,22 @@ def test_a_row_field_of_no_known_role_reads_the_same_named_step_field() -> None:
                                      "x-gyre-role": "other"}
     r = diff(sampler(), doc)
     assert r.field_map()["fields"]["group_id"] == {"from": "group_id"}
+
+
+def test_a_batch_of_token_rows_of_our_own_reads_its_same_named_columns() -> None:
+    """Our own token-row schema (fields named as the token columns): same names are read as
+    they are; a per-step value is never spread as a per-token one."""
+    ids = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+    floats = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
+    doc = {"type": "object", "x-gyre-batch-dims": ["B"],
+           "required": ["response_ids", "logprob", "token_reward"],
+           "properties": {"response_ids": {**ids, "x-gyre-role": "action"},
+                          "logprob": floats, "token_reward": floats, "value": floats,
+                          "return": floats}}
+    r = diff(sampler(), doc)
+    fields = r.field_map()["fields"]
+    assert fields["token_reward"] == {"from": "token_reward"}
+    assert fields["logprob"] == {"from": "logprob"}
+    assert r.entry("value").tier == "optional_missing"
+    assert "one value per step" in r.entry("value").reason
+    assert fields["return"] == {"from": "return", "then": [{"op": "per_token"}]}
