@@ -222,8 +222,7 @@ class TokenRows:
 
     def _renamed(self, t: Field, s: Field, rank: int) -> Entry:
         column = self._column(s)
-        per_token = s.shape is not None and len(s.shape) == 1 and s.shape[0] in s.varying
-        if column is None or rank != int(per_token):
+        if column is None or rank != int(_per_token(s)):
             return self._missing(t, (s.name,), f"--rename {t.name}={s.name}: {s.name} "
                                  f"{shape_text(s.shape)} is not a [B{', R' if rank else ''}] "
                                  f"token column")
@@ -294,6 +293,8 @@ class TokenRows:
             s = self.have(role)
             if s is None or self._column(s) is None:
                 return self._missing(t, (), f"no sampler field with the role {role}")
+            if not _per_token(s):
+                return self._read(t, s, s.name, "")
             entry = {"from": role, "then": [{"op": "sum", "axis": 1}]}
             return self._op(t, [s], entry, ("sum",), f"sum({role}, axis=1)", "float32",
                             f"one {role} per row = the sum over its response tokens (the "

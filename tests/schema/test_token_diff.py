@@ -489,3 +489,15 @@ def test_a_batch_of_token_rows_of_our_own_reads_its_same_named_columns() -> None
     assert r.entry("value").tier == "optional_missing"
     assert "one value per step" in r.entry("value").reason
     assert fields["return"] == {"from": "return", "then": [{"op": "per_token"}]}
+
+
+def test_one_logprob_per_row_is_the_sum_over_the_response_tokens() -> None:
+    doc = token_trainer("advantages")
+    doc["properties"]["sequence_logprob"] = {"type": "array", "items": {"type": "number"},
+                                             "x-gyre-role": "logprob"}
+    r = diff(sampler(), doc)
+    assert r.field_map()["fields"]["sequence_logprob"] == {
+        "from": "logprob", "then": [{"op": "sum", "axis": 1}]}
+    scalar = sampler()
+    scalar["properties"]["logprob"] = {"type": "number", "x-gyre-role": "logprob"}
+    assert diff(scalar, doc).field_map()["fields"]["sequence_logprob"] == {"from": "logprob"}
