@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gyre_contract.cli.common import import_named
+from gyre_contract.cli.common import OPS_HELP, import_named, import_ops
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
@@ -47,6 +47,8 @@ def add_parser(sub: Any) -> None:
                    "`if __name__ == '__main__':` block does not run). Only the module named "
                    "here is imported; nothing is ever imported because a data or map file "
                    "says so")
+    p.add_argument("--ops", action="append", default=[], metavar="MODULE_OR_FILE.py",
+                   help=OPS_HELP)
     p.add_argument("--max-len", type=int, metavar="N",
                    help="split episodes longer than N steps into rows of at most N")
     p.add_argument("--model", metavar="MODULE:CLASS",
@@ -70,7 +72,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.max_len is not None and args.max_len < 1:
         raise InputError(f"--max-len must be at least 1, got {args.max_len}")
-    # The loss module first: it may register the custom ops the map uses.
+    # The ops modules and the loss module first: they may register the custom ops the map uses.
+    import_ops(args.ops)
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
     if args.batch_dims is not None and args.trainer is None:
         raise InputError("--batch-dims goes with --trainer (the trainer schema's batch dims)")

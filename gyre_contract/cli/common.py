@@ -50,6 +50,27 @@ def import_named(spec: str, option: str, kind: str) -> Any:
         raise InputError(f"{option}: {module_name!r} has no {attr!r}") from None
 
 
+def import_ops(specs: Iterable[str], option: str = "--ops") -> None:
+    """Import each `MODULE` or `FILE.py` the user named so that it can call `register_op`
+    (guarded as `import_named`: a script's `__main__` block stays shut; a failure is an
+    InputError naming it)."""
+    for spec in specs:
+        if not spec or ":" in spec:
+            raise InputError(f"{option} takes MODULE or FILE.py (imported so that it registers "
+                             f"its ops with register_op), got {spec!r}")
+        if spec.endswith(".py"):
+            _import_file(spec, option)
+        else:
+            _import_module(spec, option)
+
+
+OPS_HELP = ("import MODULE or FILE.py first (repeatable) so that it can add the ops a map "
+            "names with gyre_contract.register_op; its top-level code runs (a script's "
+            "`if __name__ == '__main__':` block does not); nothing is ever imported because a "
+            "data or map file says so")
+"""The help text of `--ops` (batch, diff)."""
+
+
 def _import_module(name: str, option: str) -> Any:
     cwd = os.getcwd()
     added = cwd not in sys.path

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any, TextIO
 
+from gyre_contract.cli.common import OPS_HELP, import_ops
 from gyre_contract.core.errors import SchemaError
 from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.schema.diffing import diff, parse_batch_dims
@@ -36,6 +37,8 @@ def add_parser(sub: Any) -> None:
                    help="discount in the written map, a number in [0, 1]")
     p.add_argument("--lam", type=unit_interval, default=0.95,
                    help="GAE lambda in the written map, a number in [0, 1]")
+    p.add_argument("--ops", action="append", default=[], metavar="MODULE_OR_FILE.py",
+                   help=OPS_HELP)
     p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
@@ -63,6 +66,7 @@ def parse_renames(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import_ops(args.ops)
     batch_dims = parse_batch_dims(args.batch_dims) if args.batch_dims else None
     report = diff(args.sampler, args.trainer, batch_dims=batch_dims,
                   renames=parse_renames(args.rename), gamma=args.gamma, lam=args.lam)

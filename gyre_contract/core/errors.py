@@ -97,18 +97,21 @@ class ContractError(GyreError, ValueError):
 class MissingFieldError(ContractError, KeyError):
     """A source field that a map or batch needs is absent. Never filled with a default."""
 
-    def __init__(self, name: str, have: Iterable[str]) -> None:
+    def __init__(self, name: str, have: Iterable[str], reason: str = "") -> None:
         self.name = name
         self.have = sorted(have)
+        self.reason = reason
+        """Who needs the field and why ("op kl reads it: ..."), or ""."""
         problem = Problem(
             path=name, expected="a field named " + repr(name), got="no such field",
-            message="missing sample field",
+            message=f"missing sample field ({reason})" if reason else "missing sample field",
         )
         self.problems = [problem]
         Exception.__init__(self, self._render())
 
     def _render(self) -> str:
-        return f"missing sample field: {self.name}, have [{', '.join(self.have)}]"
+        why = f" ({self.reason})" if self.reason else ""
+        return f"missing sample field: {self.name}{why}, have [{', '.join(self.have)}]"
 
 
 class SchemaError(GyreError, ValueError):

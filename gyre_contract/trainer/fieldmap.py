@@ -79,6 +79,8 @@ COMMON_KEYS = ("op", "from", "then", "cast", "comment")
 """Keys every field spec may hold; anything else must be an argument of its op."""
 MAX_THEN = 8
 """Steps a `then` chain may hold at most: a map stays short enough to review."""
+ADD_OP_HINT = "your own op: register_op in Python, or on the command line --ops MODULE_OR_FILE.py"
+"""How to add an op, said after the list of known ops when a map names an unknown one."""
 MAX_MAP_BYTES = 1024 * 1024
 """A larger map file is refused unread (FieldMapError): a map is a short, reviewed file."""
 
@@ -209,12 +211,17 @@ class FieldMap:
         return "; ".join(clauses)
 
     def sources(self) -> list[str]:
-        """Every source name the map reads, in first-use order (including `mask` for ops)."""
+        """Every source name the map reads, in first-use order, including the columns its ops
+        read besides their sources (`mask`; `response_mask`, `prompt_mask`, ... for token ops)."""
         names: list[str] = []
         for spec in self.fields.values():
             ops = (spec.op, *(step.op for step in spec.then))
             implicit = ("mask",) if NEEDS_MASK.intersection(ops) else ()
-            for name in (*spec.sources, *implicit):
+            read = [name for op, names in ((spec.op, spec.sources),
+                                           *((step.op, ()) for step in spec.then))
+                    if (found := get_op(op)) is not None
+                    for name in found.columns_read(names)]
+            for name in (*spec.sources, *implicit, *read):
                 if name not in names:
                     names.append(name)
         return names
@@ -229,7 +236,7 @@ class FieldMap:
         for target, spec in self.fields.items():
             op = self._registered(target, spec.op)
             inputs = [_source(columns, name) for name in spec.sources]
-            value = run_op(op, inputs, columns, spec.args)
+            value = run_op(op, inputs, columns, spec.args, spec.sources)
             for step in spec.then:
                 value = run_op(self._registered(target, step.op), [value], columns, step.args)
             if spec.cast is not None:
@@ -242,7 +249,7 @@ class FieldMap:
         op = get_op(name)
         if op is None:
             raise FieldMapError(f"{self.source}: fields.{target}: op {name!r} is no longer "
-                                f"registered; known ops: {', '.join(known_ops())}")
+                                f"registered; known ops: {', '.join(known_ops())}; {ADD_OP_HINT}")
         return op
 
     @renamed_arguments(model="batch_model")
@@ -310,7 +317,7 @@ def _parse_spec(target: str, spec: Any, problems: list[str]) -> FieldSpec | None
     op = get_op(op_name) if isinstance(op_name, str) else None
     if op is None:
         problems.append(f"{where}: unknown op {json.dumps(op_name)}{_did_you_mean(op_name, known_ops())}"
-                        f"; known ops: {', '.join(known_ops())}")
+                        f"; known ops: {', '.join(known_ops())}; {ADD_OP_HINT}")
         return None
     count = len(problems)
     sources = _parse_sources(where, op, spec, problems)

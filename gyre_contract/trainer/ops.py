@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,44 +26,15 @@ from gyre_contract.core.errors import (
 )
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.advantages import TRUNCATION_MODES, discounted_returns, gae
-
-OpFunction = Callable[..., Any]
-"""`fn(inputs: list[np.ndarray], columns: Mapping[str, Any], **args) -> np.ndarray`."""
-
-ArgCheck = Callable[[Any], str | None]
-"""Returns why an argument value is wrong, or None when it is fine."""
-
-Describer = Callable[[str, "tuple[str, ...]", Mapping[str, Any]], str]
-"""`describe(target, sources, args) -> str`: what an op does to make `target`, in plain terms
-("done ← terminated OR truncated"); "" when there is nothing worth saying (a same-name rename)."""
-
-
-@dataclass(frozen=True)
-class Op:
-    """One registered op: its function, how many sources it takes, its arguments.
-
-    `sources` is "one", "many" (a list of at least one), "none", or a tuple naming each source
-    position (a fixed-length list). `args` maps each argument to its check; `required` lists the
-    ones a map must give. `args=None` accepts any arguments (ops registered without a signature).
-    `describe` says in plain terms what the op makes (the run notes, `FieldMap.describe`); an op
-    without one is described by its name, sources and arguments.
-    """
-
-    name: str
-    fn: OpFunction
-    sources: str | tuple[str, ...] = "one"
-    args: Mapping[str, ArgCheck] | None = field(default_factory=dict)
-    required: tuple[str, ...] = ()
-    builtin: bool = False
-    describe: Describer | None = None
-
-    def text(self, target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
-        """What this op does to make `target` from `sources` with `args`, in plain terms."""
-        if self.describe is not None:
-            return self.describe(target, sources, args)
-        listed = [*sources, *(f"{k}={number_text(v)}" for k, v in args.items())]
-        return f"{target} ← {self.name}({', '.join(listed)})"
-
+from gyre_contract.trainer.opspec import (
+    ArgCheck,
+    Describer,
+    Op,
+    OpFunction,
+    Reads,
+    number_text,
+)
+from gyre_contract.trainer.tokenops import TOKEN_OPS
 
 # -- argument checks -----------------------------------------------------------------------
 
@@ -290,13 +260,6 @@ def _need(columns: Mapping[str, Any], name: str) -> Any:
 
 # -- descriptions (the run notes) ------------------------------------------------------------
 
-def number_text(value: Any) -> str:
-    """A map argument as a person reads it: 0.99, not 0.9900000000000001; strings as JSON."""
-    if isinstance(value, float):
-        return f"{value:g}"
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def _d_rename(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
     return "" if sources == (target,) else f"{target} ← {sources[0]}"
 
@@ -389,6 +352,7 @@ _REGISTRY: dict[str, Op] = {
            args={"gamma": _rate, "truncation": _TRUNCATION}, required=("gamma",), builtin=True,
            describe=_d_discounted),
         Op("mask", _mask_op, "none", builtin=True, describe=_d_mask),
+        *TOKEN_OPS,  # group_norm, rloo, kl, kl_reward, per_token, pad, concat (tokenops)
     )
 }
 
@@ -404,9 +368,9 @@ def get_op(name: str) -> Op | None:
 
 
 def step_ops() -> list[str]:
-    """Names of the ops a `then` step may use (one input, not a plain rename), sorted."""
+    """Names of the ops a `then` step may use (one unnamed input, not a plain rename), sorted."""
     return sorted(name for name, op in _REGISTRY.items()
-                  if op.sources == "one" and name != "rename")
+                  if op.sources == "one" and name != "rename" and not op.named)
 
 
 def register_op(
@@ -417,14 +381,17 @@ def register_op(
     args: Mapping[str, ArgCheck] | Iterable[str] | None = None,
     required: Iterable[str] = (),
     describe: Describer | None = None,
+    reads: Iterable[str] | Reads = (),
 ) -> None:
     """Add an op for maps to use: `fn(inputs, columns, **args) -> array`.
 
-    `inputs` are the arrays named by the spec's `from`, `columns` all collated columns. `args`
+    `inputs` are the arrays named by the spec's `from`, `columns` the collated columns. `args`
     names the accepted arguments (a list of names, or a mapping to check functions); None
     accepts any. `describe(target, sources, args) -> str` says what the op makes, for the run
-    notes (default: the op's name with its sources and arguments). Built-in ops cannot be
-    replaced; re-registering a custom op replaces it.
+    notes (default: the op's name with its sources and arguments). `reads` names the columns
+    the op reads from `columns` besides its sources (`["response_mask"]`, or a function of the
+    source names), so that they are collated too. Built-in ops cannot be replaced;
+    re-registering a custom op replaces it.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"op name must be an identifier, got {name!r}")
@@ -439,7 +406,16 @@ def register_op(
         checks = args
     else:
         checks = {a: (lambda value: None) for a in args}
-    _REGISTRY[name] = Op(name, fn, sources, checks, tuple(required), describe=describe)
+    read: Reads | None = None
+    if callable(reads):
+        read = reads
+    elif reads:
+        names = tuple(reads)
+        if not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"reads must name columns (strings), got {names!r}")
+        read = lambda _sources: names  # noqa: E731
+    _REGISTRY[name] = Op(name, fn, sources, checks, tuple(required), describe=describe,
+                         reads=read)
 
 
 def unregister_op(name: str) -> None:
@@ -499,8 +475,15 @@ NEEDS_MASK = frozenset({"gae", "discounted_return", "mask", "shift", "episode_st
 """Ops that read the collated `mask` even when a map does not name it."""
 
 
-def run_op(op: Op, inputs: list[Any], columns: Mapping[str, Any], args: Mapping[str, Any]) -> Any:
-    """Run an op; a one-source op applied to a group of modalities runs once per modality."""
+def run_op(op: Op, inputs: list[Any], columns: Mapping[str, Any], args: Mapping[str, Any],
+           sources: tuple[str, ...] = ()) -> Any:
+    """Run an op; a one-source op applied to a group of modalities runs once per modality.
+    `sources` names the inputs; a `named` op gets them (a token op finds a column's mask so)."""
+    if op.named:
+        if len(sources) != len(inputs):
+            raise FieldMapError(f"op {op.name!r} needs its sources named in the map (it finds "
+                                f"their masks by name); it cannot be a `then` step")
+        args = {**args, "sources": tuple(sources)}
     if op.sources == "one" and inputs and isinstance(inputs[0], Mapping):
         return {k: op.fn([v], columns, **args) for k, v in inputs[0].items()}
     groups = [i for i, x in enumerate(inputs) if isinstance(x, Mapping)]

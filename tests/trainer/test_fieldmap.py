@@ -17,10 +17,12 @@ from gyre_contract.trainer.fieldmap import FieldMap, cast_array, known_ops, regi
 
 MAPS = Path(__file__).parents[1] / "data" / "maps"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cartpole_map.json"
-KNOWN = ("all, and_not, any, cast, discounted_return, episode_start, gae, mask, masked_sum, not, "
-         "per_step, rename, reshape, shift, squeeze, sum, transpose, unsqueeze")
-STEP_OPS = ("cast, episode_start, not, per_step, reshape, shift, squeeze, sum, transpose, "
-            "unsqueeze")
+KNOWN = ("all, and_not, any, cast, concat, discounted_return, episode_start, gae, group_norm, kl, "
+         "kl_reward, mask, masked_sum, not, pad, per_step, per_token, rename, reshape, rloo, shift, "
+         "squeeze, sum, transpose, unsqueeze")
+HINT = "your own op: register_op in Python, or on the command line --ops MODULE_OR_FILE.py"
+STEP_OPS = ("cast, episode_start, not, per_step, per_token, reshape, shift, squeeze, sum, "
+            "transpose, unsqueeze")
 GAE_FROM = ["reward", "value", "terminated", "truncated", "next_value"]
 
 
@@ -68,7 +70,7 @@ def test_good_map_loads_and_round_trips():
 
 @pytest.mark.parametrize(("name", "message"), [
     ("bad_unknown_op.json",
-     f'fields.advantage: unknown op "gea" (did you mean "gae"?); known ops: {KNOWN}'),
+     f'fields.advantage: unknown op "gea" (did you mean "gae"?); known ops: {KNOWN}; {HINT}'),
     ("bad_wrong_arg.json",
      '2 problems: fields.advantage: op "gae" does not take lambda (did you mean "lam"?); '
      "allowed keys: cast, comment, from, gamma, lam, op, output, then, truncation; "
@@ -79,8 +81,8 @@ def test_good_map_loads_and_round_trips():
     ("bad_duplicate_key.json",
      'not JSON: duplicate key "obs" (JSON readers keep only one)'),
     ("bad_import.json",
-     f'2 problems: fields.obs: unknown op "__import__"; known ops: {KNOWN}; '
-     f'fields.reward: unknown op "eval"; known ops: {KNOWN}'),
+     f'2 problems: fields.obs: unknown op "__import__"; known ops: {KNOWN}; {HINT}; '
+     f'fields.reward: unknown op "eval"; known ops: {KNOWN}; {HINT}'),
 ])
 def test_bad_map_files_say_what_is_wrong(name, message):
     with pytest.raises(FieldMapError) as err:
