@@ -19,6 +19,7 @@ from gyre_contract.schema.diffing import diff
 from gyre_contract.schema.export import json_schema
 from gyre_contract.schema.roles import synonyms
 from gyre_contract.schema.tokenlayout import token_rows
+from gyre_contract.trainer.fieldmap import FieldMap
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "tests" / "data" / "peers"
@@ -71,7 +72,11 @@ def warning(report, code: str):
 
 
 def check(report) -> None:
+    """The report validates against its schema; the map it writes is one FieldMap accepts."""
     jsonschema.validate(report.to_dict(), REPORT_SCHEMA)
+    fmap = {k: v for k, v in report.field_map().items() if k != "rows"}
+    if fmap["fields"]:
+        FieldMap.from_dict(fmap)
 
 
 # -- the three trainers: the written map is the hand-checked one -----------------------------------
