@@ -143,9 +143,9 @@ PEERS = {
         "volcengine/verl (DataProto, core_algos)", ["B"]),
     "openrlhf_experience": schema(
         "OpenRLHF Experience consumed by the PPO actor (group_norm estimator)",
-        "One row per generation: sequences/attention_mask [B, S] (left-padded prompt then "
-        "right-padded response), per-action tensors [B, A] over the response tokens. "
-        "Batch dims: B.",
+        "One row per generation: sequences/attention_mask [B, S] (vLLM generation, not "
+        "packed: the input left-padded, the output right-padded), per-action tensors [B, A] "
+        "over the response tokens. Batch dims: B.",
         [("sequences", "integer", [N, N], True, "LongTensor [B, S]"),
          ("attention_mask", "integer", [N, N], True, "LongTensor [B, S]"),
          ("action_mask", "boolean", [N, N], True, "BoolTensor [B, A]: loss/advantage mask"),
