@@ -33,7 +33,8 @@ class PromptObservation(Modalities):
 
 
 class LLMStep(RolloutStep):
-    """One generation as one step: prompt in, generated token ids out, one log-prob per token."""
+    """One generation (one turn) as one step: prompt in, generated token ids out, one log-prob
+    per token; optionally the reference log-probs, the group, a loss mask and per-token rewards."""
 
     varying_dims: ClassVar[tuple[str, ...]] = ("P", "A")
 
@@ -41,6 +42,15 @@ class LLMStep(RolloutStep):
     action: Tensor("int64", ["A"], role="action", description="generated token ids")
     logprob: Tensor("float32", ["A"], role="logprob",
                     description="per-token log-probabilities under policy_version") = None
+    ref_logprob: Tensor("float32", ["A"], role="ref_logprob",
+                        description="per-token log-probabilities under the reference policy"
+                        ) = None
+    group_id: Tensor("string", [], role="group_id",
+                     description="the prompt's group: completions sampled for one prompt") = None
+    loss_mask: Tensor("bool", ["A"], role="loss_mask",
+                      description="False on tokens the policy did not generate") = None
+    token_reward: Tensor("float32", ["A"], role="token_reward",
+                         description="per-token reward") = None
 
 
 class CartPoleBatch(TrainBatch):

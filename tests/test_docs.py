@@ -182,10 +182,12 @@ def test_anchors_follow_github():
     assert anchor("Bad input → what you get") == "bad-input--what-you-get"
 
 
-def test_contract_has_sections_1_to_9():
+def test_contract_has_sections_1_to_10():
     text = (DOCS / "contract.md").read_text(encoding="utf-8")
     numbers = [int(m.group(1)) for m in re.finditer(r"^## (\d+)\. ", text, re.M)]
-    assert numbers == list(range(1, 10)), numbers
+    assert numbers == list(range(1, 11)), numbers
+    assert re.search(r"^## 10\. LLM online RL \(v1\.1\)$", text, re.M)
+    assert "(llm.md)" in text.split("## 10. ", 1)[1]
     assert re.search(r"^## Beyond the first spec$", text, re.M)
 
 

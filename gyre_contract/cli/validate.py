@@ -27,7 +27,8 @@ def add_parser(sub: Any) -> None:
         "(or a JSON Schema) and the episode rules. Prints the fields with their dtypes and "
         "shapes, the counts (lines, steps, episodes, open episodes, terminated, truncated, "
         "policy versions) and every problem with its line number, grouped.",
-        epilog="exit codes: 0 holds, 1 contract violated, 2 unusable input")
+        epilog="exit codes: 0 holds, 1 contract violated (--strict: or a warning), "
+        "2 unusable input")
     p.add_argument("rollouts", metavar="ROLLOUTS.jsonl",
                    help="the rollout file to check (.jsonl, or .parquet / .pq), or a "
                    "folder or quoted glob of shard files ('shards/*.jsonl')")
@@ -60,6 +61,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--address", metavar="ADDR",
                    help="with --engine ray: join this Ray cluster (e.g. 'auto') instead of "
                    "starting a local Ray")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 also on a warning (a group whose steps carry different "
+                   "policy versions)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(run=run)
 
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 allow_partial_tail=args.allow_partial_tail,
                 max_examples_per_group=args.max_examples)
     out.write(report.render(args.format) + "\n")
-    return report.exit_code()
+    return report.exit_code(strict=args.strict)
 
 
 def load_model(spec: str) -> type[BaseModel]:

@@ -40,6 +40,7 @@ from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import ERROR_TYPE, TensorSpec
+from gyre_contract.core.tokenfields import TOKEN_FIELDS
 
 _SMALL = 64
 """Float arrays up to this size are checked for finiteness in Python (cheaper than a ufunc)."""
@@ -65,6 +66,7 @@ FAST_PATH = declare_fast_path(
     implements=[*(r.name for r in FIELD_RULES),  # pydantic-core strict types, else the normal function
                 "step.dims_agree",  # _dims_agree
                 "step.logprob_shape", "step.logprob_nonpositive",  # _logprob_ok, _leaf(nonpositive)
+                "step.token_fields_shape", "step.ref_logprob_nonpositive",  # _token_checker
                 "step.next_observation_structure", "step.next_observation_modalities",
                 "step.next_observation_shape"])  # _same_structure
 """The rules the compiled path implements: each one it is given broken, it refuses."""
@@ -215,11 +217,11 @@ def _nonpositive_specs(model: type[BaseModel]) -> set[int]:
     Checking that on list elements in pydantic-core spares a pass over the array later.
     """
     specs = field_specs(model) if issubclass(model, RolloutStepV1) else {}
-    action, logprob = specs.get("action"), specs.get("logprob")
-    if isinstance(action, TensorSpec) and isinstance(logprob, TensorSpec) \
-            and action.dtype in INT_DTYPES and logprob.dtype in FLOAT_DTYPES:
-        return {id(logprob)}
-    return set()
+    action = specs.get("action")
+    if not isinstance(action, TensorSpec) or action.dtype not in INT_DTYPES:
+        return set()
+    return {id(spec) for wire in ("logprob", "ref_logprob")
+            if isinstance(spec := specs.get(wire), TensorSpec) and spec.dtype in FLOAT_DTYPES}
 
 
 def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False
@@ -441,7 +443,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     # A scalar int action is always a Python int here: a Python float logprob needs its sign only.
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
     # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
-    checked_lists = bool(_nonpositive_specs(model)) and not free_logprob
+    checked_lists = id(logprob_spec) in _nonpositive_specs(model) and not free_logprob
+    has_tokens, tokens_ok = _token_checker(model)
 
     def finish(step: Any) -> Any:
         values = step.__dict__
@@ -464,6 +467,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
                 raise _GiveUp
         if binds and not _dims_agree(binds, values):
             raise _GiveUp
+        if has_tokens(values) and not tokens_ok(values):
+            raise _GiveUp  # step.token_fields_shape, step.ref_logprob_nonpositive
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
             raise _GiveUp
@@ -547,6 +552,60 @@ def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
     if is_array:
         return not logprob.size or not logprob.max() > 0
     return not logprob > 0
+
+
+def _token_checker(model: type[BaseModel]
+                   ) -> tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]:
+    """(values -> whether the record has a token field, the check of `_token_ok`): the check is
+    only asked of a record that has one."""
+    checker = _token_ok(model)
+    present = [w for w in TOKEN_FIELDS if isinstance(field_specs(model).get(w), TensorSpec)]
+    if checker is None:
+        return (lambda values: False), checker  # type: ignore[return-value]
+    if len(present) == 3:  # every step model: one expression, no loop
+        a, b, c = present
+        return (lambda v: v[a] is not None or v[b] is not None or v[c] is not None), checker
+    return (lambda v: any(v[w] is not None for w in present)), checker
+
+
+def _token_ok(model: type[BaseModel]) -> Callable[[dict[str, Any]], bool] | None:
+    """`step.token_fields_shape` and `step.ref_logprob_nonpositive` as a yes/no on a step's
+    converted values (`tokenfields.token_field_problem` finds nothing); None when the model has
+    no token field. A pinned shape (`A`) is bound by `_dims_agree`; a free one (`*name`) is
+    compared with the action's here."""
+    specs = field_specs(model)
+    present = [w for w in TOKEN_FIELDS if isinstance(specs.get(w), TensorSpec)]
+    if not present:
+        return None
+    free = [w for w in present if any(d.variadic for d in specs[w].shape)]
+    ref = "ref_logprob" in present
+
+    def ok(values: dict[str, Any]) -> bool:
+        action = values["action"]
+        shape = action.shape if action.__class__ is np.ndarray else np.shape(action)
+        for wire in free:
+            value = values[wire]
+            if value is None:
+                continue
+            got = value.shape if value.__class__ is np.ndarray else np.shape(value)
+            if got != shape and not (got == () and wire == "ref_logprob"):
+                return False
+        value = values["ref_logprob"] if ref else None
+        if value is None or not _discrete(action):
+            return True
+        if value.__class__ is np.ndarray:
+            return not (value.size and value.max() > 0)
+        return not value > 0
+
+    return ok
+
+
+def _discrete(action: Any) -> bool:
+    if action.__class__ is int:
+        return True
+    if isinstance(action, (np.ndarray, np.generic)):
+        return action.dtype.kind in "iu"
+    return np.asarray(action).dtype.kind in "iu"
 
 
 def _same_structure(obs: Any, nxt: Any) -> bool:

@@ -38,7 +38,7 @@ class RolloutStepV1(GyreModel):
     """One time step of one episode, as a sampler writes it (docs/contract.md §3)."""
 
     gyre_kind: ClassVar[str] = "rollout_step"
-    gyre_version: ClassVar[str] = "1.0.0"
+    gyre_version: ClassVar[str] = "1.1.0"
 
     observation: Annotated[Any, AnyObservation("observation")] = Field(
         description="s_t: a float32 tensor, or an object of named modalities")
@@ -46,6 +46,9 @@ class RolloutStepV1(GyreModel):
                    description="the action actually executed (LLM: the generated token ids)")
     logprob: Tensor(F32, ["*logp"], role="logprob",
                     description="log pi(a|s) under policy_version; [] or the action's dims") = None
+    ref_logprob: Tensor(F32, ["*ref_logprob"], role="ref_logprob",
+                        description="log-prob under the frozen reference policy (KL); [] or the "
+                                    "action's dims; never a behaviour logprob") = None
     entropy: Tensor(F32, [], role="entropy", description="policy entropy at s_t") = None
     value: Tensor(F32, [], role="value", description="critic estimate V(s_t)") = None
     next_value: Tensor(F32, [], role="next_value",
@@ -65,6 +68,15 @@ class RolloutStepV1(GyreModel):
                       description="cut short (time limit, budget): bootstrap from next_value")
     policy_version: Tensor("int64", [], role="policy_version",
                            description="version of the weights that produced this step")
+    group_id: Tensor("string", [], role="group_id",
+                     description="steps sampled for the same prompt or state (GRPO, RLOO, "
+                                 "best-of-n); never the episode id") = None
+    loss_mask: Tensor("bool", ["*loss_mask"], role="loss_mask",
+                      description="the action's dims: False on tokens the policy did not "
+                                  "generate (tool output spliced into a turn)") = None
+    token_reward: Tensor(F32, ["*token_reward"], role="token_reward",
+                         description="the action's dims: per-token reward (a process reward "
+                                     "model), beside the scalar reward") = None
     info: Annotated[dict, JsonScalars()] = Field(None, description="free-form JSON scalars")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -30,6 +30,7 @@ from gyre_contract.core.fields import (
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.registry import Rule, register
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.tokenfields import TOKEN_FIELDS, TOKENS_REASON, token_field_problem
 
 # -- field rules --------------------------------------------------------------------------------
 
@@ -120,17 +121,41 @@ def _logprob_shape(step: Any) -> list[Problem]:
                     "shape is neither [] nor the action's")]
 
 
-def _logprob_sign(step: Any) -> list[Problem]:
-    logprob = step.logprob
-    if logprob is None or np.asarray(step.action).dtype.kind not in "iu":
+def _sign(step: Any, wire: str, expected: str, reason: str) -> list[Problem]:
+    value = getattr(step, wire)
+    if value is None or np.asarray(step.action).dtype.kind not in "iu":
         return []
-    lp = np.asarray(logprob)
+    lp = np.asarray(value)
     if not lp.size or float(lp.max()) <= 0:
         return []
     top = f"{float(lp.max())!r}"
     got = top if lp.ndim == 0 else f"max {top} in {describe(lp)}"
-    return [Problem("logprob", "<= 0 (a discrete action's log-probability)", got,
-                    "positive log-probability")]
+    return [Problem(wire, expected, got, reason)]
+
+
+def _logprob_sign(step: Any) -> list[Problem]:
+    return _sign(step, "logprob", "<= 0 (a discrete action's log-probability)",
+                 "positive log-probability")
+
+
+def _ref_logprob_sign(step: Any) -> list[Problem]:
+    return _sign(step, "ref_logprob", "<= 0 (a token's log-probability under the reference "
+                 "policy)", "positive reference log-probability")
+
+
+def _token_shapes(step: Any) -> list[Problem]:
+    specs = field_specs(type(step))
+    action_shape = np.shape(step.action)
+    problems = []
+    for wire in TOKEN_FIELDS:
+        spec, value = specs.get(wire), getattr(step, wire, None)
+        if value is None or not isinstance(spec, TensorSpec) \
+                or not any(d.variadic for d in spec.shape):
+            continue  # a pinned shape (`A`): `step.dims_agree` binds it to the action
+        found = token_field_problem(wire, str(spec.dtype), np.shape(value), action_shape)
+        if found is not None:
+            problems.append(found)
+    return problems
 
 
 def _next_structure(step: Any) -> list[Problem]:
@@ -184,6 +209,18 @@ def _positive_logprob(record: dict[str, Any], model: Any) -> dict[str, Any]:
     return dict(record, logprob=[*logprob[:-1], 0.5] if isinstance(logprob, list) else 0.5)
 
 
+def _positive_ref_logprob(record: dict[str, Any], model: Any) -> dict[str, Any]:
+    logprob = record["logprob"]
+    return dict(record, ref_logprob=[*logprob[:-1], 0.5] if isinstance(logprob, list) else 0.5)
+
+
+def _long_loss_mask(record: dict[str, Any], model: Any) -> dict[str, Any] | None:
+    spec = field_specs(model).get("loss_mask")
+    if not (isinstance(spec, TensorSpec) and any(d.variadic for d in spec.shape)):
+        return None  # pinned to the action's dim: `step.dims_agree`
+    return dict(record, loss_mask=[True] * (int(np.size(record["action"])) + 1))
+
+
 def _when_free(change: dict[str, Any]) -> Any:
     return lambda r, m: dict(r, **change) if _free_observation(m) else None
 
@@ -195,6 +232,11 @@ STEP_RULES = [
          _logprob_shape, _variadic_logprob, doc="logprob is [] or the action's shape"),
     Rule("step.logprob_nonpositive", "step", ("positive log-probability",), _logprob_sign,
          _positive_logprob, doc="with a discrete action, logprob <= 0"),
+    Rule("step.token_fields_shape", "step", (TOKENS_REASON,), _token_shapes, _long_loss_mask,
+         doc="ref_logprob ([] or), loss_mask and token_reward have the action's shape"),
+    Rule("step.ref_logprob_nonpositive", "step", ("positive reference log-probability",),
+         _ref_logprob_sign, _positive_ref_logprob,
+         doc="with a discrete (token) action, ref_logprob <= 0"),
     Rule("step.next_observation_structure", "step", ("structure differs from observation",),
          _next_structure, _when_free({"observation": [0.5], "next_observation": {"x": [0.5]}}),
          doc="next_observation is a tensor or modalities as observation is"),

@@ -43,6 +43,7 @@ from gyre_contract.core.rules import (
 )
 from gyre_contract.core.switches import FAST, fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.tokenfields import action_bound_dims
 
 M = TypeVar("M", bound=GyreModel)
 
@@ -233,7 +234,7 @@ class EpisodeTracker:
         info = model_info(self.model)
         values = {w: getattr(step, info.attr(w)) for w in field_specs(self.model)}
         bindings, _ = record_bindings(self.model, values)
-        varying = set(self.model.varying_dims)
+        varying = {*self.model.varying_dims, *action_bound_dims(self.model)}
         return {k: v for k, v in bindings.items() if k not in varying}
 
     def add_columns(self, episode_id: Sequence[str], step: np.ndarray, policy_version: np.ndarray,
@@ -335,7 +336,10 @@ def has_named_dims(model: type[GyreModel]) -> bool:
 
 
 def _named_dims(model: type[GyreModel]) -> bool:
-    return any(_named(spec) for spec in field_specs(model).values())
+    bound = action_bound_dims(model)  # fixed by the action's shape: nothing to track
+    return any(_named(spec) for wire, spec in field_specs(model).items()
+               if not (isinstance(spec, TensorSpec) and spec.shape
+                       and all(d.name in bound for d in spec.shape)))
 
 
 def _named(spec: Any) -> bool:

@@ -2,8 +2,8 @@
 
 Modules, low to high (each imports only those above it):
 - `lines` (the JSON Lines line reader and its hygiene), `arrowschema` (the Arrow layout of a
-  model), `episodes` (`Episode`), `report` (`FileReport`, problem groups, field table),
-  `jsonfile` (one JSON document);
+  model), `episodes` (`Episode`), `groups` (the file-level warnings on `group_id` groups),
+  `report` (`FileReport`, problem groups, field table), `jsonfile` (one JSON document);
 - `fastfile` (bulk decoding of JSON Lines blocks), `assembly` (the one episode assembler),
   `checking` (the one validate → track loop every source goes through);
 - `parquet` (writing Parquet; its rows as a record source), `schemamode` (JSON Schema checks);
@@ -23,6 +23,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".show": ("show_episode", "EpisodeView"),
     ".episodes": ("Episode",),
     ".report": ("FileReport",),
+    ".groups": ("FileWarning",),
     ".arrowschema": ("to_arrow_schema",),
     ".parquet": ("write_parquet", "read_parquet_steps", "read_parquet_episodes", "validate_parquet"),
     ".shards": ("validate_shards", "ShardsReport"),

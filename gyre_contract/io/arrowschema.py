@@ -32,6 +32,7 @@ from gyre_contract.core.errors import Problem, SchemaError
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStep, field_specs
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.core.validate import validate_step
 
 EXTENSIONS = (".parquet", ".pq")
@@ -68,6 +69,8 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
     for wire, attr, required in _fields(model):
         value = getattr(step, attr) if step is not None else None
         spec = spec_of(model, wire)
+        if value is None and wire in TOKEN_FIELDS and isinstance(spec, TensorSpec):
+            spec, value = _token_layout(model, step, wire, spec)
         if value is None and not required and isinstance(spec, TensorSpec):
             spec = _without_variadic(spec)
         if value is None and isinstance(spec, AnyObservation) and step is not None:
@@ -82,6 +85,23 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
     if problems:
         raise SchemaError(f"no Arrow schema for {model.__name__}: " + "; ".join(problems))
     return pa.schema(fields, metadata=schema_metadata(model))
+
+
+def _token_layout(model: type[BaseModel], step: Any, wire: str, spec: TensorSpec
+                  ) -> tuple[TensorSpec, Any]:
+    """A free-shape token field (`*name`) laid out as the field its rule binds it to:
+    `ref_logprob` as `logprob`, `loss_mask` and `token_reward` as the action (its dims, the
+    field's own dtype), from the sample or a pinned shape; else (spec, None) unchanged."""
+    if not any(d.variadic for d in spec.shape):
+        return spec, None
+    partner = "logprob" if wire == "ref_logprob" else "action"
+    value = getattr(step, partner, None) if step is not None else None
+    if value is not None:
+        return spec, np.zeros(np.shape(value), bool)  # only its rank is read
+    pinned = spec_of(model, partner)
+    if isinstance(pinned, TensorSpec) and not any(d.variadic for d in pinned.shape):
+        return TensorSpec(spec.dtype, pinned.shape, spec.role, spec.description, spec.finite), None
+    return spec, None
 
 
 def _without_variadic(spec: TensorSpec) -> TensorSpec:

@@ -24,6 +24,7 @@ from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.fastfile import Block, BulkPlan, bulk_plan
+from gyre_contract.io.groups import GroupVersions
 from gyre_contract.io.lines import Item, Lines
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
 
@@ -62,6 +63,7 @@ class StepChecker:
         self.stats = stats
         self.episode_ids = episode_ids
         self.tracker = EpisodeTracker(model)
+        self.group_versions = GroupVersions()
         self.records = 0
         self.steps = 0
 
@@ -119,6 +121,9 @@ class StepChecker:
         self.steps += 1
         if self.stats is not None:
             self.stats.step(step)
+        group_id = getattr(step, "group_id", None)
+        if group_id is not None:
+            self.group_versions.add(group_id, step.policy_version)
         found = self.tracker.add(step, n)  # type: ignore[arg-type]
         if found:
             self.problems(found)
@@ -143,6 +148,8 @@ class StepChecker:
         self.steps += checked.n
         if self.stats is not None:
             self.stats.counted(checked.key_counts, bulk.array_counts(checked))
+        if "group_id" in checked.key_counts:
+            self.group_versions.add_many(checked.column("group_id"), checked.policy_version)
         if self.episode_ids is not None:
             ids = self.episode_ids
             for i, eid in enumerate(checked.episode_id):
@@ -199,7 +206,8 @@ class StepChecker:
             path="", checked_against=f"model {self.model.__name__}", records=self.records,
             steps=self.steps, episodes=t.episodes, open_episodes=len(t.open_episodes),
             terminated=t.terminated, truncated=t.truncated,
-            policy_versions=sorted(t.policy_versions))
+            policy_versions=sorted(t.policy_versions),
+            warning_list=self.group_versions.warnings())
         return finish_report(report, self.groups, self.stats, path=path, lines=lines,
                              require_complete=require_complete, tail_bytes=tail_bytes)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not, ne
 from typing import Annotated, Any
@@ -39,6 +39,7 @@ from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.io.episodes import Episode
 
 _COLON = ord(":")
@@ -93,7 +94,7 @@ class BulkPlan:
     """The msgspec decoder and column plan of one simple step model."""
 
     def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
-                 discrete: bool) -> None:
+                 discrete: bool, specs: dict[str, Any] | None = None) -> None:
         self.model = model
         self.fields = fields  # (wire, struct attribute, msgspec type, required)
         struct = msgspec.defstruct(
@@ -108,7 +109,7 @@ class BulkPlan:
         self.attrs = {wire: attrgetter(attr) for wire, attr, _, _ in fields}
         self.required = {wire for wire, _, _, required in fields if required}
         self.discrete = discrete  # a discrete action: every logprob must be <= 0
-        specs = field_specs(model)
+        specs = field_specs(model) if specs is None else specs  # token fields: `bound_specs`
         self.specs = {wire: specs[wire] for wire, _, _, _ in fields if wire in specs}
         self.dtypes = {wire: numpy_dtype(spec.dtype) for wire, spec in self.specs.items()}
         self.shapes = {wire: tuple(d.size for d in spec.shape) for wire, spec in self.specs.items()}
@@ -190,8 +191,9 @@ class BulkPlan:
             keys += sum(sizes)
         if colons != keys:
             return None
-        if self.discrete and "logprob" in columns and not _nonpositive(columns["logprob"]):
-            return None
+        if self.discrete and not all(_nonpositive(columns[wire]) for wire in _SIGNED
+                                     if wire in columns):
+            return None  # step.logprob_nonpositive, step.ref_logprob_nonpositive
         part = _Part(n, counts, columns["episode_id"],
                      np.fromiter(columns["step"], np.int64, n),
                      np.fromiter(columns["policy_version"], np.int64, n),
@@ -242,8 +244,7 @@ class BulkPlan:
         out = []
         for wire, spec in field_specs(self.model).items():
             if isinstance(spec, TensorSpec) and not spec.is_scalar and wire in block.key_counts:
-                shape = tuple(d.size for d in spec.shape)
-                out.append((wire, self.dtypes[wire], shape, block.key_counts[wire]))
+                out.append((wire, self.dtypes[wire], self.shapes[wire], block.key_counts[wire]))
         return out
 
     def episode(self, episode_id: str, parts: list[tuple[Block, Any]], lines: list[int]
@@ -392,6 +393,25 @@ def _array(values: Iterable[Any], n: int, dtype: np.dtype, shape: tuple[int, ...
     return np.array(list(values), dtype=dtype)
 
 
+_SIGNED = ("logprob", "ref_logprob")
+"""Fields whose values are <= 0 under a discrete action."""
+
+
+def bound_specs(specs: dict[str, Any]) -> dict[str, Any]:
+    """The token fields of free shape (`*name`) with the one shape this reader accepts for them,
+    which `step.token_fields_shape` allows beside an action of fixed shape: the action's shape
+    (`ref_logprob`: one value, []). Another shape fails decoding: the normal path explains."""
+    action = specs.get("action")
+    if not isinstance(action, TensorSpec) or any(d.size is None for d in action.shape):
+        return {}
+    out = {}
+    for wire in TOKEN_FIELDS:
+        spec = specs.get(wire)
+        if isinstance(spec, TensorSpec) and len(spec.shape) == 1 and spec.shape[0].variadic:
+            out[wire] = replace(spec, shape=() if wire == "ref_logprob" else action.shape)
+    return out
+
+
 def _nonpositive(logprobs: list[Any]) -> bool:
     present = [v for v in logprobs if v is not None] if None in logprobs else logprobs
     return max(present) <= 0
@@ -404,6 +424,8 @@ FAST_PATH = declare_fast_path(
                 "step.dims_agree",  # no named dims
                 "step.logprob_shape",  # a scalar logprob
                 "step.logprob_nonpositive",  # `_nonpositive`
+                "step.token_fields_shape",  # `bound_specs`: the action's fixed shape
+                "step.ref_logprob_nonpositive",  # `_nonpositive`
                 "step.next_observation_structure", "step.next_observation_modalities",
                 "step.next_observation_shape"])  # one fixed tensor shape for both
 """The rules the bulk reader implements: each one a block breaks makes it refuse the block."""
@@ -438,6 +460,7 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
             or decorators.model_validators[_CROSS].func is not _cross_rules():
         return None  # rules of the project's own: only the normal path knows them
     specs = field_specs(model)
+    specs = {**specs, **bound_specs(specs)}
     names = model_info(model)
     fields = []
     for name, info in model.model_fields.items():
@@ -464,7 +487,7 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
     action, logprob = specs["action"], specs["logprob"]
     if not logprob.is_scalar:
         return None  # logprob's shape rules and per-element sign: the normal path
-    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES)
+    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES, specs=specs)
 
 
 def _msgspec_type(spec: TensorSpec) -> Any:

@@ -27,6 +27,7 @@ from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.core.text import printable
 from gyre_contract.io.episodes import modality_values
+from gyre_contract.io.groups import FileWarning
 
 _INDEX = re.compile(r"\[\d+\]")
 
@@ -88,7 +89,8 @@ class FileReport(Report):
     """What `validate_file` found: fields, counts and every problem, grouped.
 
     Episode counts are None when the episode rules were not applied (JSON Schema mode).
-    `ok` is True when no problem was found; a file report has no warnings.
+    `ok` is True when no problem was found; `warnings` are what holds but deserves a look (a
+    group whose members carry different policy versions, `io.groups`).
     """
 
     path: str
@@ -108,11 +110,17 @@ class FileReport(Report):
     more_fields: int = 0
     partial_tail_bytes: int = 0
     require_complete: bool = False
+    warning_list: list[FileWarning] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True when no line or row broke a rule (unreadable files raise InputError instead)."""
         return self.problem_count == 0
+
+    @property
+    def warnings(self) -> list[FileWarning]:
+        """What holds but deserves a look; `exit_code(strict=True)` fails on any."""
+        return self.warning_list
 
     @property
     def holds(self) -> bool:
@@ -143,6 +151,7 @@ class FileReport(Report):
                          "ungrouped": self.ungrouped},
             "partial_tail_bytes": self.partial_tail_bytes,
             "require_complete": self.require_complete,
+            "warnings": [w.to_dict() for w in self.warning_list],
         }
 
     def to_text(self) -> str:
@@ -155,6 +164,9 @@ class FileReport(Report):
             out.append(f"partial tail: {self.partial_tail_bytes} bytes after line "
                        f"{self.lines - 1} not checked (no newline yet)")
         out.append("")
+        if self.warning_list:
+            out.append(f"warnings: {len(self.warning_list)}")
+            out += [printable(f"  {w}") for w in self.warning_list]
         if self.ok:
             out.append("holds: no problems")
             return "\n".join(out)

@@ -128,6 +128,11 @@ class ShardsReport(Report):
     def problem_count(self) -> int:
         return sum(s.problem_count for s in self.shards) + len(self.cross_shard)
 
+    @property
+    def warnings(self) -> list[Any]:
+        """Every shard's warnings, shard by shard (each shard's report lists its own)."""
+        return [w for s in self.shards for w in s.warnings]
+
     def counts(self) -> dict[str, Any]:
         """Sums over the shards; episode counts are None when any shard did not check them."""
         def total(name: str) -> int | None:

@@ -566,7 +566,7 @@ def _roles_agree(s: Field, t: Field) -> bool:
         return True
     # Only declared roles can veto a same-name match (`dones` declared episode_start vs done).
     return not (s.declared_role and t.declared_role) and not (
-        {s.role, t.role} & {"ref_logprob", "episode_start", "group_id"})
+        {s.role, t.role} & {"ref_logprob", "episode_start", "group_id", "loss_mask"})
 
 
 def _name_likeness(a: str, b: str) -> float:

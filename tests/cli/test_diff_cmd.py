@@ -32,13 +32,14 @@ def test_diff_text_ok_and_strict() -> None:
     assert out.startswith("gyre-contract diff\n")
     assert "NEEDS CONVERSION (4)" in out
     assert out.splitlines()[-1].startswith("summary: 9 same, 1 renamed, 4 need conversion, "
-                                           "0 missing, 4 unused")
+                                           "0 missing, 8 unused")
     assert "\x1b[" not in out  # StringIO is not a terminal
     assert cli("diff", STEP, BATCH, "--strict")[0] == 1
 
 
 def test_diff_missing_exits_1_and_json_validates() -> None:
-    code, out, _ = cli("diff", STEP, str(PEERS / "verl_actor_batch.json"), "--batch-dims", "B",
+    v1_0 = str(ROOT / "tests" / "data" / "schemas" / "rollout_step.v1.0.json")  # no ref_logprob
+    code, out, _ = cli("diff", v1_0, str(PEERS / "verl_actor_batch.json"), "--batch-dims", "B",
                        "--format", "json")
     assert code == 1
     report = json.loads(out)

@@ -139,3 +139,17 @@ def test_real_subprocess() -> None:
     group = json.loads(proc.stdout)["problems"]["groups"][0]
     assert (group["path"], group["message"], group["examples"][0]["line"]) == (
         "reward", "null is not allowed", 3)
+
+
+def test_a_group_mixing_policy_versions_warns_and_fails_strict(tmp_path) -> None:
+    path = tmp_path / "grpo.jsonl"
+    path.write_text("".join(json.dumps({
+        "observation": {"token_ids": [1, 2]}, "action": [5, 6], "logprob": [-0.5, -0.5],
+        "ref_logprob": [-0.25, -0.75], "group_id": "prompt-0", "reward": float(k),
+        "step": 0, "episode_id": f"prompt-0/{k}", "terminated": True, "truncated": False,
+        "policy_version": 3 + (k == 1)}) + "\n" for k in range(2)))
+    code, out, _ = cli(str(path))
+    assert code == 0 and ("warnings: 1\n  group 'prompt-0' mixes policy versions 3, 4" in out)
+    assert out.endswith("holds: no problems\n")
+    code, out, _ = cli(str(path), "--strict", "--format", "json")
+    assert code == 1 and json.loads(out)["warnings"][0]["group_id"] == "prompt-0"

@@ -114,7 +114,11 @@ def test_arrow_schema_of_a_pinned_model_carries_the_x_gyre_facts(cartpole_model)
     assert schema.field("logprob").type == pa.float32() and schema.field("logprob").nullable
     assert schema.field("episode_id").type == pa.string()
     assert schema.field("info").metadata[b"x-gyre-encoding"] == b"json"
-    assert schema.metadata == {b"x-gyre-kind": b"rollout_step", b"x-gyre-version": b"1.0.0",
+    # v1.1 token fields beside a scalar action: one value each, as the action
+    assert [schema.field(w).type for w in ("ref_logprob", "loss_mask", "token_reward",
+                                            "group_id")] == [pa.float32(), pa.bool_(),
+                                                             pa.float32(), pa.string()]
+    assert schema.metadata == {b"x-gyre-kind": b"rollout_step", b"x-gyre-version": b"1.1.0",
                                b"x-gyre-model": b"CartPoleStep", b"x-gyre-varying-dims": b"[]"}
 
 
@@ -122,6 +126,8 @@ def test_arrow_schema_uses_lists_for_symbolic_dims_and_structs_for_modalities(ll
     schema = to_arrow_schema(llm_model)
     assert schema.field("action").type == pa.list_(pa.int64())
     assert json.loads(schema.field("action").metadata[b"x-gyre-shape"]) == ["A"]
+    assert [schema.field(w).type for w in ("ref_logprob", "loss_mask", "token_reward")] == [
+        pa.list_(pa.float32()), pa.list_(pa.bool_()), pa.list_(pa.float32())]
     obs = schema.field("observation").type
     assert obs == pa.struct([pa.field("token_ids", pa.list_(pa.int64()), nullable=False),
                              pa.field("text", pa.string())])

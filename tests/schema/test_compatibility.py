@@ -87,3 +87,17 @@ def test_made_optional_breaks_forward() -> None:
 def test_bad_mode() -> None:
     with pytest.raises(SchemaError, match="compat mode must be one of backward, forward, full"):
         compat(STEP, STEP, "sideways")
+
+
+V1_0_STEP = ROOT / "tests" / "data" / "schemas" / "rollout_step.v1.0.json"
+"""The step schema as contract v1.0 committed it: the old side of v1.0 -> v1.1."""
+
+
+def test_v1_1_step_schema_reads_every_v1_0_record() -> None:
+    r = compat(V1_0_STEP, STEP, "backward")
+    assert r.exit_code() == 0 and r.summary_line() == "4 changes, compatible (backward)"
+    assert [(c.rule, c.field) for c in r.changes] == [
+        ("field-added-to-closed", f) for f in ("ref_logprob", "group_id", "loss_mask",
+                                               "token_reward")]
+    assert all(c.breaks == ("forward",) for c in r.changes)  # v1.0 refuses the new keys
+    assert compat(V1_0_STEP, STEP, "forward").exit_code() == 1

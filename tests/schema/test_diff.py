@@ -65,7 +65,8 @@ def test_step_to_train_batch() -> None:
         "mask": "needs_conversion", "policy_version": "same", "episode_id": "same",
         "step": "same"}
     assert [e.sampler_fields for e in r.tier("unused")] == [
-        ("entropy",), ("next_observation",), ("return",), ("info",)]
+        ("ref_logprob",), ("entropy",), ("next_observation",), ("return",), ("group_id",),
+        ("loss_mask",), ("token_reward",), ("info",)]
     assert r.entry("return").reason == (
         "return = advantage + value (the GAE λ-return, consistent with the trainer's "
         "advantage); the sampler's return is optional, so it is computed here")
@@ -444,8 +445,9 @@ def test_llm_step_obs_is_the_whole_observation_object_never_a_float_cast() -> No
                         "of observation (token_ids int64 [P], text string []), dtypes kept")
     assert "int_to_float" not in codes(r)
     unused = [f for u in r.tier("unused") for f in u.sampler_fields]
-    assert unused == ["entropy", "next_observation.token_ids", "next_observation.text",
-                      "return", "info"]
+    assert unused == ["ref_logprob", "entropy", "next_observation.token_ids",
+                      "next_observation.text", "return", "group_id", "loss_mask", "token_reward",
+                      "info"]
     line = next(x for x in r.to_text().splitlines() if x.startswith("  obs "))
     assert line.split()[1:6] == ["observation", "{token_ids,", "text}", "int64|string",
                                  "(kept)"]

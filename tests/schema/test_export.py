@@ -37,7 +37,7 @@ def test_top_level_keys():
     doc = json_schema(RolloutStepV1)
     assert doc["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert doc["$id"] == "urn:gyre-contract:rollout_step:1"
-    assert (doc["x-gyre-kind"], doc["x-gyre-version"]) == ("rollout_step", "1.0.0")
+    assert (doc["x-gyre-kind"], doc["x-gyre-version"]) == ("rollout_step", "1.1.0")
     assert doc["additionalProperties"] is False
     assert doc["required"] == ["observation", "action", "reward", "step", "episode_id",
                                "terminated", "truncated", "policy_version"]

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gyre_contract.core.models import TrainBatch
-from gyre_contract.core.tensor import Tensor
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.diffing import diff
 from gyre_contract.schema.export import json_schema
@@ -27,18 +26,10 @@ MAPS = ROOT / "tests" / "data" / "maps"
 REPORT_SCHEMA = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
 
 
-class GroupedStep(LLMStep):
-    """An LLM step with the v1.1 token fields (as the pinned LLMStep declares them)."""
-
-    ref_logprob: Tensor("float32", ["A"], role="ref_logprob", description="reference") = None
-    group_id: Tensor("string", [], role="group_id", description="the prompt's group") = None
-    loss_mask: Tensor("bool", ["A"], role="loss_mask", description="loss mask") = None
-    token_reward: Tensor("float32", ["A"], role="token_reward", description="per token") = None
-
-
 def sampler(*without: str) -> dict:
-    """The grouped LLM step's schema, without the named top-level fields."""
-    doc = copy.deepcopy(json_schema(GroupedStep))
+    """The pinned LLM step's schema (v1.1: ref_logprob, group_id, loss_mask, token_reward), without
+    the named top-level fields."""
+    doc = copy.deepcopy(json_schema(LLMStep))
     for name in without:
         del doc["properties"][name]
         if name in doc.get("required", []):
