@@ -413,7 +413,10 @@ class _Engine:
             f"{t.name} <- {s.name}: the trainer reads one {t.role} per step, so the map sums "
             f"{s.name} over {', '.join(map(str, dims))}; the per-element values are not in the "
             f"batch (a token-level loss needs them: add a key such as token_{t.role} "
-            f"{{\"from\": \"{s.name}\"}} to the map)"))
+            f"{{\"from\": \"{s.name}\"}} to the map)" + "".join(
+                f"; the sampler's {f.name} is not applied: tokens it marks False (spliced tool "
+                f"output) count in the sum, which a token trainer (\"rows\": \"step\") keeps "
+                f"out" for f in self.by_role.get("loss_mask", ())[:1])))
         notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
         return Entry("needs_conversion", t.name, (s.name,), t.role, s.dtype, t.dtype, s.shape,
                      t.shape, conversion, "; ".join([reason, *notes]))

@@ -427,7 +427,9 @@ def test_llm_step_logprob_is_the_masked_sum_of_its_token_logprobs() -> None:
     assert summed.message == (
         "logprob <- logprob: the trainer reads one logprob per step, so the map sums logprob "
         "over A; the per-element values are not in the batch (a token-level loss needs them: "
-        "add a key such as token_logprob {\"from\": \"logprob\"} to the map)")
+        "add a key such as token_logprob {\"from\": \"logprob\"} to the map); the sampler's "
+        "loss_mask is not applied: tokens it marks False (spliced tool output) count in the sum, "
+        "which a token trainer (\"rows\": \"step\") keeps out")
     assert codes(r) == ["summed_elements", "optional_source"]
     assert r.counts()["missing"] == 0 and r.exit_code() == 0
     check_report(r)
