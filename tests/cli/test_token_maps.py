@@ -59,7 +59,9 @@ def records() -> list[dict]:
                 "logprob": [-0.125 * (i + 1) - 0.0625 * k for i in range(n)],
                 "ref_logprob": [-0.25 * (i + 1) for i in range(n)],
                 "loss_mask": [not (n >= 3 and i == 1) for i in range(n)],
-                "reward": REWARDS[g][k], "step": 0, "episode_id": f"{g}-{k}",
+                "token_reward": [0.0625 * i for i in range(n)],
+                "reward": REWARDS[g][k], "return": REWARDS[g][k], "step": 0,
+                "episode_id": f"{g}-{k}",
                 "terminated": True, "truncated": False, "policy_version": 2,
                 "group_id": g})
     return out
@@ -200,3 +202,33 @@ def test_openrlhf_gets_its_experience(rollouts, tmp_path) -> None:
     np.testing.assert_array_equal(b["returns"], b["advantages"])
     np.testing.assert_allclose(b["base_action_log_probs"],
                                [right(r["ref_logprob"], R, 0.0) for r in ROWS])
+
+
+def test_our_own_token_batch_from_the_map_the_diff_writes(rollouts, tmp_path) -> None:
+    """diff(LLMStep, TokenBatch) -> map -> `batch` (no --trainer: a rows=step map is validated
+    as a TokenBatch): every column as computed here."""
+    from gyre_contract.core.tokenbatch import TokenBatch
+
+    report = diff(LLMStep, TokenBatch)
+    assert report.exit_code() == 0 and report.layout.kind == "token"
+    map_path = tmp_path / "map.json"
+    map_path.write_text(json.dumps(report.field_map()))
+    npz = tmp_path / "batch.npz"
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["batch", str(rollouts), "--map", str(map_path), "--model", MODEL,
+                "-o", str(npz)], stdout=out, stderr=err)
+    assert code == 0, err.getvalue() + out.getvalue()
+    with np.load(npz, allow_pickle=False) as data:
+        b = {k: data[k] for k in data.files}
+    mask = expected_response_mask()
+    np.testing.assert_array_equal(b["response_ids"], [right(r["action"], R) for r in ROWS])
+    np.testing.assert_array_equal(b["response_mask"], mask)
+    np.testing.assert_array_equal(b["response_length"], [len(r["action"]) for r in ROWS])
+    np.testing.assert_allclose(b["token_reward"],
+                               [right(r["token_reward"], R, 0.0) for r in ROWS])
+    adv = group_norm(ROWS, 1e-6)
+    np.testing.assert_allclose(b["advantage"], [[a * m for m in row] for a, row in
+                                                zip(adv, mask)], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b["return"], [[r["return"] * m for m in row] for r, row in
+                                             zip(ROWS, mask)])
+    assert b["group_id"].tolist() == [r["group_id"] for r in ROWS]
