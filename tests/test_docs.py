@@ -211,6 +211,14 @@ def contract_section(number: int) -> str:
     return text[start.start(): start.end() + end.start() if end else len(text)]
 
 
+def test_the_roles_of_section_2_are_the_codes():
+    from gyre_contract.schema.roles import ROLES
+
+    paragraph = contract_section(2).split("**role**", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"`([a-z_]+)`", paragraph)
+    assert listed == list(ROLES), "docs/contract.md §2 lists other roles than schema/roles.py"
+
+
 def test_every_diff_warning_the_code_emits_is_in_section_6_and_only_those():
     emitted = set()
     for path in (ROOT / "gyre_contract").rglob("*.py"):

@@ -128,7 +128,7 @@ def _sign(step: Any, wire: str, expected: str, reason: str) -> list[Problem]:
     lp = np.asarray(value)
     if not lp.size or float(lp.max()) <= 0:
         return []
-    top = f"{float(lp.max())!r}"
+    top = str(lp.max())  # the value in its own dtype: float32 0.3 reads 0.3, not 0.30000001...
     got = top if lp.ndim == 0 else f"max {top} in {describe(lp)}"
     return [Problem(wire, expected, got, reason)]
 

@@ -27,7 +27,7 @@ def token_field_problem(wire: str, dtype: str, shape: tuple[int, ...],
     if shape == action_shape or (wire == "ref_logprob" and shape == ()):
         return None
     expected = f"{dtype}{list(action_shape)}"
-    if wire == "ref_logprob":
+    if wire == "ref_logprob" and action_shape:  # beside a scalar action [] is the action's
         expected = f"{dtype}[] or {expected}"
     size, tokens = int(np.prod(shape)), int(np.prod(action_shape))
     if len(shape) <= 1 and len(action_shape) <= 1 and size != tokens:

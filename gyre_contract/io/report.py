@@ -165,7 +165,11 @@ class FileReport(Report):
                        f"{self.lines - 1} not checked (no newline yet)")
         out.append("")
         if self.warning_list:
-            out.append(f"warnings: {len(self.warning_list)}")
+            # a warning that counts the groups not named ("... and 30 more") stands for them
+            named = [w for w in self.warning_list if "more_groups" not in w.details]
+            total = len(named) + sum(w.details.get("more_groups", 0) for w in self.warning_list)
+            shown = f" ({len(named)} shown)" if total != len(named) else ""
+            out.append(f"warnings: {total}{shown}")
             out += [printable(f"  {w}") for w in self.warning_list]
         if self.ok:
             out.append("holds: no problems")

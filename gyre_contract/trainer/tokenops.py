@@ -295,14 +295,32 @@ def kl_estimate(logprob: np.ndarray, ref_logprob: np.ndarray, mask: np.ndarray,
             real = d[mask]
             k = np.zeros_like(d)
             k[mask] = np.maximum(np.expm1(-real) + real, 0.0)
-    if not np.isfinite(k).all():  # only response tokens can be: the rest is 0
-        bad = np.argwhere(~np.isfinite(k))
-        b, t = bad[0].tolist()
-        raise _bad(op, "", "a finite KL on every response token",
-                   f"{len(bad)} tokens not finite (first: row {b}, token {t}: logprob "
-                   f"{lp[b, t]!r}, ref_logprob {ref[b, t]!r})",
-                   f"the {estimator} estimate overflows or its inputs are not finite")
+    refuse_non_finite(k, lp, ref, estimator, op)
     return k  # 0 off the mask: d is 0 there, and so is every estimate of it
+
+
+def refuse_non_finite(k: np.ndarray, logprob: np.ndarray, ref_logprob: np.ndarray,
+                      estimator: str, op: str) -> None:
+    """Refuse a KL term `k` `[B, R]` with a non-finite entry (only response tokens can have
+    one: the rest is 0), naming the first such token and its inputs."""
+    if np.isfinite(k).all():
+        return
+    bad = np.argwhere(~np.isfinite(k))
+    b, t = bad[0].tolist()
+    raise _bad(op, "", "a finite KL on every response token",
+               f"{len(bad)} token{'s' if len(bad) != 1 else ''} not finite (first: row {b}, "
+               f"token {t}: logprob {logprob[b, t]}, ref_logprob {ref_logprob[b, t]})",
+               f"the {estimator} estimate overflows or its inputs are not finite")
+
+
+def _as_float32(k: np.ndarray, logprob: np.ndarray, ref_logprob: Any, estimator: str, op: str
+                ) -> np.ndarray:
+    """`k` in float32, refused where it is finite in float64 but not in float32 (a k3 estimate
+    of a log-ratio over about 88)."""
+    with np.errstate(over="ignore"):
+        out = k.astype(np.float32)
+    refuse_non_finite(out, logprob, np.asarray(ref_logprob), estimator, op)
+    return out
 
 
 def kl(inputs: list[Any], columns: Mapping[str, Any], *, estimator: str) -> np.ndarray:
@@ -312,7 +330,8 @@ def kl(inputs: list[Any], columns: Mapping[str, Any], *, estimator: str) -> np.n
     if lp.ndim != 2:
         raise _bad("kl", "logprob", "floats [B, R]", describe(lp), "one log-prob per token")
     mask = response_mask(columns, "kl", *lp.shape)
-    return kl_estimate(lp, inputs[1], mask, estimator).astype(np.float32)
+    return _as_float32(kl_estimate(lp, inputs[1], mask, estimator), lp, inputs[1], estimator,
+                       "kl")
 
 
 def kl_reward(inputs: list[Any], columns: Mapping[str, Any], *, beta: float,
@@ -336,7 +355,7 @@ def kl_reward(inputs: list[Any], columns: Mapping[str, Any], *, beta: float,
     out = penalty * -float(beta)
     out += 0.0  # -0.0 off the mask becomes 0.0
     out[np.arange(reward.size), length - 1] += reward
-    return out.astype(np.float32)
+    return _as_float32(out, lp, inputs[2], estimator, "kl_reward")
 
 
 # -- layout --------------------------------------------------------------------------------

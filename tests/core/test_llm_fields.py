@@ -119,6 +119,27 @@ def test_shapes_other_than_the_actions(paths):
     assert problems(dict(scalar_action, loss_mask=True, token_reward=0.0), RolloutStep) == []
 
 
+def test_a_scalar_actions_expected_ref_logprob_is_named_once(paths):
+    """Beside a scalar action `[]` is the action's shape: "float32[] or float32[]" said it twice."""
+    scalar_action = dict(completion(0, 0, tokens=2), action=3, logprob=-0.2)
+    found = problems(dict(scalar_action, ref_logprob=[-0.1, -0.1]), RolloutStep)
+    assert [(p.rule, p.expected, p.got) for p in found] == [
+        ("step.token_fields_shape", "float32[]", "2 values for 1 action token (float32[2])")]
+    found = problems(completion(0, 0, ref_logprob=[-0.5] * 7), RolloutStep)
+    assert [p.expected for p in found] == ["float32[] or float32[8]"]
+
+
+@pytest.mark.parametrize("wire", ["logprob", "ref_logprob"])
+def test_a_positive_float32_log_prob_is_shown_as_written(wire, paths):
+    """0.3 read as float32 is 0.30000001192092896 in float64: the message shows 0.3, as the
+    contract's examples do, in the list form and the scalar form alike."""
+    record = completion(0, 0, tokens=2)
+    found = problems(dict(record, **{wire: [-0.1, 0.3]}), RolloutStep)
+    assert [p.got for p in found] == ["max 0.3 in float32[2]"]
+    found = problems(dict(record, **{wire: 0.3}), RolloutStep)
+    assert [p.got for p in found] == ["0.3"]
+
+
 def test_group_id_is_a_non_empty_string(paths):
     assert [p.rule for p in problems(completion(0, 0, group_id=""), RolloutStep)] == [
         "field.nonempty_string"]

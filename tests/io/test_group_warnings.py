@@ -100,3 +100,11 @@ def test_a_step_that_fails_validation_does_not_count_in_its_group(tmp_path, fast
     records[5] = dict(records[5], policy_version=9, reward="bad")  # prompt-1, invalid
     report = validate_file(write(tmp_path, records, LLMStep, "jsonl"), LLMStep)
     assert not report.ok and report.warnings == []
+
+
+def test_the_text_report_counts_every_mixed_group_not_the_lines_shown(tmp_path, fast):
+    """50 mixed groups: 20 named, one line for the other 30; the header says 50, not 21."""
+    records = cartpole(200, lambda i: i % 2 if i < 100 else 3)  # groups g0..g49 mixed
+    text = validate_file(write(tmp_path, records, CartPoleStep, "jsonl"), CartPoleStep).to_text()
+    assert f"warnings: 50 ({MAX_GROUP_WARNINGS} shown)\n" in text
+    assert f"  ... and {50 - MAX_GROUP_WARNINGS} more groups mix policy versions" in text

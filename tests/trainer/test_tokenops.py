@@ -305,8 +305,32 @@ def test_kl_needs_the_estimator_and_the_response_mask():
 def test_kl_refuses_a_non_finite_estimate():
     columns = token_columns([2, 2], 2)
     columns["logprob"][1, 1] = -np.inf
-    with pytest.raises(ContractError, match=r"1 tokens not finite \(first: row 1, token 1"):
+    with pytest.raises(ContractError, match=r"1 token not finite \(first: row 1, token 1"):
         run("kl", ("logprob", "ref_logprob"), columns, estimator="k1")
+
+
+def test_kl_names_the_non_finite_token_in_plain_numbers():
+    columns = token_columns([2, 2], 2)
+    columns["logprob"][1, 1] = -np.inf
+    with pytest.raises(ContractError) as err:
+        run("kl", ("logprob", "ref_logprob"), columns, estimator="k1")
+    assert "logprob -inf, ref_logprob " in str(err.value)
+    assert "np.float32" not in str(err.value) and "1 token not finite" in str(err.value)
+
+
+@pytest.mark.parametrize("op", ["kl", "kl_reward"])
+def test_a_k3_estimate_beyond_float32_is_refused_not_inf(op):
+    """exp(ref − logp) is finite in float64 for a log-ratio of 100 but not in the float32 output:
+    the op refuses it, naming the token, instead of returning inf."""
+    columns = token_columns([2, 2], 2)
+    columns["logprob"][0, 1], columns["ref_logprob"][0, 1] = -100.5, -0.5
+    sources = ("logprob", "ref_logprob") if op == "kl" else ("reward", "logprob", "ref_logprob")
+    args = {"estimator": "k3"} if op == "kl" else {"estimator": "k3", "beta": 1.0}
+    with pytest.raises(ContractError, match=r"1 token not finite \(first: row 0, token 1: "
+                                            r"logprob -100.5, ref_logprob -0.5\)"):
+        run(op, sources, columns, **args)
+    columns["logprob"][0, 1] = -60.5  # exp(60) ≈ 1.1e26 fits in float32
+    assert np.isfinite(run(op, sources, columns, **args)).all()
 
 
 # -- kl_reward -----------------------------------------------------------------------------
