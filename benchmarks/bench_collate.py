@@ -3,7 +3,7 @@
 256 episodes x U[100, 200] steps x 64 float32, held as one [L, 64] array per episode (how
 `read_episodes` delivers them). The floor is `np.copyto` into a preallocated buffer of the padded
 batch's size ([256, 200, 64] float32, 13.1 MB); a second floor copies only the ragged payload.
-Goal (issue 4): collate <= 3x the padded-size copy. Run: python benchmarks/bench_collate.py
+Goal: collate <= 3x the padded-size copy. Run: python benchmarks/bench_collate.py
 
 `--jsonl` measures the end-to-end path instead: a CartPole-like JSON Lines file -> read_episodes ->
 FieldMap (examples/cartpole_map.json) -> validated TrainBatch, as a ratio to an `orjson.loads`

@@ -1,9 +1,12 @@
-"""Every performance figure of issue 6, each as a ratio to its baseline measured in the same run.
+"""Every performance figure, each as a ratio to its baseline measured in the same run.
 
     python benchmarks/run.py            # full sizes (1,000,000-line rollout file)
     python benchmarks/run.py --quick    # smaller files and fewer repeats (under a minute)
     python benchmarks/run.py --only validate_step,import
-    python benchmarks/run.py --normal-path   # fast paths off: the figures before issue 6
+    python benchmarks/run.py --normal-path   # fast paths off: the figures without the fast paths
+    python benchmarks/run.py --only default_step,corpus_validate,corpus_batch,parquet,rss
+                                             # the default model on realistic corpora
+                                             # (benchmarks/realistic.py; corpora cached)
 
 Times are interleaved (ours, baseline, ours, baseline, ...) so that machine noise hits both
 sides alike; a ratio is the median of the per-round ratios. Absolute times are printed beside
@@ -43,7 +46,9 @@ from models import CartPoleStep, LLMStep  # noqa: E402
 from gyre_contract.core.validate import validate_step  # noqa: E402
 from gyre_contract.schema.export import json_schema  # noqa: E402
 
-SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff")
+SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff",
+            # the default model on realistic corpora: benchmarks/realistic.py
+            "default_step", "corpus_validate", "corpus_batch", "parquet", "rss")
 
 
 # -- records (record A = classic control, record B = LLM) --------
@@ -457,10 +462,19 @@ def machine() -> list[str]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    versions = ", ".join(f"{p} {metadata.version(p)}" for p in
-                         ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec", "jsonschema"))
+    versions = ", ".join(f"{p} {_version(p)}" for p in
+                         ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec", "jsonschema",
+                          "pyarrow", "gymnasium", "fastjsonschema"))
     return [f"machine: {os.cpu_count()} cores, {cpu}, {platform.platform()}",
-            f"python {platform.python_version()}; {versions}"]
+            f"python {platform.python_version()}; {versions}",
+            "load average at start: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())]
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def normal_path_only() -> None:
@@ -485,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated sections out of {','.join(SECTIONS)}")
     parser.add_argument("--normal-path", action="store_true",
                         help="switch the fast paths off (validate_step's compiled validator, "
-                             "bulk file reading): the figures as they were before issue 6")
+                             "bulk file reading): the figures as they were without the fast paths")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the figures as a table")
     args = parser.parse_args(argv)
@@ -501,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{', fast paths off (--normal-path)' if args.normal_path else ''}\n")
     figures: list[Figure] = []
     started = time.perf_counter()
+    sys.modules.setdefault("run", sys.modules[__name__])  # realistic.py imports this module's helpers
+    import realistic
     with tempfile.TemporaryDirectory(prefix="gyre-bench-") as tmp_dir:
         tmp = Path(tmp_dir)
         for section in SECTIONS:
@@ -511,14 +527,21 @@ def main(argv: list[str] | None = None) -> int:
                       "end_to_end": lambda: bench_end_to_end(args.quick, tmp),
                       "collate": lambda: bench_collate(args.quick),
                       "import": lambda: bench_import(args.quick),
-                      "diff": lambda: bench_diff(args.quick)}[section]
+                      "diff": lambda: bench_diff(args.quick)}.get(
+                section, lambda s=section: realistic.SECTIONS[s](args.quick))
             gc.collect()
-            for fig in runner():
+            try:
+                section_figures = runner()
+            except realistic.BaselineMismatch as err:
+                print(f"the baselines do not compute what the package computes: {err}")
+                return 1
+            for fig in section_figures:
                 print(fig.line(), flush=True)
                 figures.append(fig)
     failed = [f for f in figures if f.ok is False]
     print(f"\n{len(figures) - len(failed)} of {len(figures)} figures hold or are informational; "
-          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s")
+          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s; load average at the end "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     if args.json:
         Path(args.json).write_text(json.dumps([f.__dict__ for f in figures], indent=2) + "\n",
                                    encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Hostile inputs through the real CLI (in-process): every named case of issue 7 gives the right
+"""Hostile inputs through the real CLI (in-process): every named hostile case gives the right
 exit code, a one-line message (never a traceback), in bounded time and memory.
 
 Each case is one file, given to every command that reads that kind of file: rollout files to
