@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from models import CartPoleStep, LLMStep  # noqa: E402
 
+from gyre_contract.core.models import RolloutStep  # noqa: E402
 from gyre_contract.core.validate import validate_step  # noqa: E402
 from gyre_contract.schema.export import json_schema  # noqa: E402
 
@@ -144,11 +145,14 @@ class Figure:
     target: str
     ok: bool | None
     unit: str = "s"
+    spread: tuple[float, float] | None = None
+    """The per-round ratios' quartiles (interleaved figures): how much the machine moved."""
 
     def line(self) -> str:
         verdict = {True: "PASS", False: "FAIL", None: "info"}[self.ok]
         return (f"{verdict:4}  {self.name:46} {self.ratio:9.2f}x {self.target:9}  "
-                f"({_fmt(self.ours, self.unit)} vs {_fmt(self.base, self.unit)} {self.base_name})")
+                f"({_fmt(self.ours, self.unit)} vs {_fmt(self.base, self.unit)} {self.base_name})"
+                + (f" [rounds {self.spread[0]:.2f}-{self.spread[1]:.2f}x]" if self.spread else ""))
 
 
 def _fmt(seconds: float, unit: str) -> str:
@@ -176,6 +180,22 @@ def interleaved(ours: Callable[[], Any], base: Callable[[], Any], number: int,
     `base_number` calls of a much slower baseline per round (default `number`), so that each
     side runs for a comparable time.
     """
+    a, b, ratios = interleaved_rounds(ours, base, number, rounds, base_number)
+    return a, b, statistics.median(ratios)
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The first and third quartiles (the middle half of the rounds)."""
+    if len(values) < 4:
+        return min(values), max(values)
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def interleaved_rounds(ours: Callable[[], Any], base: Callable[[], Any], number: int,
+                       rounds: int, base_number: int | None = None
+                       ) -> tuple[float, float, list[float]]:
+    """(ours s/call median, base s/call median, the ratio of each round)."""
     base_number = base_number or number
     ours(), base()
     t_ours, t_base, ratios = [], [], []
@@ -186,16 +206,18 @@ def interleaved(ours: Callable[[], Any], base: Callable[[], Any], number: int,
         t_base.append(b)
         ratios.append(a / b)
     med = statistics.median
-    return med(t_ours), med(t_base), med(ratios)
+    return med(t_ours), med(t_base), ratios
 
 
 def figure(name: str, ours: Callable[[], Any], base: Callable[[], Any], base_name: str,
            target: str, number: int, rounds: int, *, inverse: bool = False,
            base_number: int | None = None) -> Figure:
-    a, b, ratio = interleaved(ours, base, number, rounds, base_number)
+    a, b, ratios = interleaved_rounds(ours, base, number, rounds, base_number)
     if inverse:  # "the baseline takes N times as long as ours": its time comes first
-        a, b, ratio = b, a, 1 / ratio
-    return Figure(name, a, b, base_name, ratio, target, check(ratio, target))
+        a, b, ratios = b, a, [1 / r for r in ratios]
+    ratio = statistics.median(ratios)
+    return Figure(name, a, b, base_name, ratio, target, check(ratio, target),
+                  spread=quartiles(ratios))
 
 
 # -- 1. validate_step ---------------------------------------------------------------------------
@@ -231,7 +253,46 @@ def bench_validate_step(quick: bool) -> list[Figure]:
                           lambda: validate_step(numpy_record, LLMStep),
                           lambda: PlainLLM.model_validate(record), "plain", "",
                           100 if quick else 200, rounds))
-    return figures
+    return figures + bench_default_model(quick)
+
+
+def bench_default_model(quick: bool) -> list[Figure]:
+    """validate_step with the DEFAULT model (`RolloutStep`, nothing pinned) against the same
+    plain Pydantic models and against fastjsonschema compiled from our exported schema."""
+    try:
+        import fastjsonschema
+    except ImportError:
+        raise SystemExit("the default-model figures compare with fastjsonschema: "
+                         "pip install -e '.[bench]'") from None
+    rounds = 15 if quick else 31  # many short interleaved rounds: the machine is shared
+    cart, llm = cartpole_record(), llm_record()
+    compiled = fastjsonschema.compile(json_schema(RolloutStep))
+    for record, plain in ((cart, PlainCartPole), (llm, PlainLLM)):  # every side accepts them...
+        validate_step(record, RolloutStep)
+        plain.model_validate(record)
+        compiled(record)
+    for bad in ({**cart, "step": 1.5}, {**cart, "observation": "x"}, {**llm, "action": [1, None]}):
+        for side in (lambda r: validate_step(r, RolloutStep), compiled):  # ...and refuse these
+            try:
+                side(bad)
+            except Exception:  # each side raises its own error type
+                continue
+            raise AssertionError(f"{side} accepts the broken record {bad}")
+    number = 1000 if quick else 2000
+    return [
+        figure("validate_step CartPole default model / plain", lambda: validate_step(
+            cart, RolloutStep), lambda: PlainCartPole.model_validate(cart), "plain", "<= 1.5",
+            number, rounds),
+        figure("fastjsonschema / validate_step CartPole default", lambda: validate_step(
+            cart, RolloutStep), lambda: compiled(cart), "validate_step default", ">= 3", number,
+            rounds, inverse=True),
+        figure("validate_step LLM default model / plain", lambda: validate_step(
+            llm, RolloutStep), lambda: PlainLLM.model_validate(llm), "plain", "<= 1.5",
+            number // 10, rounds),
+        figure("fastjsonschema / validate_step LLM default", lambda: validate_step(
+            llm, RolloutStep), lambda: compiled(llm), "validate_step default", "", number // 10,
+            rounds, inverse=True, base_number=max(number // 1000, 2)),
+    ]
 
 
 # -- 2. rollout files -------------------------------------------------------------------------
@@ -487,7 +548,8 @@ def markdown(figures: list[Figure]) -> str:
     rows = ["| figure | ratio | target | verdict | ours | baseline |", "|---|---:|---|---|---:|---|"]
     for f in figures:
         verdict = {True: "PASS", False: "FAIL", None: "info"}[f.ok]
-        rows.append(f"| {f.name.strip()} | {f.ratio:.2f}x | {f.target or '-'} | {verdict} | "
+        ratio = f"{f.ratio:.2f}x" + (f" ({f.spread[0]:.2f}-{f.spread[1]:.2f})" if f.spread else "")
+        rows.append(f"| {f.name.strip()} | {ratio} | {f.target or '-'} | {verdict} | "
                     f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} |")
     return "\n".join(rows) + "\n"
 

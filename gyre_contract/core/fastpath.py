@@ -4,8 +4,17 @@ Why: `validate_step` runs on every environment step. The normal path validates e
 with a Python function and then applies the cross-field rules generically. The fast plan,
 compiled once per model from the model's own core schema, checks tensor elements inside
 pydantic-core (strict nested lists with the dtype's range and finiteness, or a numpy array of the
-declared dtype) and calls one Python function per model instance, which turns lists into arrays
-and applies the cross-field rules only where the model can break them.
+declared dtype; the forms and their conversions are in `core.fastforms`). Then either
+
+- a model whose fields all get their final values inside pydantic-core and share no named dim
+  (the default `RolloutStep`: free observation, `int64 | float32` action, `[*name]` tensors;
+  `CartPoleStep`) gets no finisher: each cross-field rule is a validator of the field it
+  concerns, which sees the fields validated before it (`_field_checks`), so a usual record (a
+  logprob <= 0, no `next_observation`) calls no Python code of ours beyond `np.array`; or
+- a model whose fields share a named dim (`LLMStep`: the action's `A` in `logprob` and the token
+  fields) gets one Python function per record, the finisher, which binds the dims, converts what
+  is left as lists (a log-prob whose elements were checked <= 0 in pydantic-core) and applies
+  the cross-field rules only where the model can break them.
 
 The fast path only ever *accepts*. Whatever it is not sure of (any error, an unusual input form:
 an int inside a float tensor, a numpy array of another dtype, ...) makes it give up, and the
@@ -33,7 +42,21 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import SchemaValidator
 from pydantic_core import core_schema as cs
 
-from gyre_contract.core.dims import FLOAT_DTYPES, FLOAT_MAX, INT_DTYPES, Shape, bind_dims, numpy_dtype
+from gyre_contract.core.dims import FLOAT_DTYPES, INT_DTYPES, Shape, bind_dims, numpy_dtype
+from gyre_contract.core.fastforms import (
+    GiveUp,
+    as_array,
+    converter,
+    field_converters,
+    final_in_schema,
+    float_scalar,
+    leaf_schema,
+    lone_tensor,
+    modalities_finisher,
+    nested_lists,
+    observation_schema,
+    tensor_schema,
+)
 from gyre_contract.core.modelinfo import derived_table, model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
 from gyre_contract.core.registry import declare_fast_path
@@ -41,9 +64,6 @@ from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.tensor import ERROR_TYPE, TensorSpec
 from gyre_contract.core.tokenfields import TOKEN_FIELDS
-
-_SMALL = 64
-"""Float arrays up to this size are checked for finiteness in Python (cheaper than a ufunc)."""
 
 _CROSS = RolloutStepV1.__pydantic_decorators__.model_validators["_cross_field_rules"].func
 
@@ -57,15 +77,11 @@ class Unsupported(Exception):
     """The model holds something the compiler does not know; it keeps the normal path only."""
 
 
-class _GiveUp(Exception):
-    """Raised inside a fast validation: let the normal path decide and explain."""
-
-
 FAST_PATH = declare_fast_path(
     "compiled_step", kinds=("field", "step"),
     implements=[*(r.name for r in FIELD_RULES),  # pydantic-core strict types, else the normal function
                 "step.dims_agree",  # _dims_agree
-                "step.logprob_shape", "step.logprob_nonpositive",  # _logprob_ok, _leaf(nonpositive)
+                "step.logprob_shape", "step.logprob_nonpositive",  # _logprob_ok, leaf_schema(nonpositive)
                 "step.token_fields_shape", "step.ref_logprob_nonpositive",  # _token_checker
                 "step.next_observation_structure", "step.next_observation_modalities",
                 "step.next_observation_shape"])  # _same_structure
@@ -73,7 +89,7 @@ FAST_PATH = declare_fast_path(
 
 PLAN_KEY = "fastpath.compiled_step"
 """The `ModelInfo.derived` key of a model's compiled fast validator."""
-FAST_FAILURES = (ValidationError, _GiveUp)
+FAST_FAILURES = (ValidationError, GiveUp)
 
 
 def fast_plan(model: type[BaseModel]) -> SchemaValidator | None:
@@ -107,7 +123,8 @@ def compile_plan(model: type[BaseModel]) -> SchemaValidator | None:
     schema = model.__pydantic_core_schema__
     try:
         config = _root_model(schema).get("config")
-        compiler = _Compiler(config, _nonpositive_specs(model))
+        raw = _raw_logprob(model) if _field_checks(model) is None else None
+        compiler = _Compiler(config, _nonpositive_specs(model), raw)
         return SchemaValidator(compiler.node(schema), config)
     except Unsupported:
         return None
@@ -134,9 +151,11 @@ class _Compiler:
     builds the instance: pydantic-core would otherwise reuse the class's own, normal validator.
     """
 
-    def __init__(self, config: dict[str, Any] | None, nonpositive: set[int]) -> None:
+    def __init__(self, config: dict[str, Any] | None, nonpositive: set[int],
+                 raw: TensorSpec | None = None) -> None:
         self.config = _config_key(config)
         self.nonpositive = nonpositive  # ids of the specs whose list elements must be <= 0
+        self.raw = raw  # the [*name] logprob whose Python float the finisher checks, converts
 
     def node(self, node: dict[str, Any]) -> dict[str, Any]:
         kind = node.get("type")
@@ -171,7 +190,9 @@ class _Compiler:
         function = node["function"]["function"]
         owner = getattr(function, "__self__", None)
         if isinstance(owner, TensorSpec):
-            return _tensor_schema(owner, node, id(owner) in self.nonpositive)
+            return tensor_schema(owner, node, id(owner) in self.nonpositive, owner is self.raw)
+        if isinstance(owner, AnyObservation) and not owner.lead:
+            return observation_schema(node)  # fastforms: any rank, or modalities
         if isinstance(owner, (AnyObservation, JsonScalars)):
             return node  # validated by the normal function; its result is final
         raise Unsupported(f"validator {function!r}")
@@ -180,6 +201,16 @@ class _Compiler:
         if node["function"]["function"] is not _CROSS or node["schema"].get("type") != "model":
             raise Unsupported("an after-validator of the project's own")
         inner = node["schema"]
+        checks = _field_checks(inner["cls"])
+        if checks is not None:  # no finisher: each cross-field rule checked on its field
+            body = self._model_body(inner)
+            fields = body["schema"]["fields"]
+            for attr, (check, first) in checks.items():
+                fields[attr] = {**fields[attr], "schema": _checked(fields[attr]["schema"], check,
+                                                                     first)}
+            if node.get("ref") is not None:
+                body["ref"] = node["ref"]
+            return body
         finish = _step_finisher(inner["cls"])
         return _wrap(finish, self._model_body(inner), node.get("ref"))
 
@@ -190,7 +221,7 @@ class _Compiler:
         if _config_key(node.get("config")) != self.config:
             raise Unsupported(f"{cls.__name__} has a configuration of its own")
         fields = self._model_body(node)["schema"]  # validated under the same configuration
-        return _wrap(_modalities_finisher(cls), fields, node.get("ref"))
+        return _wrap(modalities_finisher(cls), fields, node.get("ref"))
 
     def _model_body(self, node: dict[str, Any]) -> dict[str, Any]:
         if node.get("custom_init") or node.get("post_init") or node.get("root_model"):
@@ -224,209 +255,13 @@ def _nonpositive_specs(model: type[BaseModel]) -> set[int]:
             if isinstance(spec := specs.get(wire), TensorSpec) and spec.dtype in FLOAT_DTYPES}
 
 
-def _tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False
-                   ) -> dict[str, Any]:
-    """A numpy array (checked later), strict nested lists of the dtype, else the normal function.
-
-    Only single-dtype tensors get the list forms; the normal function (last choice) handles every
-    other form with its exact semantics, and its result passes the finisher unchanged.
-    """
-    choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
-    if isinstance(spec.dtype, str):
-        leaf = _leaf(spec.dtype, nonpositive)
-        variadic = [d for d in spec.shape if d.variadic]
-        if not variadic:
-            choices.append(_nested(leaf, spec.shape))
-        elif len(spec.shape) == 1:  # a lone *name: a scalar or a flat list are the usual forms
-            choices += [leaf, cs.list_schema(leaf, strict=True)]
-    choices.append(normal)
-    return cs.union_schema(choices, mode="left_to_right")
-
-
-def _leaf(dtype: str, nonpositive: bool = False) -> dict[str, Any]:
-    """One element, strictly: a float tensor refuses ints here (their exactness rule is the
-    normal path's), and every float must be finite and within the dtype's range."""
-    if dtype == "bool":
-        return cs.bool_schema(strict=True)
-    if dtype == "string":
-        return cs.str_schema(strict=True)
-    if dtype in INT_DTYPES:
-        return cs.int_schema(strict=True)  # range: numpy raises OverflowError on conversion
-    top = FLOAT_MAX[dtype]
-    return cs.chain_schema([cs.is_instance_schema(float), cs.float_schema(
-        strict=True, allow_inf_nan=False, ge=-top, le=0.0 if nonpositive else top)])
-
-
-def _nested(leaf: dict[str, Any], shape: Shape) -> dict[str, Any]:
-    body = leaf
-    for dim in reversed(shape):
-        body = cs.list_schema(body, strict=True, min_length=dim.size, max_length=dim.size)
-    return body
-
-
-class _Tensor:
-    """Turns a tensor field's fast-validated value into the normal path's result."""
-
-    def __init__(self, attr: str, spec: TensorSpec) -> None:
-        self.attr = attr
-        self.spec = spec
-        self.dtypes = tuple(numpy_dtype(d) for d in spec.dtypes if d != "bfloat16")
-        self.single = self.dtypes[0] if len(self.dtypes) == 1 and isinstance(spec.dtype, str) \
-            else None
-        self.float = all(d in FLOAT_DTYPES for d in spec.dtypes)
-        self.rank = len(spec.shape)
-        self.variadic = any(d.variadic for d in spec.shape)
-        self.fixed = _fixed_positions(spec.shape)
-
-    def convert(self, value: Any) -> Any:
-        if value.__class__ is list:
-            return self._from_list(value)
-        if value.__class__ is np.ndarray:
-            return self._from_array(value)
-        if isinstance(value, np.generic):
-            return value  # the normal function's 0-d result (a numpy scalar of the dtype)
-        if self.single is not None and value.__class__ in (float, int, bool, str):
-            try:
-                return self.single.type(value)  # a scalar for a lone *name: np.asarray(v)[()]
-            except OverflowError:
-                raise _GiveUp from None
-        raise _GiveUp
-
-    def _from_list(self, value: list[Any]) -> np.ndarray:
-        dtype = self.single
-        if dtype is None:
-            raise _GiveUp
-        try:
-            arr = np.array(value, dtype=None if dtype.kind == "U" else dtype)
-        except (ValueError, TypeError, OverflowError):
-            raise _GiveUp from None  # ragged, or an int out of range: the normal path explains
-        if arr.ndim != len(self.spec.shape) and not self.variadic:
-            raise _GiveUp
-        if not arr.size and dtype.kind != "f":
-            raise _GiveUp  # numpy reads [] as float64; the normal path decides
-        return arr
-
-    def _from_array(self, arr: np.ndarray) -> np.ndarray:
-        dtype = arr.dtype
-        if dtype not in self.dtypes and not (dtype.kind == "U" == self.dtypes[0].kind):
-            if not (self.float and dtype.kind == "f" and self.single is not None):
-                raise _GiveUp
-            with np.errstate(over="ignore", invalid="ignore"):
-                arr = arr.astype(self.single)
-            dtype = arr.dtype
-        if arr.ndim == 0 or not self._shape_ok(arr.shape):
-            raise _GiveUp
-        if dtype.kind == "f" and self.spec.finite and not _all_finite(arr):
-            raise _GiveUp
-        return arr
-
-    def _shape_ok(self, shape: tuple[int, ...]) -> bool:
-        if self.variadic:
-            if len(shape) < self.rank - 1:
-                return False
-        elif len(shape) != self.rank:
-            return False
-        for at, size in self.fixed:
-            if shape[at] != size:
-                return False
-        return True
-
-
-def _fixed_positions(shape: Shape) -> tuple[tuple[int, int], ...]:
-    """(axis, size) of each fixed dim; axes after a *name count from the end (negative)."""
-    out = []
-    at = next((i for i, d in enumerate(shape) if d.variadic), None)
-    for i, dim in enumerate(shape):
-        if dim.size is not None:
-            out.append((i if at is None or i < at else i - len(shape), dim.size))
-    return tuple(out)
-
-
-def _all_finite(arr: np.ndarray) -> bool:
-    """No NaN or infinity. Small arrays: a Python sum (inf - inf and nan stay non-finite)."""
-    if arr.size <= _SMALL:
-        total = sum(arr.ravel().tolist())
-        return total - total == 0.0
-    return bool(np.isfinite(arr).all())
-
-
-Converter = Callable[[Any], Any]
-
-
-def _converters(model: type[BaseModel]) -> list[tuple[str, Converter]]:
-    """(attribute, converter) for each tensor field that is not a plain scalar."""
-    info = model_info(model)
-    return [(info.attr(wire), _converter(spec)) for wire, spec in field_specs(model).items()
-            if isinstance(spec, TensorSpec) and not spec.is_scalar]
-
-
-def _converter(spec: TensorSpec) -> Converter:
-    """The general `_Tensor.convert`, behind a shortcut for the usual form when there is one."""
-    general = _Tensor("", spec).convert
-    dtype = numpy_dtype(spec.dtype) if isinstance(spec.dtype, str) else None
-    if dtype is None or dtype.kind == "U":
-        return general
-    array = np.array
-    if all(d.size for d in spec.shape):  # fixed, non-zero dims: the list is exactly in shape
-
-        def fixed(value: Any) -> Any:
-            if value.__class__ is list:
-                try:
-                    return array(value, dtype)
-                except OverflowError:  # an int beyond the dtype's range
-                    raise _GiveUp from None
-            return general(value)
-
-        return fixed
-    if len(spec.shape) == 1 and not spec.shape[0].variadic:  # [N]: a flat list cannot be ragged
-
-        def flat(value: Any) -> Any:
-            if value.__class__ is list:
-                try:
-                    out = array(value, dtype)
-                except OverflowError:
-                    raise _GiveUp from None
-                if not value and dtype.kind != "f":
-                    raise _GiveUp  # numpy reads [] as float64; the normal path decides
-                return out
-            return general(value)
-
-        return flat
-    if len(spec.shape) == 1 and spec.shape[0].variadic and dtype.kind == "f":
-        scalar = dtype.type
-
-        def lone(value: Any) -> Any:  # float32 [*logp]: most often one Python float
-            if value.__class__ is float:
-                return scalar(value)
-            return general(value)
-
-        return lone
-    return general
-
-
-def _convert_all(converters: list[tuple[str, Converter]], values: dict[str, Any]) -> None:
-    for attr, convert in converters:
-        value = values[attr]
-        if value is not None:
-            values[attr] = convert(value)
-
-
-def _modalities_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
-    """Convert the tensors, then build the instance as pydantic-core's model node would."""
-    converters = _converters(model)
-    new, set_slot = model.__new__, object.__setattr__
-
-    def finish(fields: tuple[dict[str, Any], Any, set[str]]) -> Any:
-        values, extra, fields_set = fields
-        _convert_all(converters, values)
-        instance = new(model)
-        set_slot(instance, "__dict__", values)
-        set_slot(instance, "__pydantic_extra__", extra)
-        set_slot(instance, "__pydantic_fields_set__", fields_set)
-        set_slot(instance, "__pydantic_private__", None)
-        return instance
-
-    return finish
+def _raw_logprob(model: type[BaseModel]) -> TensorSpec | None:
+    """A step's `[*name]` float logprob: its usual form, one Python float, is checked against
+    the action (sign) and converted by the finisher, cheaper than in the schema."""
+    spec = field_specs(model).get("logprob") if issubclass(model, RolloutStepV1) else None
+    if isinstance(spec, TensorSpec) and lone_tensor(spec) and spec.dtype in FLOAT_DTYPES:
+        return spec
+    return None
 
 
 # -- the step rules of the registry (FAST_PATH.implements), as a yes/no -------------------------
@@ -436,11 +271,17 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     logprob_spec, action_spec = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob_spec, TensorSpec) or not isinstance(action_spec, TensorSpec):
         raise Unsupported("logprob or action is not a tensor field")
-    converters = [(a, c) for a, c in _converters(model) if a != "logprob"]
-    convert_logprob = None if logprob_spec.is_scalar else _converter(logprob_spec)
+    nonpositive = _nonpositive_specs(model)
+    converters = [(a, c) for a, c in field_converters(model, nonpositive) if a != "logprob"]
+    convert_logprob = None if logprob_spec.is_scalar \
+        or final_in_schema(logprob_spec, id(logprob_spec) in nonpositive) \
+        else converter(logprob_spec)
+    raw = _raw_logprob(model)
+    raw_float = None if raw is None else float_scalar(numpy_dtype(raw.dtype))  # type: ignore[arg-type]
     binds = _shared_locations(model)
     free_logprob = any(d.variadic for d in logprob_spec.shape)
-    # A scalar int action is always a Python int here: a Python float logprob needs its sign only.
+    # A scalar int action is always a Python int here: a Python float logprob needs its sign only
+    # (a float is a [] logprob, which any action admits).
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
     # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
     checked_lists = id(logprob_spec) in _nonpositive_specs(model) and not free_logprob
@@ -448,49 +289,167 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
 
     def finish(step: Any) -> Any:
         values = step.__dict__
-        for attr, convert in converters:
-            value = values[attr]
-            if value is not None:
-                values[attr] = convert(value)
+        if converters:
+            for attr, convert in converters:
+                value = values[attr]
+                if value is not None:
+                    values[attr] = convert(value)
         logprob = values["logprob"]
-        if logprob.__class__ is float and int_action:
-            if logprob > 0:
-                raise _GiveUp
-            if convert_logprob is not None:
-                values["logprob"] = convert_logprob(logprob)
+        if logprob.__class__ is float:  # a scalar logprob ([]), checked for its sign only
+            if logprob > 0 and (int_action or _discrete(values["action"])):
+                raise GiveUp
+            if raw_float is not None:
+                values["logprob"] = raw_float(logprob)
         elif logprob.__class__ is list and checked_lists:
             values["logprob"] = convert_logprob(logprob)  # type: ignore[misc]
         elif logprob is not None:
             if convert_logprob is not None:
                 logprob = values["logprob"] = convert_logprob(logprob)
             if not _logprob_ok(logprob, values["action"], free_logprob):
-                raise _GiveUp
+                raise GiveUp
         if binds and not _dims_agree(binds, values):
-            raise _GiveUp
+            raise GiveUp
         if has_tokens(values) and not tokens_ok(values):
-            raise _GiveUp  # step.token_fields_shape, step.ref_logprob_nonpositive
+            raise GiveUp  # step.token_fields_shape, step.ref_logprob_nonpositive
         nxt = values["next_observation"]
         if nxt is not None and not _same_structure(values["observation"], nxt):
-            raise _GiveUp
+            raise GiveUp
         return step
 
     return finish
 
 
-_Location = tuple[str, str | None, str | None, Shape]
-"""(attribute, attribute inside a modalities instance or None, the name of a lone [N] dim or
-None, the shape): one tensor whose dims another tensor shares."""
+# -- the same rules on the fields themselves, for models that need no finisher ------------------
+
+FieldCheck = Callable[[Any, Any], Any]
+
+
+def _field_checks(model: type[BaseModel]
+                  ) -> dict[str, tuple[FieldCheck, list[dict[str, Any]]]] | None:
+    """attribute -> (check, a choice tried first) for a step model whose fields all get their
+    final values inside pydantic-core and share no named dim (the generic `RolloutStep`): each
+    cross-field rule runs as a validator of its field, with the fields before it at hand
+    (`info.data`), and only when the field is given. None when the model needs the finisher.
+
+    The first choices of a `[*name]` float `logprob` are a float <= 0 (as float32: it breaks no
+    rule whatever the action, so the usual record calls no Python function for its cross-field
+    rules at all) and nested lists of floats <= 0 (only their shape is compared with the action).
+    """
+    if not issubclass(model, RolloutStepV1):
+        return None
+    return model_info(model).derived("fastpath.field_checks", _build_field_checks)
+
+
+def _build_field_checks(model: type[BaseModel]
+                        ) -> dict[str, tuple[FieldCheck, list[dict[str, Any]]]] | None:
+    specs = field_specs(model)
+    logprob, action = specs.get("logprob"), specs.get("action")
+    if not isinstance(logprob, TensorSpec) or not isinstance(action, TensorSpec) \
+            or field_converters(model, _nonpositive_specs(model)) or _shared_locations(model):
+        return None
+    info = model_info(model)
+    order = list(info.wires)
+    tokens = [w for w in TOKEN_FIELDS if isinstance(specs.get(w), TensorSpec)]
+    if any(order.index("action") > order.index(w) for w in ("logprob", *tokens)) \
+            or order.index("observation") > order.index("next_observation"):
+        return None  # the field a check compares with must be validated first, to be at hand
+    free = any(d.variadic for d in logprob.shape)
+
+    def check_logprob(value: Any, validation: Any) -> Any:
+        action = validation.data.get("action")
+        if action is None or not _logprob_ok(value, action, free):
+            raise GiveUp
+        return value
+
+    def check_next(value: Any, validation: Any) -> Any:
+        observation = validation.data.get("observation")
+        if observation is None or not _same_structure(observation, value):
+            raise GiveUp
+        return value
+
+    checks = {info.attr("logprob"): (check_logprob, _nonpositive_first(logprob)),
+              info.attr("next_observation"): (check_next, [])}
+    for wire in tokens:
+        spec = specs[wire]
+        checks[info.attr(wire)] = (_token_check(wire, spec),
+                                   _nonpositive_first(spec) if wire == "ref_logprob" else [])
+    return checks
+
+
+def _check_shape(value: np.ndarray, validation: Any) -> Any:
+    """Lists of log-probs checked <= 0 in pydantic-core: only their shape is the action's."""
+    action = validation.data.get("action")
+    if action is None or value.shape != np.shape(action):
+        raise GiveUp
+    return value
+
+
+def _nonpositive_first(spec: TensorSpec) -> list[dict[str, Any]]:
+    """For a `[*name]` float log-prob: a float <= 0 (as the dtype's scalar, no check needed
+    whatever the action) and nested lists of floats <= 0 (their shape checked), tried first.
+    For a `[]` one: a Python float <= 0."""
+    if spec.is_scalar and spec.dtype in FLOAT_DTYPES:
+        return [leaf_schema(spec.dtype, nonpositive=True)]  # type: ignore[arg-type]
+    if not lone_tensor(spec) or spec.dtype not in FLOAT_DTYPES:
+        return []
+    np_dtype = numpy_dtype(spec.dtype)  # type: ignore[arg-type]
+    nonpositive = leaf_schema(spec.dtype, nonpositive=True)  # type: ignore[arg-type]
+    return [cs.no_info_after_validator_function(float_scalar(np_dtype), nonpositive),
+            *(cs.with_info_after_validator_function(_check_shape, lists)
+              for lists in as_array(np_dtype, nested_lists(nonpositive)))]
+
+
+def _token_check(wire: str, spec: TensorSpec) -> FieldCheck:
+    """`step.token_fields_shape` (a free shape is the action's; `ref_logprob` may be []) and, for
+    `ref_logprob`, `step.ref_logprob_nonpositive`, as a validator of the token field."""
+    free = any(d.variadic for d in spec.shape)
+    ref = wire == "ref_logprob"
+
+    def check(value: Any, validation: Any) -> Any:
+        action = validation.data.get("action")
+        if action is None:
+            raise GiveUp
+        if free:
+            got = np.shape(value)
+            if got != np.shape(action) and not (ref and got == ()):
+                raise GiveUp
+        if ref and _discrete(action):
+            if value.__class__ is np.ndarray:
+                if value.size and value.max() > 0:
+                    raise GiveUp
+            elif value > 0:
+                raise GiveUp
+        return value
+
+    return check
+
+
+def _checked(schema: dict[str, Any], check: FieldCheck, first: list[dict[str, Any]]
+             ) -> dict[str, Any]:
+    """A field's schema (inside its `default`, if optional) followed by `check`, and the
+    choices `first` tried before both."""
+    if schema.get("type") == "default":
+        return {**schema, "schema": _checked(schema["schema"], check, first)}
+    out = cs.with_info_after_validator_function(check, schema)
+    return cs.union_schema([*first, out], mode="left_to_right") if first else out
+
+
+_Location = tuple[str, str | None, str | None, bool, Shape]
+"""(attribute, attribute inside a modalities instance or None, the name of a lone [N] or [*name]
+dim or None, whether it is a [*name], the shape): one tensor whose dims another tensor shares."""
 
 
 def _shared_locations(model: type[BaseModel]) -> list[_Location]:
     """Where the dims named in more than one place live: only there can two fields disagree."""
     found: list[tuple[tuple[str, ...], Shape]] = []
-    _collect(model, (), found)
+    observations = _collect(model, (), found)
     counts: dict[str, int] = {}
-    for _, shape in found:
+    for path, shape in found:
         for dim in shape:
-            if dim.name is not None:
+            if dim.name is not None and path not in observations[1:]:
                 counts[dim.name] = counts.get(dim.name, 0) + 1
+    # The free observations (observation, next_observation) bind their dims only when they are
+    # arrays, and then `_same_structure` compares their shapes: they count as one location.
     shared = {name for name, n in counts.items() if n > 1}
     out = []
     for path, shape in found:
@@ -498,37 +457,43 @@ def _shared_locations(model: type[BaseModel]) -> list[_Location]:
             continue
         if len(path) > 2:
             raise Unsupported("modalities nested in modalities")
-        lone = shape[0].name if len(shape) == 1 and not shape[0].variadic else None
-        out.append((path[0], path[1] if len(path) == 2 else None, lone, shape))
+        lone = shape[0].name if len(shape) == 1 else None
+        out.append((path[0], path[1] if len(path) == 2 else None, lone,
+                    lone is not None and shape[0].variadic, shape))
     return out
 
 
 def _collect(model: type[BaseModel], prefix: tuple[str, ...],
-             out: list[tuple[tuple[str, ...], Shape]]) -> None:
+             out: list[tuple[tuple[str, ...], Shape]]) -> list[tuple[str, ...]]:
+    """Append (path, shape) of each tensor of `model` to `out`; the paths of its free
+    observations."""
     info = model_info(model)
+    observations = []
     for wire, spec in field_specs(model).items():
         path = (*prefix, info.attr(wire))
         if isinstance(spec, AnyObservation):
             if spec.lead:
                 raise Unsupported("an observation with lead dims in a step")
             out.append((path, spec.spec.shape))  # binds only when the value is an array
+            observations.append(path)
         elif isinstance(spec, TensorSpec):
             out.append((path, spec.shape))
         elif isinstance(spec, type) and issubclass(spec, Modalities):
             _collect(spec, path, out)
+    return observations
 
 
 def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
     """`models.record_bindings` finds no conflict among these locations."""
     bindings: dict[str, Any] = {}
-    for attr, sub, lone, shape in locations:
+    for attr, sub, lone, whole, shape in locations:
         value = values[attr]
         if sub is not None and value is not None:
             value = value.__dict__[sub]
         if value.__class__ is not np.ndarray:
             continue
-        if lone is not None:  # the usual [N]: no pairing of dims needed
-            size = value.shape[0]
+        if lone is not None:  # the usual [N] or [*name]: no pairing of dims needed
+            size = value.shape if whole else value.shape[0]
             if bindings.setdefault(lone, size) != size:
                 return False
         elif bind_dims(shape, value.shape, bindings):
@@ -536,18 +501,24 @@ def _dims_agree(locations: list[_Location], values: dict[str, Any]) -> bool:
     return True
 
 
-def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
-    """`models._logprob_problems` finds nothing: shape [] or the action's; <= 0 if discrete."""
-    is_array = logprob.__class__ is np.ndarray
-    if free and is_array and logprob.shape and logprob.shape != np.shape(action):
-        return False
+def _discrete(action: Any) -> bool:
+    """An integer action (a token id, a discrete choice): its logprob is <= 0."""
     if action.__class__ is int:
-        discrete = True
-    elif isinstance(action, (np.ndarray, np.generic)):
-        discrete = action.dtype.kind in "iu"
-    else:
-        discrete = np.asarray(action).dtype.kind in "iu"
-    if not discrete:
+        return True
+    if isinstance(action, (np.ndarray, np.generic)):
+        return action.dtype.kind in "iu"
+    return np.asarray(action).dtype.kind in "iu"
+
+
+def _logprob_ok(logprob: Any, action: Any, free: bool) -> bool:
+    """The step rules on logprob find nothing: shape [] or the action's; <= 0 if discrete."""
+    is_array = logprob.__class__ is np.ndarray
+    if not is_array:
+        if not logprob > 0:  # a scalar is [] (any action admits it) and needs no sign check
+            return True
+    elif free and logprob.shape and logprob.shape != np.shape(action):
+        return False
+    if not _discrete(action):
         return True
     if is_array:
         return not logprob.size or not logprob.max() > 0
@@ -598,14 +569,6 @@ def _token_ok(model: type[BaseModel]) -> Callable[[dict[str, Any]], bool] | None
         return not value > 0
 
     return ok
-
-
-def _discrete(action: Any) -> bool:
-    if action.__class__ is int:
-        return True
-    if isinstance(action, (np.ndarray, np.generic)):
-        return action.dtype.kind in "iu"
-    return np.asarray(action).dtype.kind in "iu"
 
 
 def _same_structure(obs: Any, nxt: Any) -> bool:

@@ -224,3 +224,225 @@ def test_random_llm_records(llm_record, llm_model, tokens, action, logprob, as_a
     if as_arrays:
         record = dict(record, action=np.asarray(action), logprob=np.asarray(logprob))
         check_both_paths(record, llm_model)
+
+
+# -- the default model: free observation, int64 | float32 action, logprob [] or the action's ----
+
+IMAGE = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+
+
+@pytest.mark.parametrize("change", [
+    {},
+    {"observation": np.float32([0.1, 0.2, 0.3, 0.4])},
+    {"observation": [[0.5, 0.25], [1.0, -2.0]]},               # any fixed rank
+    {"observation": [[[0.5], [0.25]], [[1.0], [-2.0]]], "next_observation": [[[1.5], [2.0]],
+                                                                               [[0.0], [1.0]]]},
+    {"observation": IMAGE, "next_observation": IMAGE},          # an integer image keeps its dtype
+    {"observation": np.zeros((2, 3), np.float64)},              # cast once to float32
+    {"observation": {"image": IMAGE, "text": "hi", "ids": [1, 2], "feat": [[0.5, 1.5]]}},
+    {"action": np.int64(1)}, {"action": 0.5}, {"action": [0.5, -0.5], "logprob": [-0.1, -0.2]},
+    {"action": [[1, 2], [3, 4]], "logprob": [[-0.1, -0.2], [-0.3, -0.4]]},
+    {"action": np.array([1, 2], np.int64), "logprob": np.float32([-0.1, -0.2])},
+    {"action": np.float32([0.5, 1.5]), "logprob": 0.7},         # continuous: logprob may be > 0
+    {"action": np.float32(0.5)},
+])
+def test_usual_default_records_take_the_fast_path(cartpole_record, change):
+    record = dict(cartpole_record, **change)
+    assert fast_validate(record, RolloutStep) is not None
+    check_both_paths(record, RolloutStep)
+
+
+def test_llm_record_under_the_default_model_takes_the_fast_path(llm_record):
+    assert fast_validate(llm_record, RolloutStep) is not None
+    check_both_paths(llm_record, RolloutStep)
+    step = validate_step(llm_record, RolloutStep)
+    assert step.observation["token_ids"].dtype == np.int64 and step.observation["text"] == "2+2="
+    assert step.action.dtype == np.int64 and step.logprob.dtype == np.float32
+
+
+def test_default_model_keeps_numpy_arrays_of_the_declared_dtype(cartpole_record):
+    obs, action = np.float32([0.1, 0.2]), np.array([3, 4], np.int64)
+    step = validate_step(dict(cartpole_record, observation={"x": obs, "image": IMAGE},
+                              action=action, logprob=np.float32([-1.0, -2.0])), RolloutStep)
+    assert step.observation["x"] is obs and step.observation["image"] is IMAGE
+    assert step.action is action
+
+
+@pytest.mark.parametrize("observation", [
+    [1, 2], [0.5, 1], [1, 0.5], [[0.5], [0.5, 1.0]], [[0.5], 1.0], [[[[[0.5]]]]], [], [[]],
+    [0.5, float("nan")], [1e39], [0.5, True], 3.5, 2, None, "text", (0.5, 0.25),
+    np.float64([1e39]), np.float64([np.nan]), np.float16([1.0, 2.0]), np.array([True]),
+    np.int32([1, 2]), np.uint64([2**63]), np.float32(0.5), np.int64(3), np.array(0.5, np.float32),
+    np.array([1.0, 2.0], ">f4"), np.array([1, 2], ">i4"), np.array([1 + 2j]), np.array(["a"]),
+    {"token_ids": [1, 2**63]}, {"token_ids": [1, 2**64]}, {"t": [True]}, {"t": []}, {"t": [[]]},
+    {"t": [[], [1]]}, {"t": [[1], []]}, {"t": [1, 2.5]}, {"t": [2.5, 1]}, {"t": ""},
+    {"t": None}, {"t": 3}, {"t": 0.5}, {1: [1]}, {"t": np.array([1.0, np.nan])},
+    {"t": np.float64([0.5])}, {"t": np.array([0.5], ">f4")}, {"t": np.array("x")},
+    {"t": np.zeros(2, complex)}, {"t": np.array(3)}, {"t": np.float32(1.0)}, {"t": [[[[[1]]]]]},
+    {"t": [1e39]}, {"t": ["a", "b"]}, {}, {"t": np.array([1, 2], object)},
+])
+def test_edge_observations_default_model(cartpole_record, observation):
+    check_both_paths(dict(cartpole_record, observation=observation), RolloutStep)
+
+
+@pytest.mark.parametrize("action", [
+    1, -1, 0.5, True, 2**63, -(2**63) - 1, 2**62, float("nan"), 1e39, [1, 2], [0.5, 1], [1, 0.5],
+    [], [[]], [[1, 2], [3]], [[1, 2], [3, 4]], [[0.5]], [[[[[1]]]]], [True], [1, None], "1",
+    np.int64(3), np.int32(3), np.float32(0.5), np.float32(np.nan), np.float64(0.5), np.bool_(True),
+    np.array([1, 2], np.int32), np.array([1, 2], np.uint64), np.array([2**63], np.uint64),
+    np.array([0.5], np.float64), np.array([1e39]), np.array([np.inf], np.float32),
+    np.array(1), np.array([True]), np.array([1, 2], ">i8"), np.zeros((2, 0), np.int64),
+])
+@pytest.mark.parametrize("logprob", [-0.5, 0.5, None, [-0.5], [0.5]])
+def test_edge_actions_default_model(cartpole_record, action, logprob):
+    record = dict(cartpole_record, action=action, logprob=logprob)
+    if logprob is None:
+        del record["logprob"]
+    check_both_paths(record, RolloutStep)
+
+
+@pytest.mark.parametrize("change", [
+    {"logprob": [-0.1, -0.2], "action": [1, 2, 3]},
+    {"logprob": [[-0.1, -0.2]], "action": [1, 2]},
+    {"logprob": [[-0.1, -0.2]], "action": [[1, 2]]},
+    {"logprob": [[-0.1, 0.2]], "action": [[1, 2]]},
+    {"logprob": [[-0.1, 0.2]], "action": [[0.5, 2.5]]},
+    {"logprob": np.float32([-0.1, 0.2]), "action": [1, 2]},
+    {"logprob": np.float64([-0.1, -0.2]), "action": [1, 2]},
+    {"logprob": np.float32(0.5), "action": 1},
+    {"logprob": 1e-50}, {"logprob": -1e39}, {"logprob": [-1, -2], "action": [1, 2]},
+    {"logprob": np.float64(-0.5)}, {"logprob": np.float64(0.5), "action": 0.5},
+    {"ref_logprob": np.float64(-0.25)}, {"ref_logprob": [np.float64(-0.25)], "action": [1]},
+    {"logprob": [], "action": []}, {"logprob": [], "action": [1]},
+    {"next_observation": [0.5, 0.5, 0.5, 0.5]}, {"next_observation": [0.5]},
+    {"next_observation": {"x": [0.5]}},
+    {"observation": {"a": [0.5]}, "next_observation": {"b": [0.5]}},
+    {"observation": {"a": [0.5]}, "next_observation": {"a": [0.5, 0.5]}},
+    {"observation": {"a": [0.5]}, "next_observation": [0.5]},
+    {"observation": np.zeros((2, 2), np.float32), "next_observation": np.zeros(4, np.float32)},
+    {"observation": IMAGE, "next_observation": IMAGE[:1]},
+])
+def test_edge_cross_field_default_model(cartpole_record, change):
+    check_both_paths(dict(cartpole_record, **change), RolloutStep)
+
+
+def tensors(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Nested lists of a random shape (rank 0 to 3), sometimes made ragged."""
+    def fill(shape: list[int]) -> st.SearchStrategy[Any]:
+        if not shape:
+            return elements
+        return st.lists(fill(shape[1:]), min_size=shape[0], max_size=shape[0])
+
+    shaped = st.lists(st.integers(0, 3), max_size=3).flatmap(fill)
+    ragged = st.tuples(shaped, shaped).map(lambda p: [p[0], p[1]])
+    return st.one_of(shaped, shaped, shaped, ragged)
+
+
+def as_numpy(values: Any, dtype: str) -> Any:
+    """`as_array` when numpy can read the values at all, else the values as they are."""
+    try:
+        with np.errstate(all="ignore"):
+            return as_array(values, dtype)
+    except (ValueError, TypeError, OverflowError):
+        return values
+
+
+small_ints = st.integers(-3, 3)
+leaves = st.sampled_from([floats, small_ints, st.one_of(floats, small_ints, scalars)])
+tensor_values = leaves.flatmap(tensors)
+numpy_dtypes = st.sampled_from(["float32", "float64", "float16", "int64", "int32", "uint8"])
+tensor_forms = st.one_of(tensor_values, st.tuples(tensor_values, numpy_dtypes).map(
+    lambda p: as_numpy(*p)))
+modalities = st.dictionaries(st.sampled_from(["token_ids", "image", "text"]),
+                             st.one_of(tensor_forms, st.text(max_size=3)), max_size=3)
+observations = st.one_of(tensor_forms, tensor_forms, modalities)
+
+
+@SETTINGS
+@given(observation=observations, action=tensor_forms, logprob=st.one_of(tensor_forms, floats),
+       next_observation=st.one_of(st.none(), observations), same_next=st.booleans(),
+       matching_logprob=st.booleans())
+def test_random_default_model_records(cartpole_record, observation, action, logprob,
+                                      next_observation, same_next, matching_logprob):
+    """Any observation, action and logprob, in list and numpy forms: both paths agree."""
+    if matching_logprob and isinstance(action, list):  # logprob with the action's dims, often valid
+        logprob = (-np.abs(np.asarray(action, dtype=float))).tolist() \
+            if _rectangular(action) else logprob
+    record = dict(cartpole_record, observation=observation, action=action, logprob=logprob)
+    if same_next:
+        record["next_observation"] = observation
+    elif next_observation is not None:
+        record["next_observation"] = next_observation
+    check_both_paths(record, RolloutStep)
+
+
+def _rectangular(value: Any) -> bool:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return bool(np.isfinite(arr).all())
+
+
+masks = st.one_of(st.lists(st.booleans(), max_size=4),
+                  st.lists(st.booleans(), max_size=4).map(np.array),
+                  st.booleans(), st.sampled_from([[1, 0], [True, None], np.zeros(2, np.int8)]))
+token_fields = st.fixed_dictionaries({}, optional={
+    "ref_logprob": st.one_of(vectors(st.integers(0, 4)), floats),
+    "loss_mask": masks, "token_reward": st.one_of(vectors(st.integers(0, 4)), floats),
+    "group_id": st.sampled_from(["prompt-1", "", 3, None])})
+
+
+@SETTINGS
+@given(tokens=vectors(st.integers(0, 4)), action=vectors(st.integers(0, 4)),
+       logprob=vectors(st.integers(0, 4)), text=st.one_of(st.none(), st.text(max_size=4)),
+       extra=token_fields)
+def test_random_llm_records_default_model(llm_record, tokens, action, logprob, text, extra):
+    """LLM records (with the v1.1 token fields) under the default model: both paths agree."""
+    observation = {"token_ids": tokens} if text is None else {"token_ids": tokens, "text": text}
+    check_both_paths(dict(llm_record, observation=observation, action=action, logprob=logprob,
+                          **extra), RolloutStep)
+
+
+@pytest.mark.parametrize("extra", [
+    {"ref_logprob": [-0.2, -0.3], "loss_mask": [True, False], "token_reward": [0.0, 1.0],
+     "group_id": "prompt-7"},
+    {"ref_logprob": -0.2}, {"ref_logprob": np.float32([-0.2, -0.3])},
+    {"loss_mask": np.array([True, True])}, {"token_reward": np.float32([0.5, -0.5])},
+])
+def test_llm_record_with_token_fields_takes_the_fast_path(llm_record, extra):
+    record = dict(llm_record, **extra)
+    assert fast_validate(record, RolloutStep) is not None
+    check_both_paths(record, RolloutStep)
+
+
+@pytest.mark.parametrize("extra", [
+    {"ref_logprob": [-0.2]}, {"ref_logprob": [-0.2, 0.3]}, {"ref_logprob": 0.3},
+    {"ref_logprob": [[-0.2, -0.3]]}, {"loss_mask": [True]}, {"loss_mask": True},
+    {"token_reward": [0.5, 0.5, 0.5]}, {"token_reward": 0.5}, {"group_id": ""},
+])
+def test_llm_record_with_broken_token_fields(llm_record, extra):
+    check_both_paths(dict(llm_record, **extra), RolloutStep)
+    with pytest.raises(ContractError):
+        validate_step(dict(llm_record, **extra), RolloutStep)
+
+
+@pytest.mark.parametrize("change", [
+    {}, {"observation": [[0.5, 1], [0.5]]}, {"action": [1, 2], "logprob": [-0.5, 0.5]},
+    {"observation": {"t": [1, 2.5]}}, {"action": np.float32([np.nan])},
+])
+def test_switch_off_gives_the_same_verdict(cartpole_record, monkeypatch, change):
+    """`GYRE_FAST_PATHS=0`: the explaining path alone; same instance or same messages."""
+    record = dict(cartpole_record, **change)
+
+    def outcome() -> Any:
+        try:
+            return validate_step(record, RolloutStep)
+        except ContractError as err:
+            return [str(p) for p in err.problems]
+
+    fast = outcome()
+    monkeypatch.setenv("GYRE_FAST_PATHS", "0")
+    slow = outcome()
+    assert type(fast) is type(slow)
+    assert fast == slow if isinstance(fast, list) else same_instance(fast, slow)
