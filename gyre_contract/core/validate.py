@@ -229,7 +229,7 @@ class EpisodeTracker:
         return problems
 
     def _dims(self, step: RolloutStepV1) -> dict[str, Any]:
-        if not has_named_dims(self.model):
+        if not has_named_dims(self.model) or not tracks_dims(self.model):
             return {}
         info = model_info(self.model)
         values = {w: getattr(step, info.attr(w)) for w in field_specs(self.model)}
@@ -333,6 +333,26 @@ class EpisodeTracker:
 def has_named_dims(model: type[GyreModel]) -> bool:
     """Whether some tensor field of `model` has a named dim (the episode rule on dims applies)."""
     return model_info(model).derived("has_named_dims", _named_dims)
+
+
+def tracks_dims(model: type[GyreModel]) -> bool:
+    """Whether some named dim of `model` is not declared varying (`episode.dims_fixed` has
+    something to compare); False for a model whose every named dim varies (`LLMStep`: P, A),
+    so that the tracker binds nothing per step. A free observation may carry any dim: True."""
+    return model_info(model).derived("tracks_dims", _tracked_dims)
+
+
+def _tracked_dims(model: type[GyreModel], varying: frozenset[str] | None = None) -> bool:
+    varying = frozenset(model.varying_dims) | (varying or frozenset())
+    for spec in field_specs(model).values():
+        if isinstance(spec, AnyObservation):
+            return True
+        if isinstance(spec, TensorSpec) and any(d.name and d.name not in varying
+                                                for d in spec.shape):
+            return True
+        if isinstance(spec, type) and issubclass(spec, GyreModel) and _tracked_dims(spec, varying):
+            return True
+    return False
 
 
 def _named_dims(model: type[GyreModel]) -> bool:
