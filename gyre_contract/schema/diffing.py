@@ -60,7 +60,7 @@ from gyre_contract.schema.shaperules import (
     static_rank,
     strip_batch_dims,
 )
-from gyre_contract.schema.tokenlayout import TokenRows, token_rows, untokenised
+from gyre_contract.schema.tokenlayout import TokenRows, token_action, token_rows, untokenised
 
 MAX_CANDIDATES = 16
 """Sampler fields scored per trainer field at most (bounds matching to O(n·k))."""
@@ -109,9 +109,6 @@ def diff(
     return engine.run()
 
 
-__all__ = ["MAX_CANDIDATES", "diff", "layout_of", "parse_batch_dims"]
-
-
 class _Engine:
     """One diff: matches every trainer field, then lists the sampler fields nobody reads."""
 
@@ -138,7 +135,7 @@ class _Engine:
             (bool(s_tab.title) and s_tab.title == t_tab.title)
         self.notes = DiffWarnings(self.layout, t_tab, self.converters.have, same_kind)
         self.warnings = self.notes.items  # the one list every warning goes to, in order found
-        self.tokens = None if tokens is None else TokenRows(
+        self.tokens = None if tokens is None or token_action(s_tab) is None else TokenRows(
             s_tab, t_tab, self.by_role, self.notes.optional_source, self.notes.cast, self.used,
             self.warnings)
         self._check_renames()
@@ -164,7 +161,8 @@ class _Engine:
         self.notes.finish(entries)
         if self.tokens is not None:
             self.tokens.finish(entries)
-        elif (untok := untokenised(self.s_tab, self.t_tab)) is not None:
+        elif self.layout.kind != "token" and \
+                (untok := untokenised(self.s_tab, self.t_tab)) is not None:
             self.warnings.append(untok)
         return DiffReport(self.s_tab, self.t_tab, self.layout, entries, self.warnings,
                           self.gamma, self.lam)
@@ -477,13 +475,14 @@ class _Engine:
 
     def _per_step(self, stripped: int) -> bool:
         """Whether a trainer field with `stripped` batch dims holds one value per step."""
-        return self.layout.kind != "step" and stripped == len(self.layout.batch_dims)
+        return self.layout.kind not in ("step", "token") and \
+            stripped == len(self.layout.batch_dims)
 
     def _layout_op(self, per_step: tuple[Dim, ...] | None, stripped: int
                    ) -> tuple[str, dict[str, Any] | None, str] | None:
         """The op turning a collated [B, T, ...] column into the trainer's layout."""
         kind = self.layout.kind
-        if kind in ("step", "batch") or stripped < len(self.layout.batch_dims):
+        if kind in ("step", "batch", "token") or stripped < len(self.layout.batch_dims):
             return None
         rank = static_rank(per_step)
         if kind == "time_major":

@@ -110,6 +110,8 @@ def token_rows(s_tab: FieldTable, t_tab: FieldTable) -> tuple[FieldTable, Layout
     field spanning the prompt or the whole sequence), a token mask, or per-token log-probs or
     advantages (OpenRLHF's experience holds no ids at all).
     """
+    if s_tab.kind == t_tab.kind == "token_batch":  # token rows on both sides: as they are
+        return t_tab, Layout(tuple(t_tab.batch_dims or ("B",)), "token", ROWS_TEXT)
     if token_action(s_tab) is None or t_tab.kind == "rollout_step":
         return None
     if t_tab.kind == "token_batch":

@@ -21,20 +21,6 @@ from gyre_contract.io.writer import write_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema import diff, json_schema
 
-
-def _token_maps_run() -> bool:
-    """Whether this checkout has the token ops and "rows": "step" maps (they land separately)."""
-    from gyre_contract.core.errors import FieldMapError
-    from gyre_contract.trainer.fieldmap import FieldMap
-    try:
-        FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "fields": {
-            "a": {"op": "group_norm", "from": ["reward", "group_id"]}}})
-    except FieldMapError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _token_maps_run(), reason="token ops / rows=step not here")
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "tests" / "data" / "peers"
 MAPS = ROOT / "tests" / "data" / "maps"
