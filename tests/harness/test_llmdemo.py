@@ -393,3 +393,20 @@ def test_a_failure_of_the_batch_sampled_ahead_is_raised_not_dropped(monkeypatch)
     assert len(ahead(0)) == 4  # batch 0; batch 1 is now being sampled, and fails
     with pytest.raises(ContractError, match="the model died"):
         ahead.close()
+
+
+def test_full_loop_refuses_rows_two_versions_old_under_the_demos_map(tmp_path):
+    """The loop's own check, not only the sampler's: rows of v - 2 fail max_staleness=1."""
+    result = run_llm_demo(io.StringIO(), out_dir=tmp_path, cycles=1, seed=0, seeds=1)
+    assert result.stages["diff"]
+    policy = TokenPolicy(seed=0)
+    sampler = GroupSampler(policy, TASK, seed=0, run_id="lag", prompts=2, group=2)
+
+    def two_behind(version):
+        return sampler.sample(max(version - 2, 0), policy.weights.copy(), version)
+
+    with pytest.raises(ContractError) as err:
+        llmdemo.full_loop(two_behind, policy.train_step, tmp_path / "map.json", 3,
+                          max_staleness=1, model=AdditionStep, trainer=tmp_path / "trainer.json")
+    text = str(err.value)
+    assert "cycles[2]" in text and "lag-8" in text, text
