@@ -86,9 +86,10 @@ def collate_tokens(
 
     `items` are episodes (`Episode`, or mappings of columns) or step records (dicts or validated
     step models). `fields` limits the columns produced (the layout keys and `episode_id` always
-    come, and `policy_version` whenever every step records it). Raises ContractError on a per-token field whose length differs from the action's,
-    MissingFieldError when the prompt, the action or a named field is absent, and
-    `BatchTooLargeError` when the padded batch would exceed `max_bytes`.
+    come, and `policy_version` whenever every step records it). Raises ContractError on a
+    per-token field whose length differs from the action's, MissingFieldError when the prompt,
+    the action or a named field is absent, and `BatchTooLargeError` when the padded batch would
+    exceed `max_bytes`.
     """
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise ValueError(f"pad_id must be an integer token id, got {pad_id!r}")
