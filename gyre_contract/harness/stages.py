@@ -176,8 +176,17 @@ def half_way(
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
-    episodes = _episodes(episodes_or_path, model or _step_model(fmap), fmap)
-    columns = fmap.collated(episodes, max_len=max_len)
+    flat = None
+    if isinstance(episodes_or_path, (str, os.PathLike)) and fmap.rows != "step":
+        # a file of [B, T] rows: its columns, no episode objects (None: episodes decide)
+        flat = fmap.collated_file(episodes_or_path, model or RolloutStep, max_len=max_len)
+    if flat is not None:
+        columns, n_episodes = flat
+    else:
+        episodes = _episodes(episodes_or_path, model or _step_model(fmap), fmap)
+        columns = fmap.collated(episodes, max_len=max_len)
+        n_episodes = len(episodes) if "mask" in columns else \
+            len(np.unique(columns["episode_id"]))
     arrays = fmap.apply(columns)
     built = time.perf_counter()
     if schema is None:
@@ -201,7 +210,7 @@ def half_way(
         rows=int(mask.shape[0]),
         time_steps=int(mask.shape[1]),
         steps=int(mask.sum()),
-        episodes=len(episodes) if "mask" in columns else len(np.unique(columns["episode_id"])),
+        episodes=n_episodes,
         policy_versions=versions,
         loss=loss,
         seconds={"read_and_build": built - clock, "validate": validated - built,

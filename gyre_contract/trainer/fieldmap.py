@@ -59,6 +59,7 @@ from gyre_contract.core.tokenbatch import TokenBatch
 from gyre_contract.core.validate import validate_batch
 from gyre_contract.io.jsonfile import JSONFileError, read_json_file
 from gyre_contract.trainer.collation import DERIVED_FIELDS, collate
+from gyre_contract.trainer.flatcollate import collate_file
 from gyre_contract.trainer.ops import (
     NEEDS_MASK,
     ArgCheck,
@@ -260,6 +261,7 @@ class FieldMap:
         dict of its modalities. Only the targets the map names are returned.
         """
         out: dict[str, Any] = {}
+        columns = _Columns(columns)  # ops may share work within this call (`memo`)
         for target, spec in self.fields.items():
             op = self._registered(target, spec.op)
             inputs = [_source(columns, name) for name in spec.sources]
@@ -313,6 +315,25 @@ class FieldMap:
             return collate_tokens(episodes, fields=wanted)
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate(episodes, max_len=max_len, fields=wanted)
+
+    def collated_file(self, path: str | os.PathLike[str], model: Any, *,
+                      max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
+        """`collated` of a JSON Lines file's episodes straight from its columns, with the
+        number of episodes; None when only episodes can say (`flatcollate.collate_file`) and
+        for a map of token rows (`"rows": "step"`)."""
+        if self.rows == "step":
+            return None
+        wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
+        return collate_file(path, model, fields=wanted, max_len=max_len)
+
+
+class _Columns(dict):
+    """The collated columns as ops see them during one `FieldMap.apply`: a dict, plus `memo`
+    where an op keeps what another target of the same map reuses (GAE's advantage and return)."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        super().__init__(columns)
+        self.memo: dict[Any, Any] = {}
 
 
 def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,
