@@ -306,16 +306,14 @@ class FieldMap:
         (what `apply` runs on; the mask tells a report how much of the batch is padding).
         For step rows: the token columns of `collate_tokens` the map reads, with the layout
         keys (`prompt_ids`, `prompt_mask`, `response_ids`, `response_mask`, `response_length`),
-        `episode_id` and `policy_version` (every step has one: the staleness checks of
-        `half_way` and `full_loop` read it even when the trainer does not); episodes or a flat
+        `episode_id` and `policy_version` (`collate_tokens` always adds it: the staleness checks
+        of `half_way` and `full_loop` read it even when the trainer does not); episodes or a flat
         list of step records."""
         if self.rows == "step":
             if max_len is not None:
                 raise InputError(f"{self.source}: max_len splits episodes into [B, T] rows; a "
                                  f'map with "rows": "step" has one row per step')
             wanted = [n for n in self.sources() if n not in (*LAYOUT_FIELDS, "mask")]
-            if "policy_version" not in wanted:
-                wanted.append("policy_version")
             return collate_tokens(episodes, fields=wanted)
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate(episodes, max_len=max_len, fields=wanted)
