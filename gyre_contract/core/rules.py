@@ -321,14 +321,52 @@ def _version(s: StepInEpisode) -> list[Problem]:
                     str(s.step.policy_version), "policy_version decreased")]
 
 
+DIMS_REASON = "dimension changed within the episode (declare it in varying_dims if it may)"
+TURNS_REASON = ("dimension changed within the episode (token turns of varying length: validate "
+                "with --model gyre_contract.pinned:LLMStep, or a model declaring varying_dims)")
+_PER_TOKEN = frozenset({"logprob", *TOKEN_FIELDS})
+
+
 def _dims_kept(s: StepInEpisode) -> list[Problem]:
+    """One problem per field whose dims changed size; token turns get the model allowing them."""
     state = s.state
     if state is None:
         return []
-    return [Problem(name, f"{name}={format_size(state.dims[name])} as earlier in the episode",
-                    f"{name}={format_size(size)}", "dimension changed within the episode "
-                    "(declare it in varying_dims if it may)")
-            for name, size in s.dims.items() if name in state.dims and state.dims[name] != size]
+    changed = {name for name, size in s.dims.items()
+               if name in state.dims and state.dims[name] != size}
+    if not changed:
+        return []
+    fields = _fields_binding(s.step, changed)
+    if not fields:  # every dim is bound by some field; kept as a guard, never silent
+        fields = [(name, name, s.dims[name], None) for name in sorted(changed)]
+    reason = TURNS_REASON if _token_turn(s.step, {path for path, *_ in fields}) else DIMS_REASON
+    return [Problem(path, f"{name}={format_size(state.dims[name])} as earlier in the episode",
+                    f"{name}={format_size(size)}"
+                    + (f" ({describe(value)})" if value is not None else ""), reason)
+            for path, name, size, value in fields]
+
+
+def _fields_binding(step: Any, names: set[str]) -> list[tuple[str, str, Any, Any]]:
+    """(path, dim, size, value) of each field of `step` binding one of the dims `names`."""
+    cls = type(step)
+    info = model_info(cls)
+    out = []
+    for wire in field_specs(cls):
+        value = getattr(step, info.attr(wire), None)
+        if value is None:
+            continue
+        bindings, _ = record_bindings(cls, {wire: value})
+        for name in sorted(names & bindings.keys()):
+            out.append((wire, name, bindings[name], value))
+    return out
+
+
+def _token_turn(step: Any, paths: set[str]) -> bool:
+    """The changed fields are a token action (integer, rank 1) and its per-token fields."""
+    action = getattr(step, "action", None)
+    return ("action" in paths and paths <= _PER_TOKEN | {"action"}
+            and isinstance(action, np.ndarray) and action.ndim == 1
+            and np.issubdtype(action.dtype, np.integer))
 
 
 def _kind_changes(s: StepInEpisode) -> list[tuple[str, str, str, Any]]:
@@ -407,8 +445,7 @@ EPISODE_RULES = [
     Rule("episode.policy_version_monotonic", "episode", ("policy_version decreased",),
          _version, lambda r, m: episode_of(r, 2, policy_version=[3, 2]), phase="step",
          doc="policy_version never decreases"),
-    Rule("episode.dims_fixed", "episode",
-         ("dimension changed within the episode (declare it in varying_dims if it may)",),
+    Rule("episode.dims_fixed", "episode", (DIMS_REASON, TURNS_REASON),
          _dims_kept, _jump, phase="step", doc="named dims keep their size unless varying"),
     Rule("episode.structure_fixed", "episode", ("structure changed within the episode",),
          _structure_kept, _modalities_later, phase="step",

@@ -208,8 +208,8 @@ def test_dimension_jump_unless_varying(cartpole_record, llm_record, llm_model):
     jump = [dict(cartpole_record, step=0, observation=[0.0, 1.0]),
             dict(cartpole_record, step=1, observation=[0.0, 1.0, 2.0], terminated=True)]
     assert episode_messages(jump) == [
-        "steps[1].obs: dimension changed within the episode (declare it in varying_dims if it may): "
-        "expected obs=[2] as earlier in the episode, got obs=[3]"]
+        "steps[1].observation: dimension changed within the episode (declare it in varying_dims "
+        "if it may): expected obs=[2] as earlier in the episode, got obs=[3] (float32[3])"]
     turns = [dict(llm_record, step=0, terminated=False),
              dict(llm_record, step=1, action=[1, 2, 3], logprob=[-1.0, -1.0, -1.0])]
     validate_episode(turns, llm_model)  # A and P are declared varying
