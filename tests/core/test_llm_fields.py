@@ -141,8 +141,9 @@ def test_a_positive_float32_log_prob_is_shown_as_written(wire, paths):
 
 
 def test_group_id_is_a_non_empty_string(paths):
-    assert [p.rule for p in problems(completion(0, 0, group_id=""), RolloutStep)] == [
-        "field.nonempty_string"]
+    found = problems(completion(0, 0, group_id=""), RolloutStep)
+    assert [p.rule for p in found] == ["field.nonempty_string"]
+    assert str(found[0]) == "group_id: empty string: expected a non-empty string, got str ''"
     assert [p.rule for p in problems(completion(0, 0, group_id=3), LLMStep)] == ["field.dtype"]
 
 
