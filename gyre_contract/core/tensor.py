@@ -16,8 +16,8 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from gyre_contract.core.dims import (
     DTYPES,
-    FLOAT_DTYPES,
     EMPTY_STRING,
+    FLOAT_DTYPES,
     FLOAT_MAX,
     INT_RANGES,
     NON_EMPTY,
