@@ -26,6 +26,7 @@ from gyre_contract.core.errors import (
 )
 from gyre_contract.core.models import Modalities, RolloutStep, RolloutStepV1, TrainBatch, TrainBatchV1
 from gyre_contract.core.tensor import Tensor
+from gyre_contract.core.tokenbatch import TokenBatch, TokenBatchV1
 from gyre_contract.core.validate import validate_batch, validate_episode, validate_step
 
 if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on first use
@@ -77,7 +78,8 @@ _LAZY, __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     # the contract's records and field type
-    "RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities", "Tensor",
+    "RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "TokenBatch", "TokenBatchV1",
+    "Modalities", "Tensor",
     # errors: one exception type holds all problems
     "GyreError", "ContractError", "MissingFieldError", "SchemaError", "FieldMapError",
     "InputError", "Problem",

@@ -28,6 +28,7 @@ from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.fastpath import fast_plan
 from gyre_contract.core.models import RolloutStep, TrainBatch
 from gyre_contract.core.registry import Rule
+from gyre_contract.core.tokenbatch import TokenBatch
 from gyre_contract.core.validate import validate_batch, validate_episode, validate_step
 from gyre_contract.io import fastfile  # noqa: F401  (declares the bulk reader's fast path)
 from gyre_contract.io.fastfile import bulk_plan
@@ -60,7 +61,7 @@ CLEAN = {
 STEP_MODELS = [(RolloutStep, "cartpole"), (RolloutStep, "llm"), (CartPoleStep, "cartpole"),
                (LLMStep, "llm")]
 """(model, clean record) pairs: the default model with both records, each pinned model."""
-BATCH_MODELS = [TrainBatch, CartPoleBatch]
+BATCH_MODELS = [TrainBatch, CartPoleBatch, TokenBatch]
 
 RECORD_RULES = [r.name for r in registry.all_rules() if r.kind in ("field", "step", "episode")]
 BATCH_RULES = [r.name for r in registry.all_rules("batch")]
@@ -80,7 +81,10 @@ one share the dim `*obs`, so a different shape also breaks `step.dims_agree`."""
 
 
 def clean_batch(model: type) -> dict[str, Any]:
-    """B=2 rows of T=3 steps, the second row one step of padding."""
+    """B=2 rows of T=3 steps, the second row one step of padding (a token batch: B=2 rows, the
+    first with one prompt token of left padding and two response tokens of right padding)."""
+    if model.gyre_kind == "token_batch":
+        return clean_token_batch()
     mask = np.array([[True, True, True], [True, True, False]])
     done = np.array([[False, False, True], [False, True, False]])
     obs = np.zeros((2, 3, 4), np.float32)
@@ -88,6 +92,25 @@ def clean_batch(model: type) -> dict[str, Any]:
             "done": done, "terminated": done.copy(), "truncated": np.zeros((2, 3), bool),
             "advantage": np.zeros((2, 3), np.float32), "logprob": np.full((2, 3), -0.5, np.float32),
             "mask": mask, "policy_version": np.array([4, 4]), "episode_id": np.array(["a", "b"])}
+
+
+def clean_token_batch() -> dict[str, Any]:
+    response_mask = np.array([[True, True, False, False], [True, True, True, True]])
+    return {"prompt_ids": np.array([[0, 5, 6], [7, 8, 9]]),
+            "prompt_mask": np.array([[False, True, True], [True, True, True]]),
+            "response_ids": np.where(response_mask, 11, 0), "response_mask": response_mask,
+            "response_length": np.array([2, 4]), "logprob": np.full((2, 4), -0.5, np.float32),
+            "ref_logprob": np.full((2, 4), -0.25, np.float32),
+            "advantage": np.zeros(2, np.float32), "reward": np.ones(2, np.float32),
+            "group_id": np.array(["g", "g"]), "episode_id": np.array(["a", "b"]),
+            "policy_version": np.array([4, 4]), "step": np.array([0, 0])}
+
+
+def batch_cases() -> list[Any]:
+    """(rule, batch model) pairs where the rule's builder breaks the model's clean batch."""
+    return [pytest.param(name, model, id=f"{name}-{model.__name__}")
+            for name in BATCH_RULES for model in BATCH_MODELS
+            if registry.get_rule(name).violate(clean_batch(model), model) is not None]
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -207,7 +230,10 @@ def test_every_rule_breaks_under_some_model():
 def test_every_fast_path_implements_every_rule():
     """A rule a fast path does not declare makes it step aside for good: declare it (and
     implement it), or this fails. Lists the fast paths each uncovered rule leaves."""
-    assert set(registry.fast_paths()) >= {"compiled_step", "bulk_jsonl", "bulk_episode"}
+    import gyre_contract.io.parquetcols  # noqa: F401  (declares parquet_columns)
+
+    assert set(registry.fast_paths()) >= {"compiled_step", "bulk_jsonl", "bulk_episode",
+                                          "parquet_columns"}
     uncovered = {r.name: registry.uncovered(r.name) for r in registry.all_rules()}
     assert {k: v for k, v in uncovered.items() if v} == {}
     assert fast_plan(CartPoleStep) is not None and fast_plan(LLMStep) is not None
@@ -225,8 +251,12 @@ def extra_rule():
 
 
 def test_a_rule_no_fast_path_declares_is_caught(extra_rule):
-    assert registry.uncovered(extra_rule.name) == ["compiled_step", "bulk_jsonl"]
+    from gyre_contract.io.parquetcols import PARQUET_FAST_PATH
+
+    assert set(registry.uncovered(extra_rule.name)) == {"compiled_step", "bulk_jsonl",
+                                                        "parquet_columns"}
     assert fast_plan(CartPoleStep) is None and bulk_plan(CartPoleStep) is None  # step aside
+    assert not PARQUET_FAST_PATH.usable()
     problems = step_problems(dict(CLEAN["cartpole"], reward=42.0), CartPoleStep)
     assert [p.rule for p in problems] == [extra_rule.name]  # never skipped meanwhile
 
@@ -307,8 +337,19 @@ def test_validate_step_names_the_rule_pinned_and_default(fast, monkeypatch):
             assert not_naming(name, step_problems(bad, model)) == [], (name, model.__name__)
 
 
-@pytest.mark.parametrize("name", BATCH_RULES)
-@pytest.mark.parametrize("model", BATCH_MODELS, ids=lambda m: m.__name__)
+def test_every_batch_model_breaks_under_its_own_rules_only():
+    """The shared rules (dims, extras, staleness) break every batch model; the `[B, T]` rules
+    only a TrainBatch, the token rules only a TokenBatch."""
+    pairs = {(p.values[0], p.values[1]) for p in batch_cases()}
+    for name in BATCH_RULES:
+        models = {m for n, m in pairs if n == name}
+        phase = registry.get_rule(name).phase
+        expected = set(BATCH_MODELS) if phase in ("shape", "staleness") else \
+            {TokenBatch} if phase.startswith("token") else {TrainBatch, CartPoleBatch}
+        assert models == expected, name
+
+
+@pytest.mark.parametrize(("name", "model"), batch_cases())
 def test_validate_batch_names_the_rule(name, model):
     rule = registry.get_rule(name)
     validate_batch(clean_batch(model), model, **rule.options)  # the clean batch holds

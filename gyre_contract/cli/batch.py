@@ -1,7 +1,8 @@
 """`gyre-contract batch ROLLOUTS.jsonl --map M.json`: stage 2 (half way) without a training loop.
 
 Reads the rollout file per episode, applies the field map, collates `[B, T, ...]` with a mask,
-validates the TrainBatch, optionally calls the user's loss once, prints keys, shapes and dtypes,
+validates the TrainBatch (a map with `"rows": "step"`: reads the file step by step, one token row
+per step, and validates a TokenBatch), optionally calls the user's loss once, prints keys, shapes and dtypes,
 and writes an `.npz` that numpy alone loads (`np.load(path, allow_pickle=False)`).
 Exit 0 the batch holds, 1 the contract is violated (a missing field, a bad batch, a failing or
 non-finite loss), 2 unusable input or usage.
@@ -31,7 +32,8 @@ from gyre_contract.trainer.fieldmap import FieldMap
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "batch", help="stage 2: rollouts + map -> a validated TrainBatch (.npz)",
-        description="Map, collate and validate a rollout file into a TrainBatch (docs/contract.md §4), "
+        description="Map, collate and validate a rollout file into a TrainBatch (docs/contract.md §4; "
+        "a TokenBatch of one row per step for a map with \"rows\": \"step\", docs/llm.md §2), "
         "print its keys, shapes and dtypes, optionally call a loss function once (no update), "
         "and write the batch as an .npz that numpy alone can load (no pickles).",
         epilog="exit codes: 0 holds, 1 contract violated, 2 unusable input")
@@ -51,9 +53,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ops", action="append", default=[], metavar="MODULE_OR_FILE.py",
                    help=OPS_HELP)
     p.add_argument("--max-len", type=int, metavar="N",
-                   help="split episodes longer than N steps into rows of at most N")
+                   help="split episodes longer than N steps into rows of at most N (not with "
+                   "\"rows\": \"step\": one row per step)")
     p.add_argument("--model", metavar="MODULE:CLASS",
-                   help="a pinned step model used to read the rollouts (default: RolloutStep); "
+                   help="a pinned step model used to read the rollouts (default: RolloutStep, or "
+                   "LLMStep for a map with \"rows\": \"step\"); "
                    "imported, so its module's top-level code runs, as for validate --model")
     p.add_argument("--current-version", type=int, metavar="V",
                    help="the trainer's policy version (default: the newest in the batch)")

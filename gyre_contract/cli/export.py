@@ -13,7 +13,8 @@ from gyre_contract.schema.export import drifted_schemas, export_schemas
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="write the JSON Schemas of the contract's models",
                        description="Write schemas/rollout_step.v1.json, "
-                       "schemas/train_batch.v1.json and the x-gyre vocabulary meta-schema "
+                       "schemas/train_batch.v1.json, schemas/token_batch.v1.json and the x-gyre "
+                       "vocabulary meta-schema "
                        "schemas/gyre_vocabulary.v1.json; --check fails (exit 1) on drift.")
     add_out_dir(p, default="schemas", help="the folder to write (default: schemas)")
     p.add_argument("--check", action="store_true",

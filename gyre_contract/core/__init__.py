@@ -8,6 +8,7 @@ from gyre_contract.core.deprecation import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".models": ("RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities"),
+    ".tokenbatch": ("TokenBatch", "TokenBatchV1"),
     ".tensor": ("Tensor",),
     ".validate": ("validate_step", "validate_episode", "validate_batch", "EpisodeTracker",
                   "iter_validated_steps", "staleness_problems"),

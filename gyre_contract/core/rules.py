@@ -582,25 +582,36 @@ def _padding_flag(batch: dict[str, Any], model: Any) -> dict[str, Any]:
     return _with(out, "done", _set((1, last), True))
 
 
+def _time_rows(build: Any) -> Any:
+    """A builder for the `[B, T]` rules of `TrainBatch`: None for a batch of another kind (a
+    token batch has no `mask` or `done`; its own rules are in `core.tokenrules`)."""
+    return lambda b, m: build(b, m) if getattr(m, "batch_dims", ()) == ("B", "T") else None
+
+
+def _longer_dim(batch: dict[str, Any], model: Any) -> dict[str, Any]:
+    key = "reward" if getattr(model, "batch_dims", ()) == ("B", "T") else "response_mask"
+    value = np.asarray(batch[key])  # one more column than the other fields bind
+    return dict(batch, **{key: np.zeros((value.shape[0], value.shape[1] + 1), value.dtype)})
+
+
 BATCH_RULES = [
     Rule("batch.dims_agree", "batch", ("dim {name} disagrees with an earlier field",),
-         lambda view: view.dim_problems,
-         lambda b, m: dict(b, reward=np.zeros((np.shape(b["reward"])[0],
-                                               np.shape(b["reward"])[1] + 1), np.float32)),
+         lambda view: view.dim_problems, _longer_dim,
          phase="shape", doc="every field binds the same B and T (and named dims)"),
     Rule("batch.extra_fields_lead_with_b", "batch", ("extra batch field is not a [B, ...] array",),
          _extra, lambda b, m: dict(b, weights=np.zeros(np.shape(b["reward"])[0] + 1)),
          phase="shape", doc="a trainer's own arrays lead with [B]"),
     Rule("batch.mask_padding_at_end", "batch", ("padding before a real step",), _mask,
-         lambda b, m: _with(b, "mask", _set((0, 1), False)), phase="values",
+         _time_rows(lambda b, m: _with(b, "mask", _set((0, 1), False))), phase="values",
          doc="mask is True then only False along each row"),
     Rule("batch.finite_under_mask", "batch", ("not finite",), _finite,
-         lambda b, m: _with(b, "reward", _set((0, 0), np.nan)), phase="values",
+         _time_rows(lambda b, m: _with(b, "reward", _set((0, 0), np.nan))), phase="values",
          doc="float fields are finite where mask is True"),
-    Rule("batch.flags_off_mask", "batch", ("flag set on padding",), _flags, _padding_flag,
+    Rule("batch.flags_off_mask", "batch", ("flag set on padding",), _flags,
+         _time_rows(_padding_flag),
          phase="values", doc="done, terminated, truncated are False where mask is False"),
     Rule("batch.done_consistent", "batch", ("done disagrees with terminated/truncated",), _done,
-         _done_off, phase="values", doc="done = terminated OR truncated on real steps"),
+         _time_rows(_done_off), phase="values", doc="done = terminated OR truncated on real steps"),
     Rule("batch.policy_version_fresh", "batch",
          ("stale policy version", "policy version from the future"), _fresh,
          lambda b, m: _with(b, "policy_version", _set(0, -5)), phase="staleness",

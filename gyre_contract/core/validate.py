@@ -11,13 +11,14 @@ import difflib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import ne
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from gyre_contract.core.deprecation import renamed_arguments, warn_deprecated
 from gyre_contract.core.dims import EMPTY_STRING, NON_EMPTY, scalar_reason
+from gyre_contract.core.endedids import EndedEpisodes
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
 from gyre_contract.core.fields import kind_fields, step_kinds
@@ -176,12 +177,26 @@ EPISODE_FAST_PATH = declare_fast_path(
 """The rules `EpisodeTracker.add_columns` implements (it refuses a run that breaks one)."""
 
 
+class ColumnShapes(Protocol):
+    """What a run of steps binds, for `EpisodeTracker.add_columns` on a model whose dims or
+    kinds may vary: the run holds one size per named dim and one kind per field."""
+
+    sizes: dict[str, Any]
+    """Every named dim any step of the run binds (varying dims left out) -> its size."""
+
+    def per_episode(self, order: np.ndarray, starts: np.ndarray
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """For each episode of the run (its rows `order[starts[k]:starts[k + 1]]`): the named
+        dims its first step binds, and path -> kind of the kind-varying fields its steps carry."""
+
+
 @dataclass
 class EpisodeTracker:
     """Applies the registry's episode rules to steps arriving one at a time, in file order.
 
     Episodes may interleave (vector envs write several at once). Memory holds one small entry per
-    open episode and the ids of finished ones.
+    open episode and, for each finished one, a 64-bit hash of its id and its last line (16 bytes:
+    `endedids.EndedEpisodes`, which states the collision rate).
     """
 
     model: type[RolloutStepV1] = RolloutStep
@@ -190,7 +205,7 @@ class EpisodeTracker:
     truncated: int = 0
     policy_versions: set[int] = field(default_factory=set)
     _open: dict[str, OpenEpisode] = field(default_factory=dict)
-    _ended: dict[str, int | None] = field(default_factory=dict)
+    _ended: EndedEpisodes = field(default_factory=EndedEpisodes)
 
     @property
     def episodes(self) -> int:
@@ -212,7 +227,8 @@ class EpisodeTracker:
     def _check(self, step: RolloutStepV1, line: int | None) -> list[Problem]:
         eid = step.episode_id
         if eid in self._ended:
-            return run("episode", "step", StepInEpisode(step, None, True, self._ended[eid], {}))
+            return run("episode", "step",
+                       StepInEpisode(step, None, True, self._ended.line(eid), {}))
         dims = self._dims(step)
         fields = kind_fields(self.model)
         kinds = step_kinds(self.model, step, fields) if fields else {}
@@ -220,7 +236,7 @@ class EpisodeTracker:
         problems = run("episode", "step", StepInEpisode(step, state, False, None, dims, kinds))
         if step.terminated or step.truncated:
             self._open.pop(eid, None)
-            self._ended[eid] = line
+            self._ended.add(eid, line)
             self.terminated += bool(step.terminated)
             self.truncated += bool(step.truncated and not step.terminated)
         else:
@@ -231,7 +247,7 @@ class EpisodeTracker:
         return problems
 
     def _dims(self, step: RolloutStepV1) -> dict[str, Any]:
-        if not has_named_dims(self.model):
+        if not has_named_dims(self.model) or not tracks_dims(self.model):
             return {}
         info = model_info(self.model)
         values = {w: getattr(step, info.attr(w)) for w in field_specs(self.model)}
@@ -240,18 +256,22 @@ class EpisodeTracker:
         return {k: v for k, v in bindings.items() if k not in varying}
 
     def add_columns(self, episode_id: Sequence[str], step: np.ndarray, policy_version: np.ndarray,
-                    terminated: np.ndarray, truncated: np.ndarray, first_line: int) -> bool:
+                    terminated: np.ndarray, truncated: np.ndarray, first_line: int,
+                    shapes: ColumnShapes | None = None) -> bool:
         """Take a run of steps at once (lines `first_line`, `first_line + 1`, ...), all or none.
 
-        The bulk form of `add` for models without named dims and with one kind per field (no
-        `int64 | float32` choice: the kind rules cannot break), vectorised over the run. True: no
-        step breaks an episode rule and the tracker is exactly as after `add` on each step.
-        False: some step does, or the bulk form steps aside (fast paths off, or an episode rule
-        it does not implement is registered); the tracker is unchanged and the caller adds the
-        steps one by one to get the problems.
+        The bulk form of `add`, vectorised over the run. For a model with named dims or with a
+        choice of kinds (`int64 | float32`, a tensor or modalities), `shapes` says what the run's
+        steps bind (one size per dim, one kind per field over the whole run: a reader that bound
+        them from the data, `io.binding`); without it such a model is refused. True: no step
+        breaks an episode rule and the tracker is exactly as after `add` on each step. False:
+        some step does, or the bulk form steps aside (fast paths off, or an episode rule it does
+        not implement is registered); the tracker is unchanged and the caller adds the steps one
+        by one to get the problems.
         """
-        if has_named_dims(self.model) or kind_fields(self.model) or not fast_paths_enabled() \
-                or not EPISODE_FAST_PATH.usable():
+        if not fast_paths_enabled() or not EPISODE_FAST_PATH.usable():
+            return False
+        if shapes is None and (has_named_dims(self.model) or kind_fields(self.model)):
             return False
         n = len(episode_id)
         changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
@@ -269,43 +289,77 @@ class EpisodeTracker:
         follows = (step[1:] == step[:-1] + 1) & (version[1:] >= version[:-1]) & ~done[:-1]
         if not follows[inner[1:]].all():
             return False
+        if self._ended.any_of(index):
+            return False
         first_steps, first_versions = step[starts].tolist(), version[starts].tolist()
+        opened = self._open
         for eid, first, first_version in zip(index, first_steps, first_versions):
-            if eid in self._ended:
+            state = opened.get(eid)
+            if state is None:
+                if first != 0:
+                    return False
+            elif first != state.step + 1 or first_version < state.policy_version:
                 return False
-            state = self._open.get(eid)
-            if state is None and first != 0:
-                return False
-            if state is not None and (first != state.step + 1
-                                      or first_version < state.policy_version):
-                return False
+        bound = None if shapes is None else self._bound(list(index), starts, order, shapes)
+        if shapes is not None and bound is None:
+            return False
         self._commit(list(index), ends, order, step, version, done, terminated, truncated,
-                     first_line)
+                     first_line, bound)
         return True
+
+    def _bound(self, ids: list[str], starts: np.ndarray, order: np.ndarray, shapes: ColumnShapes
+               ) -> list[tuple[dict[str, Any], dict[str, str]]] | None:
+        """(dims, kinds) each episode keeps after the run, as `add` would leave them; None when
+        some step of the run would break `episode.dims_fixed` or `episode.dtype_fixed` (or when
+        an earlier invalid step left the episode without dims: `add` decides)."""
+        sizes, out = shapes.sizes, []
+        first_dims, all_kinds = shapes.per_episode(order, starts)
+        for eid, dims, kinds in zip(ids, first_dims, all_kinds):
+            state = self._open.get(eid)
+            if state is None:
+                if not dims:
+                    return None
+                out.append((dims, kinds))
+                continue
+            if not state.dims or any(size != sizes.get(name, size)
+                                     for name, size in state.dims.items()):
+                return None
+            if any(kind != state.kinds.get(path, kind) for path, kind in kinds.items()):
+                return None
+            out.append((state.dims, kinds if not state.kinds else {**kinds, **state.kinds}))
+        return out
 
     def _commit(self, ids: list[str], ends: np.ndarray, order: np.ndarray, step: np.ndarray,
                 version: np.ndarray, done: np.ndarray, terminated: np.ndarray,
-                truncated: np.ndarray, first_line: int) -> None:
+                truncated: np.ndarray, first_line: int,
+                bound: list[tuple[dict[str, Any], dict[str, str]]] | None) -> None:
         self.steps += len(order)
         self.policy_versions.update(np.unique(version).tolist())
         rows = order[ends]
         lines = (rows + first_line).tolist()
         ended = []
-        for eid, line, last_step, last_version, row, is_done in zip(
+        for k, (eid, line, last_step, last_version, row, is_done) in enumerate(zip(
                 ids, lines, step[ends].tolist(), version[ends].tolist(), rows.tolist(),
-                done[ends].tolist()):
+                done[ends].tolist())):
             if is_done:
                 ended.append((line, eid, bool(terminated[row])))
                 continue
-            state = self._open.get(eid)
-            self._open[eid] = OpenEpisode(last_step, last_version, line,
-                                          state.dims if state else {},
-                                          state.kinds if state else {})
-        for line, eid, term in sorted(ended):
-            self._open.pop(eid, None)
-            self._ended[eid] = line
-            self.terminated += term
-            self.truncated += not term
+            if bound is not None:
+                dims, kinds = bound[k]
+            else:
+                state = self._open.get(eid)
+                dims, kinds = (state.dims, state.kinds) if state else ({}, {})
+            self._open[eid] = OpenEpisode(last_step, last_version, line, dims, kinds)
+        if not ended:
+            return
+        ended.sort()
+        opened = self._open
+        for _, eid, _ in ended:
+            opened.pop(eid, None)
+        self._ended.add_many([eid for _, eid, _ in ended], [line for line, _, _ in ended])
+        terms = sum(term for _, _, term in ended)
+        self.terminated += terms
+        self.truncated += len(ended) - terms
 
     def skip(self, episode_id: str, step: int, line: int | None = None) -> None:
         """Account for a step that failed validation, so its episode's next step is not blamed.
@@ -323,7 +377,7 @@ class EpisodeTracker:
     def forget(self, episode_id: str) -> None:
         """Drop what is remembered of an ended episode (its id): for a caller that never reuses
         an id, such as `Recorder`, memory then holds only the open episodes. Its counts stay."""
-        self._ended.pop(episode_id, None)
+        self._ended.discard(episode_id)
 
     def finish(self, require_complete: bool = False) -> list[Problem]:
         """Problems known only at the end: open episodes, when completeness is required."""
@@ -335,6 +389,26 @@ class EpisodeTracker:
 def has_named_dims(model: type[GyreModel]) -> bool:
     """Whether some tensor field of `model` has a named dim (the episode rule on dims applies)."""
     return model_info(model).derived("has_named_dims", _named_dims)
+
+
+def tracks_dims(model: type[GyreModel]) -> bool:
+    """Whether some named dim of `model` is not declared varying (`episode.dims_fixed` has
+    something to compare); False for a model whose every named dim varies (`LLMStep`: P, A),
+    so that the tracker binds nothing per step. A free observation may carry any dim: True."""
+    return model_info(model).derived("tracks_dims", _tracked_dims)
+
+
+def _tracked_dims(model: type[GyreModel], varying: frozenset[str] | None = None) -> bool:
+    varying = frozenset(model.varying_dims) | (varying or frozenset())
+    for spec in field_specs(model).values():
+        if isinstance(spec, AnyObservation):
+            return True
+        if isinstance(spec, TensorSpec) and any(d.name and d.name not in varying
+                                                for d in spec.shape):
+            return True
+        if isinstance(spec, type) and issubclass(spec, GyreModel) and _tracked_dims(spec, varying):
+            return True
+    return False
 
 
 def _named_dims(model: type[GyreModel]) -> bool:

@@ -12,8 +12,6 @@ batch model; `trainer=` is instead a trainer's own batch schema (any JSON Schema
 
 from __future__ import annotations
 
-import copy
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,21 +21,20 @@ from typing import Any
 import numpy as np
 
 from gyre_contract.core.deprecation import renamed_arguments
-from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
-from gyre_contract.core.models import RolloutStep, TrainBatch
+from gyre_contract.core.errors import ContractError, MissingFieldError, Problem
+from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
 from gyre_contract.core.validate import staleness_problems, validate_batch
+from gyre_contract.harness.losscall import LossFn, call_loss
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
-from gyre_contract.io import read_episodes
+from gyre_contract.harness.tokenrows import TokenRowStats, batch_rows, is_token_rows, token_row_stats
+from gyre_contract.io import read_episodes, read_steps
+from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.fieldtable import SchemaInput
 from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
 from gyre_contract.trainer.fieldmap import FieldMap
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
-
-LossFn = Callable[[dict[str, Any]], Any]
-"""`loss_fn(batch) -> scalar`: gets the validated batch as a dict of numpy arrays keyed by the
-contract's names (`return`, not `return_`); returns a float, a 0-d array or a 1-element tensor."""
 
 
 @dataclass
@@ -57,6 +54,12 @@ class HalfWayReport(Report):
     seconds: dict[str, float]
     batch: dict[str, Any] = field(repr=False)
     trainer: str | None = None
+    tokens: TokenRowStats | None = None
+    """For token rows (a map with `"rows": "step"`): their sizes, staleness and warnings."""
+
+    @property
+    def warnings(self) -> list[Any]:
+        return list(self.tokens.warnings) if self.tokens is not None else []
 
     @property
     def padding(self) -> float:
@@ -84,6 +87,7 @@ class HalfWayReport(Report):
             "policy_versions": self.policy_versions,
             "loss": self.loss,
             "seconds": self.seconds,
+            **({"tokens": self.tokens.to_dict()} if self.tokens is not None else {}),
         }
 
     def to_text(self) -> str:
@@ -93,15 +97,18 @@ class HalfWayReport(Report):
                 str(versions[0]) if versions else "not recorded")
         loss = "not computed (no loss function given)" if self.loss is None else (
             f"{self.loss:.6g} (one call, no update)")
-        what = "a valid TrainBatch" if self.trainer is None else \
-            f"valid against the trainer schema {self.trainer}"
+        what = f"a valid {'TokenBatch' if self.tokens else 'TrainBatch'}" if self.trainer is None \
+            else f"valid against the trainer schema {self.trainer}"
         return "\n".join([
             f"stage 2 (half way): the batch is {what}",
             format_table(self.fields),
+            f"B={self.rows} rows (one per step) from {self.episodes} episodes, policy versions "
+            f"{span}" if self.tokens is not None else
             f"B={self.rows} rows from {self.episodes} episodes, T={self.time_steps}, "
             f"{self.steps} real steps of {self.rows * self.time_steps} "
             f"({self.padding:.1%} padding), policy versions {span}",
             f"loss: {loss}",
+            *([self.tokens.to_text()] if self.tokens is not None else []),
         ])
 
 
@@ -115,6 +122,10 @@ class BatchReport(Report):
     @property
     def ok(self) -> bool:
         return self.stage.ok
+
+    @property
+    def warnings(self) -> list[Any]:
+        return self.stage.warnings
 
     @property
     def batch(self) -> dict[str, Any]:
@@ -152,6 +163,9 @@ def half_way(
     `episodes_or_path` is a rollout file (read with `read_episodes(path, model)`, `model`
     defaulting to `RolloutStep`) or episodes already read; the batch is validated as
     `batch_model` (default `TrainBatch`); `step_model=` is the deprecated name of `model=`.
+    With a map of token rows (`"rows": "step"`) a file is read step by step in file order
+    (`read_steps`, `model` defaulting to `LLMStep`), steps or episodes may be given, and the
+    batch is a `TokenBatch` by default; the report's `tokens` gives the staleness of every row.
     With `trainer=` (a JSON Schema path or dict, ours or foreign; `batch_dims=` when it has no
     `x-gyre-batch-dims`) the batch is checked against that schema instead and keyed by its
     names, nested ones joined with `.` (see `trainer_schema`). Raises ContractError when the
@@ -162,38 +176,48 @@ def half_way(
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
-    episodes = _episodes(episodes_or_path, model)
-    columns = fmap.collated(episodes, max_len=max_len)
+    flat = None
+    if isinstance(episodes_or_path, (str, os.PathLike)) and fmap.rows != "step":
+        # a file of [B, T] rows: its columns, no episode objects (None: episodes decide)
+        flat = fmap.collated_file(episodes_or_path, model or RolloutStep, max_len=max_len)
+    if flat is not None:
+        columns, n_episodes = flat
+    else:
+        episodes = _episodes(episodes_or_path, model or _step_model(fmap), fmap)
+        columns = fmap.collated(episodes, max_len=max_len)
+        n_episodes = len(episodes) if "mask" in columns else \
+            len(np.unique(columns["episode_id"]))
     arrays = fmap.apply(columns)
     built = time.perf_counter()
     if schema is None:
-        validated_batch = validate_batch(arrays, batch_model or TrainBatch,
+        validated_batch = validate_batch(arrays, batch_model or fmap.batch_model,
                                          current_version=current_version,
                                          max_staleness=max_staleness)
         batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays, columns["mask"])
+        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows)
         if max_staleness is not None:
             stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
             if stale:
                 raise ContractError(stale)
     validated = time.perf_counter()
-    loss = None if loss_fn is None else _call_loss(loss_fn, batch)
+    loss = None if loss_fn is None else call_loss(loss_fn, batch)
     done = time.perf_counter()
-    mask = np.asarray(columns["mask"])
+    mask = batch_rows(columns)
     versions = sorted({int(v) for v in np.asarray(columns.get("policy_version", [])).tolist()})
     return HalfWayReport(
         fields=inspect_batch(batch),
         rows=int(mask.shape[0]),
         time_steps=int(mask.shape[1]),
         steps=int(mask.sum()),
-        episodes=len(episodes),
+        episodes=n_episodes,
         policy_versions=versions,
         loss=loss,
         seconds={"read_and_build": built - clock, "validate": validated - built,
                  "loss": done - validated},
         batch=batch,
         trainer=None if schema is None else schema.name,
+        tokens=token_row_stats(columns, current_version) if is_token_rows(columns) else None,
     )
 
 
@@ -208,7 +232,7 @@ class _RowKeys:
 
 def _row_keys(columns: Mapping[str, Any]) -> _RowKeys:
     versions = columns.get("policy_version")
-    return _RowKeys(np.asarray(columns["mask"]),
+    return _RowKeys(batch_rows(columns),
                     np.asarray(versions if versions is not None else [], dtype=np.int64),
                     columns.get("episode_id"))
 
@@ -233,64 +257,20 @@ def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str])
     return FieldMap.load(field_map)
 
 
-def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any) -> list[Any]:
+def _step_model(fmap: Any) -> Any:
+    """The step model rollouts are read as by default: `LLMStep` for a map of token rows
+    (turns of any length within an episode), else `RolloutStep`."""
+    return LLMStep if getattr(fmap, "rows", "episode") == "step" else RolloutStep
+
+
+def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any,
+              fmap: FieldMap) -> list[Any]:
+    """The episodes of a file (its steps in file order, for a map of token rows)."""
     if isinstance(source, (str, os.PathLike)):
+        if fmap.rows == "step":
+            return list(read_steps(source, model))
         return list(read_episodes(source, model or RolloutStep))
     return list(source)
-
-
-def _call_loss(loss_fn: LossFn, batch: dict[str, Any]) -> float:
-    """Call the loss once on a copy of the batch; its failure or a non-finite value fails the
-    stage. A copy: a loss may edit its input in place (advantage normalisation often does), and
-    what stage 2 reports and writes is the validated batch, not what the loss left of it."""
-    try:
-        raw = loss_fn(_copy_batch(batch))
-    except (Exception, SystemExit) as exc:  # sys.exit(0) in a loss is its code failing too
-        raise ContractError(Problem("loss", "a loss computed from the batch",
-                                    f"{type(exc).__name__}: {exc}",
-                                    "loss_fn raised on the batch")) from exc
-    try:
-        value = _scalar(raw)
-    except OverflowError:  # an int beyond float range (10**400)
-        raise ContractError(Problem("loss", "a finite number", _loss_text(raw),
-                                    "the loss is not finite")) from None
-    if not math.isfinite(value):
-        raise ContractError(Problem("loss", "a finite number", repr(value),
-                                    "the loss is not finite"))
-    return value
-
-
-def _copy_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a batch sharing nothing with it: arrays copied, modalities' dicts too."""
-    return {key: _copy_batch(value) if isinstance(value, Mapping)
-            else value.copy() if isinstance(value, np.ndarray) else copy.deepcopy(value)
-            for key, value in batch.items()}
-
-
-def _scalar(raw: Any) -> float:
-    """A float from a Python number, a 0-d / 1-element array, or a tensor (via `.item()`)."""
-    if isinstance(raw, bool):
-        raise ContractError(Problem("loss", "one number", describe(raw), "loss_fn returned a bool"))
-    if isinstance(raw, (int, float)):
-        return float(raw)
-    size = getattr(raw, "size", None)
-    count = size() if callable(size) else size
-    numel = getattr(raw, "numel", None)
-    if callable(numel):
-        count = numel()
-    if hasattr(raw, "item") and (count is None or int(np.prod(count)) == 1):
-        value = raw.item()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    raise ContractError(Problem("loss", "one number (a float, a 0-d array or a 1-element "
-                                "tensor)", _loss_text(raw), "loss_fn returned no scalar"))
-
-
-def _loss_text(raw: Any) -> str:
-    shape = getattr(raw, "shape", None)
-    if shape is not None:
-        return f"{type(raw).__name__} of shape {list(shape)}"
-    return describe(raw)
 
 
 # -- stage 3: full loop -----------------------------------------------------------------------
@@ -316,10 +296,16 @@ class CycleReport(Report):
     rollout_s: float
     train_s: float
     metrics: dict[str, Any]
+    tokens: TokenRowStats | None = None
+    """For token rows: their sizes, the staleness of every row, group warnings."""
 
     @property
     def ok(self) -> bool:
         return True
+
+    @property
+    def warnings(self) -> list[Any]:
+        return list(self.tokens.warnings) if self.tokens is not None else []
 
     def to_text(self) -> str:
         """One line: the cycle, its version, what it sampled and how long each phase took."""
@@ -334,6 +320,7 @@ class CycleReport(Report):
             "n_episodes": self.n_episodes, "n_ended": self.n_ended,
             "batch_shape": list(self.batch_shape), "rollout_s": self.rollout_s,
             "train_s": self.train_s, "metrics": self.metrics,
+            **({"tokens": self.tokens.to_dict()} if self.tokens is not None else {}),
         }
 
 
@@ -447,30 +434,32 @@ def full_loop(
     with RunTimer(clock=clock) as timer:
         for cycle in range(cycles):
             with timer.rollout():
-                episodes = _as_episodes(list(sample_fn(version)), model or RolloutStep)
+                episodes = _as_episodes(list(sample_fn(version)), model or _step_model(fmap))
             counts = _episode_counts(episodes, cycle)
             timer.count(steps=counts.n_steps, episodes=counts.n_ended)
             with timer.train():
                 if schema is None:
-                    batch = fmap.to_train_batch(episodes, max_len=max_len,
-                                                batch_model=batch_model or TrainBatch)
+                    batch = fmap.to_train_batch(episodes, max_len=max_len, batch_model=batch_model)
                     _check_batch(batch, counts, version, max_staleness, cycle)
                     arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
+                    columns = arrays
                 else:
                     columns = fmap.collated(episodes, max_len=max_len)
                     batch = _row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns), columns["mask"])
+                    arrays = schema.check(fmap.apply(columns), columns.get("mask"), rows=fmap.rows)
                 metrics = _metrics(train_fn(arrays))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]
             _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
-            batch_shape = tuple(int(n) for n in np.shape(batch.mask))  # type: ignore[assignment]
+            tokens = token_row_stats(columns, version - 1) if is_token_rows(columns) else None
+            batch_shape = (tokens.rows, tokens.response_width) if tokens else \
+                tuple(int(n) for n in np.shape(batch.mask))  # type: ignore[assignment]
             reports.append(CycleReport(
                 cycle=cycle, policy_version=version - 1, n_steps=counts.n_steps,
                 n_episodes=counts.n_episodes, n_ended=counts.n_ended, batch_shape=batch_shape,
-                rollout_s=rollout.seconds, train_s=train.seconds, metrics=metrics,
+                rollout_s=rollout.seconds, train_s=train.seconds, metrics=metrics, tokens=tokens,
             ))
     run = timer.record(run_id=run_id, config=config, batch_shape=batch_shape,
                        policy_version=version, notes=run_notes(fmap, notes))
@@ -545,7 +534,8 @@ def _check_batch(batch: Any, counts: _Counts, version: int, max_staleness: int,
                  cycle: int) -> None:
     where = f"cycles[{cycle}]"
     problems: list[Problem] = []
-    n_mask = int(np.asarray(batch.mask).sum())
+    mask = batch.mask if hasattr(batch, "mask") else batch_rows(batch.arrays())
+    n_mask = int(np.asarray(mask).sum())
     if n_mask != counts.n_steps:
         problems.append(Problem(f"{where}.mask", f"{counts.n_steps} real steps (as sampled)",
                                 f"{n_mask}", "mask count differs from the steps sampled"))

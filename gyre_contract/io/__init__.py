@@ -5,7 +5,9 @@ Modules, low to high (each imports only those above it):
   model), `episodes` (`Episode`), `groups` (the file-level warnings on `group_id` groups),
   `report` (`FileReport`, problem groups, field table), `jsonfile` (one JSON document);
 - `fastfile` (bulk decoding of JSON Lines blocks), `assembly` (the one episode assembler),
-  `checking` (the one validate → track loop every source goes through);
+  `binding` (a bulk plan bound from a file's first lines, for an unpinned model),
+  `checking` (the one validate → track loop every source goes through), `columnar` (a whole
+  file as columns over its steps);
 - `parquet` (writing Parquet; its rows as a record source), `schemamode` (JSON Schema checks);
 - `writer` (`write_steps`), `reading` (`read_steps`, `read_episodes`), `validation`
   (`validate_file`), `show` (one episode step by step), `shards` (many files, locally or on
@@ -19,6 +21,7 @@ from gyre_contract.core.deprecation import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".writer": ("write_steps",),
     ".reading": ("read_steps", "read_episodes"),
+    ".columnar": ("read_columns", "FileColumns"),
     ".validation": ("validate_file",),
     ".show": ("show_episode", "EpisodeView"),
     ".episodes": ("Episode",),

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from operator import ne
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.episodes import Episode, episode_from_steps
-from gyre_contract.io.fastfile import Block, episode_rows
+from gyre_contract.io.fastfile import Block
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +91,27 @@ class EpisodeAssembler:
                 record = {k: v[i] for k, v in part.block.columns.items() if v[i] is not None}
                 steps.append((n, validate_step(record, self.model)))
         return episode_from_steps(steps, self.model)
+
+
+def episode_rows(block: Block) -> list[tuple[str, Any, bool]]:
+    """(episode id, its rows in the block, whether its last row ends it), by first appearance.
+
+    Rows are a slice when the episode's lines are contiguous (the usual case), else a list.
+    """
+    ids, n = block.episode_id, block.n
+    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, n - 1)
+    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
+    index: dict[str, list[tuple[int, int]]] = {}
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        index.setdefault(ids[start], []).append((start, stop))
+    done = (block.terminated | block.truncated).tolist()
+    out = []
+    for eid, runs in index.items():
+        if len(runs) == 1:
+            rows: Any = slice(*runs[0])
+            last = runs[0][1] - 1
+        else:
+            rows = [i for a, b in runs for i in range(a, b)]
+            last = rows[-1]
+        out.append((eid, rows, done[last]))
+    return out

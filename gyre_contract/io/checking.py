@@ -22,6 +22,7 @@ from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
+from gyre_contract.io.binding import Binder, bindable
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.fastfile import Block, BulkPlan, bulk_plan
 from gyre_contract.io.groups import GroupVersions
@@ -140,10 +141,17 @@ class StepChecker:
               arrays: bool = False) -> Block | None:
         """Check a block of lines at once; None (nothing changed) when it must go line by line."""
         checked = bulk.decode(block, arrays=arrays)
-        if checked is None or not self.tracker.add_columns(
+        return checked if checked is not None and self.accept(checked, first) else None
+
+    def accept(self, checked: Block, first: int) -> bool:
+        """Apply the episode rules to a decoded block and count it; False (nothing changed)
+        when it must go line by line."""
+        bulk = checked.plan
+        if not self.tracker.add_columns(
                 checked.episode_id, checked.step, checked.policy_version, checked.terminated,
-                checked.truncated, first):
-            return None
+                checked.truncated, first,
+                None if bulk.bound is None else bulk.bound.for_block(checked)):
+            return False
         self.records += checked.n
         self.steps += checked.n
         if self.stats is not None:
@@ -155,7 +163,7 @@ class StepChecker:
             for i, eid in enumerate(checked.episode_id):
                 if eid not in ids:
                     ids[eid] = first + i
-        return checked
+        return True
 
     def feed(self, source: Lines | Iterable[Item],
              episodes: EpisodeAssembler | None = None) -> Iterator[Episode]:
@@ -164,13 +172,21 @@ class StepChecker:
         A JSON Lines source is checked a block at a time where the model allows (`fastfile`),
         else, like any other source, item by item. Same problems, lines and counts either way.
         """
+        if hasattr(source, "decode_block"):  # a typed source checked a batch at a time
+            yield from self._typed(source, episodes)
+            return
         bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
-        if bulk is None:
+        binder = None
+        if bulk is None and isinstance(source, Lines) and bindable(self.model):
+            binder = Binder(self.model)  # an unpinned model: bind what the file shows
+        if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return
         assert isinstance(source, Lines)
         for first, block in source.blocks():
-            checked = self.block(bulk, block, first, arrays=episodes is not None)
+            plan = bulk if binder is None else binder.plan_for(block)
+            checked = None if plan is None else \
+                self.block(plan, block, first, arrays=episodes is not None)
             if checked is None:
                 yield from self._items(source.parse(first, block), episodes)
             elif episodes is not None:
@@ -178,6 +194,20 @@ class StepChecker:
         tail = source.tail_item()
         if tail is not None:
             yield from self._items((tail,), episodes)
+
+    def _typed(self, source: Any, episodes: Any) -> Iterator[Episode]:
+        """`feed` over a source of typed batches (`parquet.ParquetRows`): each batch checked on
+        its columns where it can be, else row by row. Episodes are assembled from rows (a
+        checked batch keeps no lines to rebuild a mixed episode from), except for a sink that
+        takes blocks whole (`columnar`)."""
+        whole = episodes is None or getattr(episodes, "takes_blocks", False)
+        for first, batch in source.blocks():
+            checked = source.decode_block(batch, arrays=episodes is not None) if whole else None
+            if checked is not None and self.accept(checked, first):
+                if episodes is not None:
+                    yield from episodes.add_block(checked, first)
+            else:
+                yield from self._items(source.parse(first, batch), episodes)
 
     def _items(self, items: Iterable[Item], episodes: EpisodeAssembler | None
                ) -> Iterator[Episode]:

@@ -24,7 +24,7 @@ import gc
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, ne
+from operator import attrgetter, is_not
 from typing import Annotated, Any
 
 import msgspec
@@ -43,7 +43,7 @@ from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.io.episodes import Episode
 
 _COLON = ord(":")
-_MAX_INFO_KEYS = 1000
+MAX_INFO_KEYS = 1000
 """Far below the reader's per-record key limit, whatever the model's own fields."""
 _FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
 """The normal reader takes integer literals within int64/uint64 and reports any beyond; a float
@@ -72,6 +72,8 @@ class Block:
     """Fields whose `arrays` entry is None, as in `columns`."""
     layout: list[tuple[str, np.ndarray | None, bool]] | None = None
     """(wire, its `arrays` entry, whether some line lacks it) per field, for `episode`."""
+    present: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per wire of `BulkPlan.presence`: which lines carry it (a plan bound from data)."""
     _columns: dict[str, tuple[Any, ...]] | None = None
 
     @property
@@ -94,8 +96,19 @@ class BulkPlan:
     """The msgspec decoder and column plan of one simple step model."""
 
     def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
-                 discrete: bool, specs: dict[str, Any] | None = None) -> None:
+                 discrete: bool, no_ints: frozenset[str] = frozenset(),
+                 specs: dict[str, Any] | None = None) -> None:
         self.model = model
+        self.no_ints = no_ints
+        """Wires decoded as `int | float` whose values must all be floats (see `binding`)."""
+        self.presence: tuple[str, ...] = ()
+        """Wires whose presence per line `Block.present` records (set by `binding`)."""
+        self.bound: Any = None
+        """For a plan bound from a file's data: its `binding.Binding` (dims and kinds)."""
+        self.stats_model: type[BaseModel] = model
+        """The model whose tensor fields the report's field table lists (`array_counts`)."""
+        self.extra: dict[str, Any] = {}
+        """What other readers derive from this plan and keep with it (a Parquet JSON decoder)."""
         self.fields = fields  # (wire, struct attribute, msgspec type, required)
         struct = msgspec.defstruct(
             f"{model.__name__}Record",
@@ -149,7 +162,9 @@ class BulkPlan:
                       policy_version=_joined([p.policy_version for p in parts]),
                       terminated=_joined([p.terminated for p in parts]),
                       truncated=_joined([p.truncated for p in parts]),
-                      key_counts=counts, lines=lines, plan=self)
+                      key_counts=counts, lines=lines, plan=self,
+                      present={wire: _joined([p.present[wire] for p in parts])
+                               for wire in self.presence})
         if arrays:
             block.arrays, block.lists = {}, {}
             for wire in counts:
@@ -186,19 +201,26 @@ class BulkPlan:
         del records
         if "info" in counts:
             sizes = [len(i) for i in columns["info"] if i is not None]
-            if max(sizes) > _MAX_INFO_KEYS:
+            if max(sizes) > MAX_INFO_KEYS:
                 return None  # a record with very many keys: the normal path bounds and reports
             keys += sum(sizes)
         if colons != keys:
             return None
-        if self.discrete and not all(_nonpositive(columns[wire]) for wire in _SIGNED
+        if self.discrete and not all(_nonpositive(columns[wire]) for wire in SIGNED
                                      if wire in columns):
             return None  # step.logprob_nonpositive, step.ref_logprob_nonpositive
+        for wire in self.no_ints:
+            if wire in columns and _has_int(columns[wire], counts[wire] < n):
+                return None  # an integer literal: the unpinned model reads another dtype
         part = _Part(n, counts, columns["episode_id"],
                      np.fromiter(columns["step"], np.int64, n),
                      np.fromiter(columns["policy_version"], np.int64, n),
                      np.fromiter(columns["terminated"], bool, n),
                      np.fromiter(columns["truncated"], bool, n))
+        for wire in self.presence:
+            count = counts.get(wire, 0)
+            part.present[wire] = np.full(n, bool(count)) if count in (0, n) else \
+                np.fromiter(map(is_not, columns[wire], repeat(None)), bool, n)
         if arrays:
             part.values = {wire: self._part_column(wire, values, counts[wire], part)
                            for wire, values in columns.items()}
@@ -242,8 +264,9 @@ class BulkPlan:
     def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
         """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
         out = []
-        for wire, spec in field_specs(self.model).items():
-            if isinstance(spec, TensorSpec) and not spec.is_scalar and wire in block.key_counts:
+        for wire, spec in field_specs(self.stats_model).items():
+            if wire in block.key_counts and wire in self.dtypes and not (
+                    isinstance(spec, TensorSpec) and spec.is_scalar):
                 out.append((wire, self.dtypes[wire], self.shapes[wire], block.key_counts[wire]))
         return out
 
@@ -359,6 +382,7 @@ class _Part:
     terminated: np.ndarray
     truncated: np.ndarray
     values: dict[str, Any] = field(default_factory=dict)
+    present: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _joined(pieces: list[Any]) -> Any:
@@ -393,7 +417,17 @@ def _array(values: Iterable[Any], n: int, dtype: np.dtype, shape: tuple[int, ...
     return np.array(list(values), dtype=dtype)
 
 
-_SIGNED = ("logprob", "ref_logprob")
+def _has_int(values: tuple[Any, ...], partial: bool) -> bool:
+    """Whether a value (or tensor element) of `values` was an integer literal."""
+    present = [v for v in values if v is not None] if partial else values
+    if present and present[0].__class__ is list:
+        present = list(chain.from_iterable(present))
+        while present and present[0].__class__ is list:
+            present = list(chain.from_iterable(present))
+    return int in set(map(type, present))
+
+
+SIGNED = ("logprob", "ref_logprob")
 """Fields whose values are <= 0 under a discrete action."""
 
 
@@ -443,6 +477,12 @@ def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
     return model_info(model).derived(PLAN_KEY, _build)
 
 
+def build_plan(model: type[BaseModel], no_ints: frozenset[str] = frozenset()
+               ) -> BulkPlan | None:
+    """A new bulk plan of `model` (not cached; see `_build`), or None."""
+    return _build(model, no_ints) if fast_paths_enabled() else None
+
+
 _INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
 _CROSS = "_cross_field_rules"
@@ -452,7 +492,9 @@ def _cross_rules() -> Any:
     return RolloutStepV1.__pydantic_decorators__.model_validators[_CROSS].func
 
 
-def _build(model: type[BaseModel]) -> BulkPlan | None:
+def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> BulkPlan | None:
+    """The plan of `model`; None when it is not simple enough. `no_ints`: wires whose numbers
+    must be written as floats (read as `int | float`, refused when an integer comes)."""
     if not FAST_PATH.usable():
         return None  # a registered rule this reader does not implement: the normal path
     decorators = model.__pydantic_decorators__
@@ -469,7 +511,7 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
         if spec is None and any(isinstance(m, JsonScalars) for m in info.metadata):
             kind: Any = dict[str, str | _INFO_INT | _INFO_FLOAT | bool]
         elif isinstance(spec, TensorSpec):
-            kind = _msgspec_type(spec)
+            kind = _msgspec_type(spec, wire in no_ints)
         else:
             return None  # an observation of modalities, free-form observation, plain field
         if kind is None:
@@ -487,11 +529,13 @@ def _build(model: type[BaseModel]) -> BulkPlan | None:
     action, logprob = specs["action"], specs["logprob"]
     if not logprob.is_scalar:
         return None  # logprob's shape rules and per-element sign: the normal path
-    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES, specs=specs)
+    return BulkPlan(model, fields, discrete=action.dtype in INT_RANGES, no_ints=no_ints,
+                    specs=specs)
 
 
-def _msgspec_type(spec: TensorSpec) -> Any:
-    """The msgspec type that accepts exactly a subset of what the normal path accepts."""
+def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
+    """The msgspec type that accepts exactly a subset of what the normal path accepts;
+    `ints_too`: a float leaf also takes an integer literal, as an int (see `_has_int`)."""
     if not isinstance(spec.dtype, str) or spec.dtype in ("bfloat16", "string") and spec.shape:
         return None
     if any(d.size is None or d.size == 0 for d in spec.shape):
@@ -502,10 +546,19 @@ def _msgspec_type(spec: TensorSpec) -> Any:
         return None
     if spec.shape:  # a float element beyond the exact-int range may have been written as an int
         leaf = _number(spec.dtype, exact_ints=True)
+        if ints_too and spec.dtype in FLOAT_DTYPES:
+            leaf = leaf | _any_int()
         for dim in reversed(spec.shape):
             leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
         return leaf
+    if ints_too and spec.dtype in FLOAT_DTYPES:
+        return _number(spec.dtype, exact_ints=False) | _any_int()
     return _number(spec.dtype, exact_ints=False)
+
+
+def _any_int() -> Any:
+    """An integer literal (one beyond int64 fails decoding: the block goes line by line)."""
+    return Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 def _number(dtype: str, exact_ints: bool) -> Any:
@@ -524,27 +577,3 @@ def _number(dtype: str, exact_ints: bool) -> Any:
         return Annotated[float, msgspec.Meta(ge=-top, le=top)]
     top = FLOAT_MAX[dtype]
     return Annotated[float, msgspec.Meta(gt=max(-top, _FLOAT_LO), lt=min(top, _FLOAT_HI))]
-
-
-def episode_rows(block: Block) -> list[tuple[str, Any, bool]]:
-    """(episode id, its rows in the block, whether its last row ends it), by first appearance.
-
-    Rows are a slice when the episode's lines are contiguous (the usual case), else a list.
-    """
-    ids, n = block.episode_id, block.n
-    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, n - 1)
-    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
-    index: dict[str, list[tuple[int, int]]] = {}
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        index.setdefault(ids[start], []).append((start, stop))
-    done = (block.terminated | block.truncated).tolist()
-    out = []
-    for eid, runs in index.items():
-        if len(runs) == 1:
-            rows: Any = slice(*runs[0])
-            last = runs[0][1] - 1
-        else:
-            rows = [i for a, b in runs for i in range(a, b)]
-            last = rows[-1]
-        out.append((eid, rows, done[last]))
-    return out

@@ -39,6 +39,7 @@ from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.checking import StepChecker, check_items, unread_report
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.lines import Parsed, hidden_problems
+from gyre_contract.io.parquetcols import columnar_plan, decode_batch
 from gyre_contract.io.report import FileReport
 
 __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet",
@@ -48,6 +49,9 @@ __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet"
 
 ROWS_PER_BATCH = 8192
 """Rows converted to records at a time when reading, and written per batch."""
+COLUMN_BATCH_ROWS = 65536
+"""Rows `ParquetRows` reads at a time: a batch checked on its columns costs a few numpy calls
+whatever its size (a batch that fails is converted to records as a whole)."""
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -287,7 +291,7 @@ def iter_parquet_records(
                     if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json"]
     try:
         for batch in handle.iter_batches(batch_size=batch_rows):
-            hidden = _hidden_json_problems(batch, json_columns)
+            hidden = hidden_json_problems(batch, json_columns)
             for i, record in enumerate(records_from_arrow(batch, model)):
                 row += 1
                 if i in hidden:  # what JSON Lines refuses, a JSON column refuses too
@@ -299,7 +303,7 @@ def iter_parquet_records(
                          f"{str(err).splitlines()[0]}") from None
 
 
-def _hidden_json_problems(batch: Any, names: list[str]) -> dict[int, list[Problem]]:
+def hidden_json_problems(batch: Any, names: list[str]) -> dict[int, list[Problem]]:
     """Per row index: duplicate keys and integers beyond 64 bits in JSON-encoded columns
     (`info`), which orjson would silently drop or round, as `lines.hidden_problems` finds them."""
     found: dict[int, list[Problem]] = {}
@@ -317,6 +321,60 @@ def _hidden_json_problems(batch: Any, names: list[str]) -> dict[int, list[Proble
                 if problems:
                     found.setdefault(i, []).extend(p.under(name) for p in problems)
     return found
+
+
+_UNSET = object()
+
+
+class ParquetRows:
+    """A Parquet file as a record source of `checking.StepChecker.feed`, a record batch at a
+    time: each checked on its columns (`decode_block`, see `parquetcols`) or turned into row
+    items (`parse`, as `iter_parquet_records`). ContractError when the Arrow schema disagrees
+    with the model (one problem per column), InputError when the file is not readable."""
+
+    def __init__(self, path: str | os.PathLike[str], model: type[BaseModel],
+                 batch_rows: int | None = None) -> None:
+        self.path, self.model = path, model
+        self.batch_rows = COLUMN_BATCH_ROWS if batch_rows is None else batch_rows
+        self.handle = open_parquet(path)
+        schema = self.handle.schema_arrow
+        problems = arrow_schema_problems(schema, model)
+        if problems:
+            raise ContractError(problems)
+        self.rows = self.handle.metadata.num_rows
+        self.json_columns = [f.name for f in schema
+                             if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json"]
+        self.schema = schema
+        self.plan: Any = _UNSET  # made from the first batch (`decode_block`)
+
+    def blocks(self) -> Iterator[tuple[int, Any]]:
+        """(number of the first row, the record batch) of each batch, rows numbered from 1."""
+        import pyarrow as pa
+
+        row = 0
+        try:
+            for batch in self.handle.iter_batches(batch_size=self.batch_rows,
+                                                  use_threads=True):
+                yield row + 1, batch
+                row += batch.num_rows
+        except (pa.ArrowInvalid, OSError) as err:
+            raise InputError(f"cannot read {os.fspath(self.path)} after row {row}: "
+                             f"{str(err).splitlines()[0]}") from None
+
+    def parse(self, first: int, batch: Any) -> Iterator[Any]:
+        hidden = hidden_json_problems(batch, self.json_columns)
+        for i, record in enumerate(records_from_arrow(batch, self.model)):
+            row = first + i
+            yield Parsed(row, None, [p.at_line(row) for p in hidden[i]]) if i in hidden \
+                else (row, record)
+
+    def decode_block(self, batch: Any, arrays: bool = False) -> Any:
+        if self.plan is _UNSET:
+            self.plan = columnar_plan(self.model, self.schema, batch)
+        return decode_batch(self.plan, batch, arrays)
+
+    def tail_item(self) -> None:
+        return None
 
 
 def records_from_arrow(batch: Any, model: type[BaseModel] = RolloutStep) -> list[dict[str, Any]]:
@@ -565,7 +623,7 @@ def parquet_report(
         return unread_report(model, problems, path=path, lines=rows,
                              require_complete=require_complete,
                              max_examples_per_group=max_examples_per_group)
-    return check_items(iter_parquet_records(path, model), model, path=path,
+    return check_items(ParquetRows(path, model), model, path=path,
                        require_complete=require_complete,
                        max_examples_per_group=max_examples_per_group, lines=rows,
                        episode_ids=episode_ids)

@@ -3,8 +3,9 @@
 Modules, lowest first (each imports only those above it): `export` (models -> JSON Schema),
 `loading` (strict JSON, local `$ref`s, limits), `roles`, `fieldtable` (any schema -> one row per
 field), `infer` (a schema from a JSON Lines or `.npz` file), `dtyperules` and `shaperules` (what
-fits, what casts lose), `diffreport` (the diff's report and its renderings), `converters` and
-`diffwarnings` (parts of the diff), `diffing` (the `diff` engine), `compatibility` (`compat`),
+fits, what casts lose), `diffreport` (the diff's report and its renderings), `layouts` (the
+trainer's layout from its batch dims), `converters`, `diffwarnings` and `tokenlayout` (parts of
+the diff; token rows for LLM trainers), `diffing` (the `diff` engine), `compatibility` (`compat`),
 `trainerbatch` (a mapped batch checked against a trainer's own schema).
 
 Names load on first use (PEP 562). `diff` and `compat` here are the functions.

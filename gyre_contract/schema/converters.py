@@ -38,6 +38,13 @@ class Converters:
         build = getattr(self, f"_derive_{t.role}", None)
         return build(t) if build is not None else None
 
+    def missing(self, t: Field) -> str:
+        """Why trainer field `t` has no source and no converter (the `missing` entry's reason)."""
+        if t.role == "advantage" and self.have("value") is not None:
+            lacking = [r for r in ("reward", "terminated", "truncated") if self.have(r) is None]
+            return f"no advantage in the sampler, and GAE also needs {', '.join(lacking)}"
+        return missing_reason(t)
+
     def _derive_done(self, t: Field) -> Derivation | None:
         flags = [f.name for f in (self.have("terminated"), self.have("truncated")) if f]
         if not flags:
@@ -97,6 +104,16 @@ class Converters:
         if need is None:
             return None
         sources, lacking = need
+        group = self.have("group_id")
+        if "value" in lacking and group is not None and self.have("reward") is not None:
+            reward = self.have("reward")
+            assert reward is not None
+            return ([reward.name, group.name], None, f"group_norm({reward.name}, {group.name})",
+                    "group-relative advantage (no value for GAE): (reward - group mean) / "
+                    "(group std + eps) over the steps of one group_id",
+                    "group_norm needs one row per step (a field map with \"rows\": \"step\"): "
+                    "a [B, T] batch holds episodes, not the steps of a group; diff against a "
+                    "token trainer, or compute the advantage by hand")
         if lacking:
             return None
         entry = {"op": "gae", "from": sources, "gamma": self.gamma, "lam": self.lam}
@@ -170,6 +187,9 @@ def missing_reason(t: Field) -> str:
     if t.role == "other":
         return f"no sampler field named {t.name}, and the name has no known role"
     if t.role == "advantage":
-        return "no advantage in the sampler, and GAE needs reward, value, terminated and truncated"
+        return "no value for GAE and no group_id for a group-relative advantage"
+    if t.role == "group_id":
+        return ("no sampler field holds a group id (group_id; verl uid, prompt_id): the steps "
+                "sampled for one prompt cannot be told apart; episode_id is never one")
     looked = ", ".join(synonyms(t.role)[:6])
     return f"no sampler field with the role {t.role} (looked for {looked}, ...) and no converter"

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from gyre_contract.core.errors import SchemaError
-from gyre_contract.schema.converters import Converters, derived_output, missing_reason
+from gyre_contract.schema.converters import Converters, derived_output
 from gyre_contract.schema.diffreport import (
     DEFAULT_GAMMA,
     DEFAULT_LAM,
@@ -51,6 +51,7 @@ from gyre_contract.schema.fieldtable import (
     dtype_text,
     shape_text,
 )
+from gyre_contract.schema.layouts import layout_of, parse_batch_dims
 from gyre_contract.schema.roles import BEHAVIOUR_LOGPROB_NAMES, SUMMABLE_ROLES
 from gyre_contract.schema.shaperules import (
     ShapeFit,
@@ -59,6 +60,7 @@ from gyre_contract.schema.shaperules import (
     static_rank,
     strip_batch_dims,
 )
+from gyre_contract.schema.tokenlayout import TokenRows, token_action, token_rows, untokenised
 
 MAX_CANDIDATES = 16
 """Sampler fields scored per trainer field at most (bounds matching to O(n·k))."""
@@ -71,38 +73,11 @@ _ROW_COLUMNS = {
 }
 # Roles a converter computes from other fields: preferred over an optional sampler field.
 _COMPUTED_ROLES = frozenset({"return", "advantage"})
-_TIME_NAMES = frozenset({"T", "time", "t"})
 
 
 def _then(steps: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """The `then` key of a map entry for the one-input steps after its op (none: no key)."""
     return {"then": [{"op": op, **args} for op, args in steps]} if steps else {}
-
-
-def parse_batch_dims(text: str) -> tuple[str, ...]:
-    """`"B,T"` -> ("B", "T"); `"T*N"` stays one flat dim."""
-    dims = tuple(d.strip() for d in text.split(",") if d.strip())
-    if not dims or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\*[A-Za-z_][A-Za-z0-9_]*)?", d)
-                           for d in dims):
-        raise SchemaError(f"--batch-dims must be names separated by commas (B,T or M or T*N), "
-                          f"got {text!r}")
-    return dims
-
-
-def layout_of(batch_dims: tuple[str, ...] | None) -> Layout:
-    """The trainer's layout from its batch dims: per step, batch [B, T], time-major or flat."""
-    if not batch_dims:
-        return Layout((), "step", "per step (no batch dims)")
-    dims = tuple(batch_dims)
-    shown = shape_text(dims)
-    if len(dims) == 1:
-        parts = dims[0].split("*")
-        order = ", time-major" if len(parts) == 2 and parts[0] in _TIME_NAMES else ""
-        return Layout(dims, "flat", f"flat {shown}{order}: one row per step")
-    if dims[0] in _TIME_NAMES and dims[1] not in _TIME_NAMES:
-        return Layout(dims, "time_major", f"time-major {shown}: each field needs a transpose "
-                      f"from [B, T]")
-    return Layout(dims, "batch", f"batch {shown}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,10 +114,13 @@ class _Engine:
 
     def __init__(self, s_tab: FieldTable, t_tab: FieldTable, renames: dict[str, str],
                  gamma: float, lam: float) -> None:
-        self.s_tab, self.t_tab = s_tab, t_tab
         self.renames = renames
         self.gamma, self.lam = gamma, lam
-        self.layout = layout_of(t_tab.batch_dims)
+        tokens = token_rows(s_tab, t_tab)  # one row per generation: token columns, rows=step
+        if tokens is not None:
+            t_tab = tokens[0]
+        self.s_tab, self.t_tab = s_tab, t_tab
+        self.layout = tokens[1] if tokens is not None else layout_of(t_tab.batch_dims)
         self.s_batch = tuple(s_tab.batch_dims or ())
         self.by_role: dict[str, list[Field]] = {}
         self.by_token: dict[tuple[str, str], list[Field]] = {}
@@ -157,6 +135,9 @@ class _Engine:
             (bool(s_tab.title) and s_tab.title == t_tab.title)
         self.notes = DiffWarnings(self.layout, t_tab, self.converters.have, same_kind)
         self.warnings = self.notes.items  # the one list every warning goes to, in order found
+        self.tokens = None if tokens is None or token_action(s_tab) is None else TokenRows(
+            s_tab, t_tab, self.by_role, self.notes.optional_source, self.notes.cast, self.used,
+            self.warnings)
         self._check_renames()
 
     def _check_renames(self) -> None:
@@ -170,17 +151,29 @@ class _Engine:
 
     def run(self) -> DiffReport:
         """Match every trainer field, list the unused sampler fields, add the warnings."""
-        entries = [_optional(self.match(t), t) for t in self.t_tab]
+        entries = [_optional(self._token_match(t) if self.tokens else self.match(t), t)
+                   for t in self.t_tab]
         for s in self.s_tab:
             if s.name not in self.used:
                 entries.append(Entry("unused", None, (s.name,), s.role, s.dtype, None,
                                      self._s_shape(s), None, None,
                                      UNUSED_REASON))
         self.notes.finish(entries)
+        if self.tokens is not None:
+            self.tokens.finish(entries)
+        elif self.layout.kind != "token" and \
+                (untok := untokenised(self.s_tab, self.t_tab)) is not None:
+            self.warnings.append(untok)
         return DiffReport(self.s_tab, self.t_tab, self.layout, entries, self.warnings,
                           self.gamma, self.lam)
 
     # -- matching ----------------------------------------------------------------------------
+
+    def _token_match(self, t: Field) -> Entry:
+        """The entry of `t` read from token rows (a `--rename` names its sampler field)."""
+        assert self.tokens is not None
+        renamed = self.renames.get(t.name)
+        return self.tokens.match(t, self.s_tab[renamed] if renamed else None)
 
     def _s_shape(self, s: Field) -> tuple[Dim, ...] | None:
         return strip_batch_dims(s.shape, self.s_batch)[0]
@@ -418,7 +411,10 @@ class _Engine:
             f"{t.name} <- {s.name}: the trainer reads one {t.role} per step, so the map sums "
             f"{s.name} over {', '.join(map(str, dims))}; the per-element values are not in the "
             f"batch (a token-level loss needs them: add a key such as token_{t.role} "
-            f"{{\"from\": \"{s.name}\"}} to the map)"))
+            f"{{\"from\": \"{s.name}\"}} to the map)" + "".join(
+                f"; the sampler's {f.name} is not applied: tokens it marks False (spliced tool "
+                f"output) count in the sum, which a token trainer (\"rows\": \"step\") keeps "
+                f"out" for f in self.by_role.get("loss_mask", ())[:1])))
         notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
         return Entry("needs_conversion", t.name, (s.name,), t.role, s.dtype, t.dtype, s.shape,
                      t.shape, conversion, "; ".join([reason, *notes]))
@@ -479,13 +475,14 @@ class _Engine:
 
     def _per_step(self, stripped: int) -> bool:
         """Whether a trainer field with `stripped` batch dims holds one value per step."""
-        return self.layout.kind != "step" and stripped == len(self.layout.batch_dims)
+        return self.layout.kind not in ("step", "token") and \
+            stripped == len(self.layout.batch_dims)
 
     def _layout_op(self, per_step: tuple[Dim, ...] | None, stripped: int
                    ) -> tuple[str, dict[str, Any] | None, str] | None:
         """The op turning a collated [B, T, ...] column into the trainer's layout."""
         kind = self.layout.kind
-        if kind in ("step", "batch") or stripped < len(self.layout.batch_dims):
+        if kind in ("step", "batch", "token") or stripped < len(self.layout.batch_dims):
             return None
         rank = static_rank(per_step)
         if kind == "time_major":
@@ -504,7 +501,7 @@ class _Engine:
             sources, op_entry, text, reason, manual = found
             return self._derived(t, sources, op_entry, text, reason, manual, t_step, stripped)
         return Entry("missing", t.name, (), t.role, None, t.dtype, None, t.shape, None,
-                     missing_reason(t))
+                     self.converters.missing(t))
 
     def _derived(self, t: Field, sources: list[str], op_entry: dict[str, Any] | None,
                  text: str, reason: str, manual: str, t_step: tuple[Dim, ...] | None,
@@ -571,7 +568,7 @@ def _roles_agree(s: Field, t: Field) -> bool:
         return True
     # Only declared roles can veto a same-name match (`dones` declared episode_start vs done).
     return not (s.declared_role and t.declared_role) and not (
-        {s.role, t.role} & {"ref_logprob", "episode_start", "loss_mask"})
+        {s.role, t.role} & {"ref_logprob", "episode_start", "group_id", "loss_mask"})
 
 
 def _name_likeness(a: str, b: str) -> float:

@@ -98,7 +98,7 @@ class Layout:
     """The trainer's batch layout: its batch dims and what turning `[B, T, ...]` into it takes."""
 
     batch_dims: tuple[str, ...]
-    kind: str  # step | batch | time_major | flat
+    kind: str  # step | batch | time_major | flat | token
     text: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,7 +217,8 @@ class DiffReport(Report):
         observation or next value shifted from the following step, a reshape the engine cannot
         spell out) are left out and named in the `comment`; a person adds them by hand (see the
         `map_incomplete` warning). A flat trainer layout also gets `mask`, which the
-        `flat_layout` warning tells the user to select real steps with.
+        `flat_layout` warning tells the user to select real steps with. A token trainer's map
+        reads token rows, one per generation: `"rows": "step"`.
         """
         fields: dict[str, Any] = {}
         left_out: list[str] = []
@@ -239,6 +240,8 @@ class DiffReport(Report):
             if self.layout.kind == "time_major":
                 fields[key]["then"] = [{"op": "transpose", "axes": [1, 0]}]
         doc: dict[str, Any] = {"gyre_field_map": 1}
+        if self.layout.kind == "token":
+            doc["rows"] = "step"
         comment = f"written by gyre-contract diff {self.sampler.name} {self.trainer.name}"
         missing = [e.trainer_field for e in self.tier("missing") if e.trainer_field]
         if missing:

@@ -1,7 +1,8 @@
 """The diff's warnings: semantic losses no tier shows (docs/contract.md §6), each with a stable
 `code` (`narrowing_cast`, `int_to_float`, `optional_source`, `truncation_collapsed`,
 `recomputed_logprob`, `no_bootstrap_value`, `map_incomplete`, `flat_layout`, `no_batch_dims`,
-`ambiguous_match`, `summed_elements`, `padding_unmasked`, `open_shape`).
+`ambiguous_match`, `summed_elements`, `padding_unmasked`, `open_shape`, `logprob_unused`; token
+rows add `group_split`, `staleness_unchecked` and `untokenised_sampler`, in `tokenlayout`).
 """
 
 from __future__ import annotations
@@ -149,6 +150,16 @@ class DiffWarnings:
                 f"the sampler records {s_trunc.name}: time-limit cuts will be trained as "
                 f"terminal (no bootstrap from next_value)"))
         s_logprob = self.have("logprob")
+        if s_logprob is not None and not any(f.role == "logprob" for f in self.t_tab):
+            self.items.append(DiffWarning(
+                "logprob_unused", (s_logprob.name,),
+                f"the trainer reads no log-prob: it recomputes them with its current weights, "
+                f"so the sampler's {s_logprob.name} (the behaviour policy's, under "
+                f"policy_version) is unused, and with it the importance-sampling correction "
+                f"between the policy that sampled and the one that trains (stale rows, "
+                f"inference-engine numerics). A trainer that corrects for it reads the "
+                f"sampler's log-probs: verl rollout_log_probs, TRL sampling_per_token_logps, "
+                f"OpenRLHF rollout_log_probs"))
         for f in self.t_tab:
             if f.role == "logprob" and is_recomputed_logprob(f.name, f.description):
                 behaviour = f"the sampler's {s_logprob.name}" if s_logprob else \

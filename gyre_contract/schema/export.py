@@ -30,10 +30,11 @@ from gyre_contract.core.models import (
     TrainBatchV1,
 )
 from gyre_contract.core.tensor import TensorSpec, tensor_spec_of
+from gyre_contract.core.tokenbatch import TokenBatchV1
 from gyre_contract.io.atomic import write_text_atomic
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-EXPORTED: tuple[type[GyreModel], ...] = (RolloutStepV1, TrainBatchV1)
+EXPORTED: tuple[type[GyreModel], ...] = (RolloutStepV1, TrainBatchV1, TokenBatchV1)
 VOCABULARY_ID = "urn:gyre-contract:vocab:x-gyre:1"
 """The `$vocabulary` URI of the x-gyre keywords (annotations: not required to validate)."""
 META_SCHEMA_ID = "urn:gyre-contract:meta:1"

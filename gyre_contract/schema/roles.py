@@ -6,9 +6,11 @@ an exact table hit beats a hit after stripping a library prefix (`b_`, `old_`, `
 `s`, which beats a word heuristic. A name that the table gives several roles (`dones`: RLlib's
 done, CleanRL's stored previous-step done) is reported as ambiguous with its candidates.
 
-Two traps the roles exist for (docs/contract.md §2): a reference-policy log-prob (`ref_log_prob`,
-`base_action_log_probs`, `ref_per_token_logps`) is `ref_logprob`, never `logprob`; and an episode
-start flag (`episode_starts`, `is_first`) is the previous step's done, never this step's `done`.
+Three traps the roles exist for (docs/contract.md §2): a reference-policy log-prob (`ref_log_prob`,
+`base_action_log_probs`, `ref_per_token_logps`) is `ref_logprob`, never `logprob`; an episode
+start flag (`episode_starts`, `is_first`) is the previous step's done, never this step's `done`;
+and a group id (verl's `uid`, `prompt_id`) names the steps sampled for one prompt, never an
+episode (`episode_id` is never a group id, nor the reverse).
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ _TABLE: dict[str, dict[str, str]] = {
     "reward": {
         "reward": "Gymnasium, TorchRL, RLDS, gyre", "rewards": "RLlib, SB3, CleanRL, Minari, D4RL",
         "rew": "Tianshou", "rews": "", "b_rewards": "CleanRL",
-        "token_level_rewards": "verl", "token_level_scores": "verl", "rm_scores": "verl",
         "scores": "OpenRLHF",
     },
     "return": {
@@ -111,18 +112,30 @@ _TABLE: dict[str, dict[str, str]] = {
     },
     "episode_id": {
         "episode_id": "gyre", "episode_ids": "", "eps_id": "RLlib", "ep_id": "",
-        "traj_ids": "TorchRL", "traj_id": "", "trajectory_id": "", "uid": "verl",
-        "id": "Minari",
+        "traj_ids": "TorchRL", "traj_id": "", "trajectory_id": "", "id": "Minari",
     },
     "policy_version": {
         "policy_version": "TorchRL, gyre", "policy_versions": "", "weights_version": "",
         "model_version": "", "num_grad_updates": "RLlib",
+    },
+    "group_id": {
+        "group_id": "gyre", "group_ids": "", "uid": "verl", "uids": "", "prompt_id": "",
+        "prompt_uid": "", "group": "", "groups": "", "group_index": "", "group_idx": "",
+    },
+    "loss_mask": {
+        "loss_masks": "", "token_loss_mask": "", "generated_mask": "",
+    },
+    "token_reward": {
+        "token_reward": "gyre", "token_rewards": "", "token_level_rewards": "verl",
+        "token_level_scores": "verl", "rm_scores": "verl", "per_token_rewards": "",
+        "process_rewards": "",
     },
     "other": {
         "info": "", "infos": "", "action_dist_inputs": "RLlib", "action_prob": "RLlib",
         "prev_actions": "RLlib", "prev_rewards": "RLlib", "discount": "RLDS",
         "discounts": "SB3", "importance_sampling_ratio": "TRL", "rollout_is_weights": "verl",
         "kl": "OpenRLHF", "seq_lens": "RLlib", "position_ids": "verl", "env_id": "RLlib",
+        "response_length": "", "response_lengths": "", "num_actions": "OpenRLHF",
         "agent_index": "RLlib", "unroll_id": "RLlib", "intrinsic_rewards": "RLlib",
     },
 }
@@ -153,6 +166,8 @@ _PREFIXES = ("b_", "mb_", "old_", "batch_")
 _HEURISTICS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("ref_", "reference", "base_action"), "ref_logprob"),
     (("episode_start", "is_first", "first_step"), "episode_start"),
+    (("group_id", "group_index", "prompt_id", "prompt_uid"), "group_id"),
+    (("token_reward", "token_level_reward", "per_token_reward"), "token_reward"),
     (("logp", "log_prob", "logprob"), "logprob"),
     (("next_obs", "next_observation", "obs_next"), "next_observation"),
     (("advantage",), "advantage"),

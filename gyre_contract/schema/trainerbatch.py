@@ -53,14 +53,25 @@ class TrainerSchema:
     def batch_dims(self) -> tuple[str, ...]:
         return self.layout.batch_dims
 
-    def check(self, arrays: Mapping[str, Any], mask: Any = None) -> dict[str, np.ndarray]:
+    def check(self, arrays: Mapping[str, Any], mask: Any = None, *,
+              rows: str = "episode") -> dict[str, np.ndarray]:
         """The trainer's batch from mapped arrays, or ContractError listing every misfit.
 
         `mask` (the collated `[B, T]` mask) fixes the sizes of the batch dims, so a map that
         left a time-major trainer's arrays batch-major is caught even when the sizes agree.
+        With `rows="step"` (a token map: one row per step) the arrays already hold one row per
+        step: none is selected, and the one batch dim must have the same size in every field.
         """
         flat = flatten_batch(arrays)
-        if self.layout.kind == "flat":
+        if rows == "step":
+            if len(self.batch_dims) != 1:
+                raise ContractError(Problem(
+                    "rows", "one batch dim (token rows [B, ...])",
+                    f"batch dims {shape_text(self.batch_dims)}",
+                    "a \"rows\": \"step\" map builds one row per step; this trainer reads "
+                    "another layout"))
+            mask = None
+        elif self.layout.kind == "flat":
             flat = self._real_steps(flat)
         problems: list[Problem] = []
         bound = self._sizes(mask)

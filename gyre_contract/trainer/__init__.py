@@ -9,6 +9,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".fieldmap": ("FieldMap",),
     ".ops": ("register_op", "unregister_op", "known_ops"),
     ".collation": ("collate",),
+    ".flatcollate": ("collate_file",),
+    ".tokens": ("collate_tokens",),
     ".advantages": ("gae", "discounted_returns"),
     ".inspection": ("inspect_batch", "batch_schema"),
 })

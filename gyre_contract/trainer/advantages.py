@@ -80,14 +80,23 @@ def _backward(rows: _Rows, value: np.ndarray, gamma: float, decay: float) -> np.
     has_steps = rows.lengths > 0
     ends = np.flatnonzero(has_steps)
     v_next[ends, rows.lengths[ends] - 1] = rows.bootstrap[ends]
-    v_next = np.where(rows.terminated, 0.0, v_next)
-    delta = np.where(rows.mask, rows.reward + gamma * v_next - value, 0.0)
-    adv = np.zeros((nb, nt), dtype=np.float64)
+    v_next[rows.terminated] = 0.0
+    delta = v_next  # δ = r + γ·V_{t+1} − V_t, in place (the same operations, in the same order)
+    delta *= gamma
+    delta += rows.reward
+    delta -= value
+    delta[~rows.mask] = 0.0
+    # time-major copies: each step of the recursion reads and writes one contiguous row of B
+    delta_t = np.ascontiguousarray(delta.T)
+    padding_t = np.ascontiguousarray(~rows.mask.T)
+    adv_t = np.empty((nt, nb), dtype=np.float64)
     running = np.zeros(nb, dtype=np.float64)
     for t in range(nt - 1, -1, -1):
-        running = np.where(rows.mask[:, t], delta[:, t] + decay * running, 0.0)
-        adv[:, t] = running
-    return adv
+        running *= decay
+        running += delta_t[t]
+        np.copyto(running, 0.0, where=padding_t[t])
+        adv_t[t] = running
+    return adv_t.T  # a view: the caller's cast to the output dtype makes it contiguous
 
 
 class _Rows:
@@ -182,13 +191,23 @@ def _check_kinds(arrays: dict[str, np.ndarray], next_value: np.ndarray) -> None:
         raise ContractError(problems)
 
 
-def _row_names(episode_id: Sequence[str] | np.ndarray | None, n: int) -> list[str]:
-    if episode_id is None:
-        return [f"row {b}" for b in range(n)]
-    return [f"row {b} (episode {str(episode_id[b])!r})" for b in range(n)]
+def _row_names(episode_id: Sequence[str] | np.ndarray | None, n: int) -> _RowNames:
+    return _RowNames(episode_id)
 
 
-def _mask_problems(mask: np.ndarray, lengths: np.ndarray, names: list[str]) -> list[Problem]:
+class _RowNames:
+    """`names[b]`: how a message names row b (made only for the rows a message names)."""
+
+    def __init__(self, episode_id: Sequence[str] | np.ndarray | None) -> None:
+        self.episode_id = episode_id
+
+    def __getitem__(self, b: Any) -> str:
+        if self.episode_id is None:
+            return f"row {b}"
+        return f"row {b} (episode {str(self.episode_id[b])!r})"
+
+
+def _mask_problems(mask: np.ndarray, lengths: np.ndarray, names: _RowNames) -> list[Problem]:
     """Padding only at a row's end: the mask must be a run of True then a run of False."""
     prefix = np.arange(mask.shape[1])[None, :] < lengths[:, None]
     bad = np.flatnonzero((mask != prefix).any(axis=1))
@@ -202,7 +221,7 @@ def _mask_text(row: np.ndarray) -> str:
 
 
 def _finite_problems(arrays: dict[str, np.ndarray], mask: np.ndarray,
-                     names: list[str]) -> list[Problem]:
+                     names: _RowNames) -> list[Problem]:
     problems = []
     for name in ("reward", "value"):
         if name not in arrays:
@@ -216,7 +235,7 @@ def _finite_problems(arrays: dict[str, np.ndarray], mask: np.ndarray,
 
 
 def _mid_row_end_problems(done: np.ndarray, lengths: np.ndarray,
-                          names: list[str]) -> list[Problem]:
+                          names: _RowNames) -> list[Problem]:
     """An episode ends only at its last step, so a row is done at most at its last real step."""
     last = np.where(lengths > 0, lengths - 1, -1)
     mid = done & (np.arange(done.shape[1])[None, :] < last[:, None])
@@ -237,7 +256,7 @@ def _bootstrap(
     lengths: np.ndarray,
     next_value: np.ndarray,
     truncation: str,
-    names: list[str],
+    names: _RowNames,
 ) -> tuple[np.ndarray, list[Problem]]:
     """The value after each row's last real step: 0 when terminated, else `next_value[b]`."""
     nb = lengths.shape[0]

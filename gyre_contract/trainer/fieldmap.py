@@ -35,6 +35,11 @@ RLDS `truncated` is `{"op": "and_not", "from": ["is_last", "is_terminal"]}` (the
 episode that did not terminate). `per_step` repeats a per-row column (`episode_id` `[B]`) on
 each step, `[B, T]`, for a trainer that reads one per step (RLlib's `eps_id`). A map written
 without these keys and ops reads as before.
+
+Top-level `"rows"` says what one batch row is: `"episode"` (the default: a contiguous run of
+one episode, `[B, T, ...]` with a `mask`, collated by `collate`) or `"step"` (one row per step,
+an LLM's generated turn: token rows `[B, R]` collated by `trainer.tokens.collate_tokens`, whose
+column names the sources then refer to; the batch is validated as `TokenBatch` by default).
 """
 
 from __future__ import annotations
@@ -48,11 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from gyre_contract.core.deprecation import renamed_arguments
-from gyre_contract.core.errors import FieldMapError, MissingFieldError
+from gyre_contract.core.errors import FieldMapError, InputError, MissingFieldError
 from gyre_contract.core.models import TrainBatch
+from gyre_contract.core.tokenbatch import TokenBatch
 from gyre_contract.core.validate import validate_batch
 from gyre_contract.io.jsonfile import JSONFileError, read_json_file
 from gyre_contract.trainer.collation import DERIVED_FIELDS, collate
+from gyre_contract.trainer.flatcollate import collate_file
 from gyre_contract.trainer.ops import (
     NEEDS_MASK,
     ArgCheck,
@@ -68,6 +75,7 @@ from gyre_contract.trainer.ops import (
     step_ops,
     unregister_op,
 )
+from gyre_contract.trainer.tokens import LAYOUT_FIELDS, collate_tokens
 
 __all__ = [
     "COMMON_KEYS", "FORMAT_VERSION", "MAX_MAP_BYTES", "MAX_THEN", "ArgCheck", "FieldMap", "FieldSpec",
@@ -79,6 +87,8 @@ COMMON_KEYS = ("op", "from", "then", "cast", "comment")
 """Keys every field spec may hold; anything else must be an argument of its op."""
 MAX_THEN = 8
 """Steps a `then` chain may hold at most: a map stays short enough to review."""
+ROWS = ("episode", "step")
+"""What one batch row is: a run of one episode (`[B, T]`, the default) or one step (tokens)."""
 ADD_OP_HINT = "your own op: register_op in Python, or on the command line --ops MODULE_OR_FILE.py"
 """How to add an op, said after the list of known ops when a map names an unknown one."""
 MAX_MAP_BYTES = 1024 * 1024
@@ -132,12 +142,23 @@ class FieldSpec:
 class FieldMap:
     """A checked field map. Build it with `FieldMap.load(path)` or `FieldMap.from_dict(d)`."""
 
-    def __init__(self, fields: Mapping[str, FieldSpec], *, source: str = "field map") -> None:
+    def __init__(self, fields: Mapping[str, FieldSpec], *, source: str = "field map",
+                 rows: str = "episode") -> None:
+        if rows not in ROWS:
+            raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
         self.fields: dict[str, FieldSpec] = dict(fields)
         self.source = source
+        self.rows = rows
 
     def __repr__(self) -> str:
-        return f"FieldMap({self.source!r}, fields=[{', '.join(self.fields)}])"
+        rows = "" if self.rows == "episode" else f", rows={self.rows!r}"
+        return f"FieldMap({self.source!r}, fields=[{', '.join(self.fields)}]{rows})"
+
+    @property
+    def batch_model(self) -> Any:
+        """The batch model a built batch is validated as by default: `TrainBatch` for episode
+        rows, `TokenBatch` for step (token) rows."""
+        return TokenBatch if self.rows == "step" else TrainBatch
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> FieldMap:
@@ -161,10 +182,14 @@ class FieldMap:
         if not isinstance(data, Mapping):
             raise FieldMapError(f"{source}: expected a JSON object with keys gyre_field_map and "
                                 f"fields, got {_json_type(data)}")
-        extra = sorted(set(data) - {"gyre_field_map", "fields", "comment"})
+        extra = sorted(set(data) - {"gyre_field_map", "fields", "rows", "comment"})
         if extra:
             problems.append(f"unknown top-level keys {extra}; allowed: gyre_field_map, fields, "
-                            f"comment")
+                            f"rows, comment")
+        rows = data.get("rows", "episode")
+        if rows not in ROWS:
+            problems.append(f'"rows" must be "episode" (a run of one episode per row, the '
+                            f'default) or "step" (one token row per step), got {json.dumps(rows)}')
         version = data.get("gyre_field_map")
         if "gyre_field_map" not in data:
             problems.append(f'not a field map: no "gyre_field_map" key (expected '
@@ -183,19 +208,22 @@ class FieldMap:
                     fields[target] = parsed
         if problems:
             raise FieldMapError(_render(source, problems))
-        return cls(fields, source=source)
+        return cls(fields, source=source, rows=rows)
 
     def to_dict(self) -> dict[str, Any]:
         """The map as JSON-ready data (what `load` reads)."""
-        return {"gyre_field_map": FORMAT_VERSION,
-                "fields": {t: s.to_dict() for t, s in self.fields.items()}}
+        out: dict[str, Any] = {"gyre_field_map": FORMAT_VERSION}
+        if self.rows != "episode":
+            out["rows"] = self.rows
+        out["fields"] = {t: s.to_dict() for t, s in self.fields.items()}
+        return out
 
     def describe(self) -> str:
         """How this map makes the batch, in plain terms, one clause per field that does more
         than copy a same-named source, joined by "; " (what a run record's `notes` start with):
         "done ← terminated OR truncated; advantage by GAE γ=0.99 λ=0.95, truncation
         bootstrapped from next_value; mask from padding". Each op describes itself."""
-        clauses = []
+        clauses = ["one token row per step"] if self.rows == "step" else []
         for target, spec in self.fields.items():
             op = get_op(spec.op)
             text = op.text(target, spec.sources, spec.args) if op is not None else \
@@ -233,6 +261,7 @@ class FieldMap:
         dict of its modalities. Only the targets the map names are returned.
         """
         out: dict[str, Any] = {}
+        columns = _Columns(columns)  # ops may share work within this call (`memo`)
         for target, spec in self.fields.items():
             op = self._registered(target, spec.op)
             inputs = [_source(columns, name) for name in spec.sources]
@@ -262,9 +291,10 @@ class FieldMap:
         max_staleness: int | None = None,
         batch_model: Any = None,
     ) -> Any:
-        """Collate episodes, apply the map, validate the result as a `TrainBatch` (docs/contract.md §4)."""
+        """Collate episodes, apply the map, validate the result as `batch_model` (default
+        `self.batch_model`: a `TrainBatch`, docs/contract.md §4, or for step rows a `TokenBatch`)."""
         batch = self.build(episodes, max_len=max_len)
-        return _validate(batch, batch_model, current_version, max_staleness)
+        return _validate(batch, batch_model or self.batch_model, current_version, max_staleness)
 
     def build(self, episodes: Iterable[Any], *, max_len: int | None = None) -> dict[str, Any]:
         """Collate only the columns the map reads, then apply the map; not validated."""
@@ -273,9 +303,37 @@ class FieldMap:
     def collated(self, episodes: Iterable[Any], *, max_len: int | None = None
                  ) -> dict[str, Any]:
         """The collated `[B, T, ...]` columns the map reads, with `mask` and the per-row keys
-        (what `apply` runs on; the mask tells a report how much of the batch is padding)."""
+        (what `apply` runs on; the mask tells a report how much of the batch is padding).
+        For step rows: the token columns of `collate_tokens` the map reads, with the layout
+        keys (`prompt_ids`, `prompt_mask`, `response_ids`, `response_mask`, `response_length`)
+        and `episode_id`; episodes or a flat list of step records."""
+        if self.rows == "step":
+            if max_len is not None:
+                raise InputError(f"{self.source}: max_len splits episodes into [B, T] rows; a "
+                                 f'map with "rows": "step" has one row per step')
+            wanted = [n for n in self.sources() if n not in (*LAYOUT_FIELDS, "mask")]
+            return collate_tokens(episodes, fields=wanted)
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate(episodes, max_len=max_len, fields=wanted)
+
+    def collated_file(self, path: str | os.PathLike[str], model: Any, *,
+                      max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
+        """`collated` of a JSON Lines file's episodes straight from its columns, with the
+        number of episodes; None when only episodes can say (`flatcollate.collate_file`) and
+        for a map of token rows (`"rows": "step"`)."""
+        if self.rows == "step":
+            return None
+        wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
+        return collate_file(path, model, fields=wanted, max_len=max_len)
+
+
+class _Columns(dict):
+    """The collated columns as ops see them during one `FieldMap.apply`: a dict, plus `memo`
+    where an op keeps what another target of the same map reuses (GAE's advantage and return)."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        super().__init__(columns)
+        self.memo: dict[Any, Any] = {}
 
 
 def _validate(batch: Mapping[str, Any], model: Any, current_version: int | None,

@@ -232,9 +232,18 @@ def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
 def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: float,
          truncation: str = "bootstrap", output: str = "advantage") -> np.ndarray:
     reward, value, terminated, truncated, next_value = inputs
-    adv, ret = gae(reward, value, terminated, truncated, _need(columns, "mask"), next_value,
-                   gamma=gamma, lam=lam, truncation=truncation,  # type: ignore[arg-type]
-                   episode_id=columns.get("episode_id"))
+    memo = getattr(columns, "memo", None)  # one map's advantage and return: GAE runs once
+    key = ("gae", *map(id, inputs), gamma, lam, truncation)
+    found = None if memo is None else memo.get(key)
+    if found is None or any(a is not b for a, b in zip(found[0], inputs)):
+        adv, ret = gae(reward, value, terminated, truncated, _need(columns, "mask"), next_value,
+                       gamma=gamma, lam=lam, truncation=truncation,  # type: ignore[arg-type]
+                       episode_id=columns.get("episode_id"))
+        if memo is not None:
+            memo[key] = (list(inputs), (adv, ret))
+    else:
+        adv, ret = found[1]
+        adv, ret = adv.copy(), ret.copy()  # each target its own array
     return adv if output == "advantage" else ret
 
 

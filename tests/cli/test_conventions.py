@@ -63,7 +63,8 @@ def test_o_means_a_file_and_out_dir_a_folder(name):
 def test_export_out_dir_and_the_old_spelling(tmp_path):
     code, out, err = call("export", "--out-dir", str(tmp_path / "a"), "--format", "json")
     assert code == 0 and err == ""
-    assert len(json.loads(out)["written"]) == 3
+    assert [Path(p).name for p in json.loads(out)["written"]] == [
+        "rollout_step.v1.json", "train_batch.v1.json", "token_batch.v1.json", "gyre_vocabulary.v1.json"]
     code, out, err = call("export", "--out", str(tmp_path / "b"), "--format", "json")
     assert code == 0 and json.loads(out)["written"][0].startswith(str(tmp_path / "b"))
     assert err.startswith("warning: --out is deprecated, use --out-dir") and "Traceback" not in err

@@ -45,8 +45,10 @@ def test_diff_missing_exits_1_and_json_validates() -> None:
     report = json.loads(out)
     schema = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
     jsonschema.validate(report, schema)
-    missing = [e["trainer_field"] for e in report["entries"] if e["tier"] == "missing"]
-    assert missing == ["ref_log_prob"]
+    missing = {e["trainer_field"]: e for e in report["entries"] if e["tier"] == "missing"}
+    # verl's uid is the prompt's group: never the episode_id the sampler records
+    assert missing["uid"]["sampler_fields"] == []
+    assert "episode_id is never one" in missing["uid"]["reason"]
     assert report["summary"]["exit_code"] == 1
 
 

@@ -206,7 +206,7 @@ def same_columns(a: Any, b: Any) -> bool:
 
 
 def test_block_episodes_equal_read_episodes(cartpole_record, cartpole_model, tmp_path):
-    from gyre_contract.io.fastfile import episode_rows
+    from gyre_contract.io.assembly import episode_rows
     from gyre_contract.io.reading import read_episodes
 
     records = []

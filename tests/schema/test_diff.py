@@ -408,40 +408,7 @@ def test_tianshou_recomputes_the_logprob() -> None:
     check_report(r)
 
 
-def test_verl_ref_log_prob_is_never_the_logprob(llm_model) -> None:
-    r = diff(json_schema(llm_model), f"{PEERS}/verl_actor_batch.json", batch_dims="B")
-    ref = r.entry("ref_log_prob")  # the step's own ref_logprob (contract v1.1), padded
-    assert ref.tier == "needs_conversion" and ref.sampler_fields == ("ref_logprob",)
-    assert ref.conversion.entry == {"from": "ref_logprob"}
-    assert r.entry("old_log_probs").sampler_fields == ("logprob",)
-    assert r.entry("response_mask").conversion.entry == {
-        "op": "mask", "from": "action_mask", "cast": "int64"}
-    assert r.entry("responses").conversion.ops == ("pad",)
-    assert "recomputed_logprob" in codes(r)
-    check_report(r)
-
-
-def test_a_sampler_without_ref_logprob_never_feeds_it_from_logprob(llm_model) -> None:
-    sampler = json_schema(llm_model)
-    del sampler["properties"]["ref_logprob"]  # a v1.0 sampler: no reference log-probs
-    r = diff(sampler, f"{PEERS}/verl_actor_batch.json", batch_dims="B")
-    ref = r.entry("ref_log_prob")
-    assert ref.tier == "missing" and ref.sampler_fields == ()
-    assert ref.reason.startswith("no sampler field holds a reference-policy log-prob")
-    assert r.exit_code() == 1
-
-
-@pytest.mark.parametrize(("peer", "ref", "recomputed"), [
-    ("openrlhf_experience", "base_action_log_probs", "action_log_probs"),
-    ("trl_grpo", "ref_per_token_logps", "old_per_token_logps"),
-])
-def test_llm_trainers(llm_model, peer: str, ref: str, recomputed: str) -> None:
-    r = diff(json_schema(llm_model), f"{PEERS}/{peer}.json", batch_dims="B")
-    assert (r.entry(ref).tier, r.entry(ref).sampler_fields) == ("needs_conversion",
-                                                                ("ref_logprob",))
-    assert r.exit_code() == 0
-    assert [w.fields for w in r.warnings if w.code == "recomputed_logprob"] == [(recomputed,)]
-    check_report(r)
+# LLM token trainers (verl, TRL, OpenRLHF): tests/schema/test_token_diff.py
 
 
 # -- per-token fields into a per-step trainer (LLM rollouts) -----------------------------------
@@ -460,7 +427,9 @@ def test_llm_step_logprob_is_the_masked_sum_of_its_token_logprobs() -> None:
     assert summed.message == (
         "logprob <- logprob: the trainer reads one logprob per step, so the map sums logprob "
         "over A; the per-element values are not in the batch (a token-level loss needs them: "
-        "add a key such as token_logprob {\"from\": \"logprob\"} to the map)")
+        "add a key such as token_logprob {\"from\": \"logprob\"} to the map); the sampler's "
+        "loss_mask is not applied: tokens it marks False (spliced tool output) count in the sum, "
+        "which a token trainer (\"rows\": \"step\") keeps out")
     assert codes(r) == ["summed_elements", "optional_source"]
     assert r.counts()["missing"] == 0 and r.exit_code() == 0
     check_report(r)
@@ -602,6 +571,9 @@ GOLDEN_CASES = {
     "step_vs_cleanrl": (STEP, f"{PEERS}/cleanrl_ppo_storage.json", "T,N"),
     "step_vs_train_batch": (STEP, BATCH, None),
     "llm_step_vs_train_batch": (LLMStep, TrainBatch, None),
+    "llm_step_vs_verl": (LLMStep, f"{PEERS}/verl_actor_batch.json", None),
+    "llm_step_vs_trl_grpo": (LLMStep, f"{PEERS}/trl_grpo.json", None),
+    "llm_step_vs_openrlhf": (LLMStep, f"{PEERS}/openrlhf_experience.json", None),
 }
 
 

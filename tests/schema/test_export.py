@@ -27,7 +27,7 @@ def test_committed_schemas_match_the_models():
 def test_export_writes_exactly_what_check_compares(tmp_path):
     written = export_schemas(tmp_path)
     assert [p.name for p in written] == ["rollout_step.v1.json", "train_batch.v1.json",
-                                         "gyre_vocabulary.v1.json"]
+                                         "token_batch.v1.json", "gyre_vocabulary.v1.json"]
     assert drifted_schemas(tmp_path) == []
     written[0].write_text(written[0].read_text().replace("float32", "float64", 1))
     assert drifted_schemas(tmp_path) == [written[0]]

@@ -12,7 +12,7 @@ from gyre_contract.schema.roles import ROLES, is_recomputed_logprob, libraries, 
     ("new_obs", "next_observation"), ("obs_next", "next_observation"),
     ("next_observations", "next_observation"), ("act", "action"), ("actions", "action"),
     ("completion_ids", "action"), ("responses", "action"), ("rew", "reward"),
-    ("rewards", "reward"), ("token_level_rewards", "reward"), ("terminateds", "terminated"),
+    ("rewards", "reward"), ("token_level_rewards", "token_reward"), ("terminateds", "terminated"),
     ("terminations", "terminated"), ("terminals", "terminated"), ("is_terminal", "terminated"),
     ("truncateds", "truncated"), ("truncations", "truncated"), ("timeouts", "truncated"),
     ("eps_id", "episode_id"), ("ep_id", "episode_id"), ("t", "step"), ("timestep", "step"),
@@ -28,7 +28,8 @@ def test_library_names_resolve_to_their_role(name: str, role: str) -> None:
     assert resolve_role(name).role == role
 
 
-@pytest.mark.parametrize("name", ["ref_log_prob", "base_action_log_probs", "ref_per_token_logps"])
+@pytest.mark.parametrize("name", ["ref_log_prob", "base_action_log_probs", "ref_per_token_logps",
+                                  "ref_logps", "ref_logprobs", "mb_ref_log_probs"])
 def test_a_reference_logprob_is_never_logprob(name: str) -> None:
     match = resolve_role(name)
     assert match.role == "ref_logprob"
@@ -84,3 +85,20 @@ def test_recomputed_logprob_names_and_descriptions() -> None:
     assert not is_recomputed_logprob("rollout_log_probs")
     assert is_recomputed_logprob("lp", "Recomputed by the learner")
     assert "RLlib" in libraries("new_obs")
+
+
+@pytest.mark.parametrize("name", ["uid", "prompt_id", "group", "group_index", "group_ids",
+                                  "prompt_uid", "b_uid"])
+def test_a_group_id_is_never_an_episode_id(name: str) -> None:
+    """verl's `uid` names a prompt's group of completions: reading it as the episode would make
+    every completion of a prompt one episode (regression: it used to resolve to episode_id)."""
+    match = resolve_role(name)
+    assert match.role == "group_id"
+    assert "episode_id" not in [r for r, _ in match.candidates]
+
+
+@pytest.mark.parametrize("name", ["episode_id", "eps_id", "episode_ids", "traj_id"])
+def test_an_episode_id_is_never_a_group_id(name: str) -> None:
+    match = resolve_role(name)
+    assert match.role == "episode_id"
+    assert "group_id" not in [r for r, _ in match.candidates]

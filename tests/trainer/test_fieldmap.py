@@ -106,7 +106,7 @@ def test_unreadable_map_is_an_input_error(tmp_path):
      "got an object"),
     ({"gyre_field_map": 1, "fields": {"a": "b"}, "extra": 1},
      "field map: 2 problems: unknown top-level keys ['extra']; allowed: gyre_field_map, fields, "
-     'comment; fields.a: expected an object such as {"from": "..."}, got the string "b"'),
+     'rows, comment; fields.a: expected an object such as {"from": "..."}, got the string "b"'),
     ({"gyre_field_map": 1, "fields": {"a": {"op": "any", "from": "x"}}},
      'field map: fields.a: op "any" needs "from" to be a list of field names (a list of field '
      'names), got "x"'),

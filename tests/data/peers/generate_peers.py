@@ -15,7 +15,7 @@ def arr(t, dims):
     return body
 
 
-def schema(title, desc, fields, source):
+def schema(title, desc, fields, source, batch_dims=None):
     props, required = {}, []
     for name, t, dims, req, note in fields:
         node = arr(t, dims)
@@ -31,10 +31,13 @@ def schema(title, desc, fields, source):
         target[parts[-1]] = node
         if req:
             treq.append(parts[-1])
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
-            "description": desc + " Written for gyre-contract tests"
-            + (f" from {source}." if source else "."),
-            "type": "object", "properties": props, "required": required}
+    doc = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
+           "description": desc + " Written for gyre-contract tests"
+           + (f" from {source}." if source else "."),
+           "type": "object", "properties": props, "required": required}
+    if batch_dims:  # the one x-gyre key a foreign schema needs to be read as a batch
+        doc["x-gyre-batch-dims"] = batch_dims
+    return doc
 
 
 PEERS = {
@@ -111,35 +114,69 @@ PEERS = {
          ("logp_old", "number", [N], True, "recomputed by the trainer under no_grad")],
         ""),
     "verl_actor_batch": schema(
-        "verl PPO actor/critic update batch",
-        "[B, R] token-level tensors (response positions). Batch dims: B.",
-        [("responses", "integer", [N, N], True, "generated token ids, right-padded"),
-         ("response_mask", "integer", [N, N], True, "loss mask (0/1)"),
-         ("old_log_probs", "number", [N, N], True, "recomputed by the training actor"),
-         ("rollout_log_probs", "number", [N, N], False, "vLLM/SGLang log-probs"),
-         ("ref_log_prob", "number", [N, N], True, "reference policy log-prob (KL)"),
-         ("advantages", "number", [N, N], True, "GRPO: group-normalised scores"),
-         ("uid", "string", [N], True, "prompt group id")],
-        ""),
+        "verl PPO/GRPO update batch (DataProto)",
+        "One row per generation. TensorDict [B, ...]: input_ids/attention_mask/position_ids "
+        "[B, P+R] (the left-padded prompt then the right-padded response), responses and "
+        "every per-token tensor [B, R]; uid is a numpy object array of strings in "
+        "non_tensor_batch. Batch dims: B.",
+        [("input_ids", "integer", [N, N], True, "int64 [B, P+R]: prompt (left-padded) ++ "
+          "response (right-padded)"),
+         ("attention_mask", "integer", [N, N], True, "int64 [B, P+R]: 1 on real tokens"),
+         ("position_ids", "integer", [N, N], True, "int64 [B, P+R]: "
+          "compute_position_id_with_mask, clip(cumsum(attention_mask) - 1, 0)"),
+         ("prompts", "integer", [N, N], False, "int64 [B, P]: left-padded prompt ids"),
+         ("responses", "integer", [N, N], True, "int64 [B, R]: generated ids, right-padded"),
+         ("response_mask", "integer", [N, N], True, "int64 [B, R]: attention_mask[:, -R:] "
+          "(multi-turn: 0 on tool output); the loss mask"),
+         ("old_log_probs", "number", [N, N], True, "float32 [B, R]: recomputed by the actor "
+          "(compute_log_prob) before the update"),
+         ("rollout_log_probs", "number", [N, N], False, "float32 [B, R]: vLLM/SGLang "
+          "log-probs (rollout importance sampling)"),
+         ("ref_log_prob", "number", [N, N], True, "float32 [B, R]: reference policy "
+          "log-prob (use_kl_loss)"),
+         ("token_level_rewards", "number", [N, N], True, "float32 [B, R]: the score on the "
+          "last response token, minus beta*KL per token when use_kl_in_reward"),
+         ("advantages", "number", [N, N], True, "float32 [B, R]: GRPO: group-normalised "
+          "scores times response_mask (compute_grpo_outcome_advantage)"),
+         ("uid", "string", [N], True, "the prompt's group id (one per prompt, repeated "
+          "rollout.n times)")],
+        "volcengine/verl (DataProto, core_algos)", ["B"]),
     "openrlhf_experience": schema(
-        "OpenRLHF Experience consumed by the PPO actor",
-        "[B, A] per action token, right-padded. Batch dims: B.",
-        [("action_mask", "boolean", [N, N], True, "loss/advantage mask"),
-         ("action_log_probs", "number", [N, N], True, "recomputed by the actor"),
-         ("rollout_log_probs", "number", [N, N], False, "vLLM log-probs for IS correction"),
-         ("base_action_log_probs", "number", [N, N], True, "reference policy log-probs (KL)"),
-         ("advantages", "number", [N, N], True, "")],
-        ""),
+        "OpenRLHF Experience consumed by the PPO actor (group_norm estimator)",
+        "One row per generation: sequences/attention_mask [B, S] (vLLM generation, not "
+        "packed: the input left-padded, the output right-padded), per-action tensors [B, A] "
+        "over the response tokens. Batch dims: B.",
+        [("sequences", "integer", [N, N], True, "LongTensor [B, S]"),
+         ("attention_mask", "integer", [N, N], True, "LongTensor [B, S]"),
+         ("action_mask", "boolean", [N, N], True, "BoolTensor [B, A]: loss/advantage mask"),
+         ("action_log_probs", "number", [N, N], True, "float32 [B, A]: recomputed by the actor"),
+         ("rollout_log_probs", "number", [N, N], False, "float32 [B, A]: vLLM log-probs for "
+          "importance-sampling correction"),
+         ("base_action_log_probs", "number", [N, N], True, "float32 [B, A]: reference policy "
+          "log-probs (KL)"),
+         ("advantages", "number", [N, N], True, "float32 [B, A]: group_norm: the normalised "
+          "reward on every action token (gamma 1, KL in the loss)"),
+         ("returns", "number", [N, N], True, "float32 [B, A]: equal to advantages for the "
+          "critic-free estimators")],
+        "OpenRLHF/OpenRLHF (Experience, experience_maker)", ["B"]),
     "trl_grpo": schema(
         "TRL GRPOTrainer compute_loss inputs",
-        "Dict of tensors: [B, C] completion tokens. Batch dims: B.",
-        [("completion_ids", "integer", [N, N], True, "right-padded"),
-         ("completion_mask", "integer", [N, N], True, "loss mask"),
-         ("old_per_token_logps", "number", [N, N], False, "computed by the training model"),
-         ("sampling_per_token_logps", "number", [N, N], False, "vLLM (sampler) log-probs"),
-         ("ref_per_token_logps", "number", [N, N], False, "reference model log-probs"),
-         ("advantages", "number", [N], True, "group-normalised rewards")],
-        ""),
+        "Dict of tensors from _generate_and_score_completions: prompts [B, P] left-padded, "
+        "completions [B, C] right-padded (masked after the first EOS), one advantage per "
+        "completion. Batch dims: B.",
+        [("prompt_ids", "integer", [N, N], True, "int64 [B, P], left-padded"),
+         ("prompt_mask", "integer", [N, N], True, "int64 [B, P]"),
+         ("completion_ids", "integer", [N, N], True, "int64 [B, C], right-padded"),
+         ("completion_mask", "integer", [N, N], True, "int32 [B, C]: loss mask"),
+         ("old_per_token_logps", "number", [N, N], False, "float32 [B, C]: computed by the "
+          "training model (None when one iteration per generation)"),
+         ("sampling_per_token_logps", "number", [N, N], False, "float32 [B, C]: vLLM "
+          "(sampler) log-probs for importance sampling"),
+         ("ref_per_token_logps", "number", [N, N], False, "float32 [B, C]: reference model "
+          "log-probs (None when beta == 0)"),
+         ("advantages", "number", [N], True, "float32 [B]: (r - group mean) / (group std + "
+          "1e-4)")],
+        "huggingface/trl (GRPOTrainer)", ["B"]),
     "rlds_steps": schema(
         "RLDS step (one per observation)",
         "SAR-aligned steps; truncated = is_last and not is_terminal. Per step (no batch dims).",

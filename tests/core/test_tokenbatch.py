@@ -1,0 +1,159 @@
+"""TokenBatch v1: the model, every rule failing on a batch crafted to break it, the schema file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gyre_contract
+from gyre_contract.core import registry
+from gyre_contract.core.errors import ContractError
+from gyre_contract.core.tokenbatch import TokenBatch, TokenBatchV1
+from gyre_contract.core.validate import validate_batch
+from gyre_contract.schema.export import json_schema, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def clean() -> dict[str, Any]:
+    """B=3: row 0 has one prompt token of padding and a 2-token response, row 1 a 4-token
+    response whose last token is tool output (loss_mask False), row 2 an empty response."""
+    response_mask = np.array([[True, True, False, False], [True, True, True, False],
+                              [False, False, False, False]])
+    return {
+        "prompt_ids": np.array([[0, 5, 6], [7, 8, 9], [1, 2, 3]]),
+        "prompt_mask": np.array([[False, True, True], [True, True, True], [True, True, True]]),
+        "response_ids": np.array([[11, 12, 0, 0], [13, 14, 15, 16], [0, 0, 0, 0]]),
+        "response_mask": response_mask,
+        "response_length": np.array([2, 4, 0]),
+        "logprob": np.where(response_mask, -0.5, 0.0).astype(np.float32),
+        "ref_logprob": np.where(response_mask, -0.25, 0.0).astype(np.float32),
+        "advantage": np.zeros(3, np.float32),
+        "reward": np.array([1.0, 0.0, 0.5], np.float32),
+        "group_id": np.array(["g0", "g0", "g1"]),
+        "episode_id": np.array(["a", "b", "c"]),
+        "policy_version": np.array([4, 4, 3]),
+        "step": np.array([0, 1, 0]),
+    }
+
+
+def problems(batch: dict[str, Any], **options: Any) -> list[tuple[str | None, str]]:
+    try:
+        validate_batch(batch, TokenBatch, **options)
+    except ContractError as err:
+        return [(p.rule, p.path) for p in err.problems]
+    return []
+
+
+def edited(key: str, index: Any, value: Any, batch: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
+    batch = dict(clean() if batch is None else batch)
+    array = np.array(batch[key])
+    array[index] = value
+    batch[key] = array
+    return batch
+
+
+def test_the_model_and_its_names():
+    assert TokenBatch is TokenBatchV1 is gyre_contract.TokenBatch is gyre_contract.TokenBatchV1
+    assert (TokenBatch.gyre_kind, TokenBatch.batch_dims) == ("token_batch", ("B",))
+    batch = validate_batch(clean(), TokenBatch)
+    assert isinstance(batch, TokenBatchV1)
+    assert batch.arrays()["response_length"].tolist() == [2, 4, 0]
+    assert validate_batch(clean(), batch_model=TokenBatch).step.tolist() == [0, 1, 0]
+    with pytest.warns(DeprecationWarning):  # the old keyword still works
+        validate_batch(clean(), model=TokenBatch)
+
+
+def test_optional_fields_and_a_per_token_advantage():
+    batch = {k: v for k, v in clean().items() if k not in ("ref_logprob", "group_id")}
+    batch["advantage"] = np.where(batch["response_mask"], 0.5, 0.0).astype(np.float32)
+    batch["value"] = np.zeros((3, 4), np.float32)
+    batch["token_reward"] = np.zeros((3, 4), np.float32)
+    batch["return"] = np.zeros((3, 4), np.float32)
+    assert problems(batch) == []
+
+
+def test_padding_may_hold_anything_the_rules_ignore():
+    batch = edited("logprob", (0, 3), np.nan)            # padding: not checked
+    batch = edited("ref_logprob", (1, 3), 3.0, batch)    # tool token (response_mask False)
+    assert problems(batch) == []
+
+
+def test_a_missing_required_field_is_a_field_problem():
+    batch = {k: v for k, v in clean().items() if k != "response_length"}
+    assert problems(batch) == [("field.required", "response_length")]
+
+
+@pytest.mark.parametrize(("rule", "batch"), [
+    ("batch.dims_agree", edited("prompt_mask", (0, 0), True) | {
+        "prompt_mask": np.ones((3, 4), bool)}),
+    ("batch.dims_agree", clean() | {"reward": np.zeros(4, np.float32)}),
+    ("batch.extra_fields_lead_with_b", clean() | {"weights": np.ones(2)}),
+    ("batch.advantage_per_row_or_token", clean() | {"advantage": np.zeros((3, 3), np.float32)}),
+    ("batch.advantage_per_row_or_token", clean() | {"advantage": np.zeros((3, 4, 1), np.float32)}),
+    ("batch.prompt_padding_at_start", edited("prompt_mask", (1, 2), False)),   # right-padded
+    ("batch.prompt_padding_at_start", edited("prompt_mask", (1, 1), False)),   # a hole
+    ("batch.response_mask_within_length", edited("response_mask", (0, 2), True)),
+    ("batch.response_mask_within_length", edited("response_length", 2, 5)),
+    ("batch.response_mask_within_length", edited("response_length", 2, -1)),
+    ("batch.finite_under_response_mask", edited("logprob", (1, 1), np.inf)),
+    ("batch.finite_under_response_mask", edited("reward", 2, np.nan)),         # [B]: everywhere
+    ("batch.finite_under_response_mask", edited("advantage", 2, np.nan)),
+    ("batch.token_logprob_nonpositive", edited("logprob", (0, 1), 0.1)),
+    ("batch.token_logprob_nonpositive", edited("ref_logprob", (1, 2), 0.1)),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_every_rule_fails_on_a_crafted_batch(rule, batch):
+    found = problems(batch)
+    assert found and {r for r, _ in found} == {rule}, found
+    assert rule in {r.name for r in registry.all_rules("batch")}
+
+
+def test_messages_name_the_rows_and_both_sides():
+    with pytest.raises(ContractError) as err:
+        validate_batch(edited("response_mask", (0, 3), True), TokenBatch)
+    text = str(err.value)
+    assert "response_mask: response_mask True past response_length" in text
+    assert "rows [0]" in text
+    with pytest.raises(ContractError) as err:
+        validate_batch(clean() | {"advantage": np.zeros((3, 3), np.float32)}, TokenBatch)
+    assert "expected float32[3] (one per row) or float32[3, 4] (one per response token), " \
+           "got float32[3, 3]" in str(err.value)
+
+
+def test_staleness_refuses_old_rows_naming_their_episode():
+    found = problems(clean(), max_staleness=0)
+    assert found == [("batch.policy_version_fresh", "policy_version[2]")]
+    with pytest.raises(ContractError, match=r"got 3 \(episode 'c'\)"):
+        validate_batch(clean(), TokenBatch, max_staleness=0)
+    assert problems(clean(), max_staleness=1) == []
+    assert problems(clean(), max_staleness=1, current_version=6) != []
+
+
+def test_the_train_batch_rules_never_run_on_a_token_batch_and_back():
+    """A TokenBatch has no `mask`: the `[B, T]` rules are not its own (and vice versa)."""
+    phases = {r.phase for r in registry.all_rules("batch")}
+    assert {"shape", "values", "staleness", "token_shape", "token_values"} == phases
+    batch = clean()
+    assert problems(batch) == []
+    for rule in registry.all_rules("batch"):
+        if rule.phase == "values":
+            assert rule.violate(batch, TokenBatch) is None, rule.name
+
+
+def test_the_committed_schema_is_the_models():
+    path = ROOT / "schemas" / "token_batch.v1.json"
+    assert path.read_text(encoding="utf-8") == render(json_schema(TokenBatchV1))
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["$id"] == "urn:gyre-contract:token_batch:1"
+    assert (doc["x-gyre-kind"], doc["x-gyre-batch-dims"]) == ("token_batch", ["B"])
+    assert doc["required"] == ["prompt_ids", "prompt_mask", "response_ids", "response_mask",
+                               "response_length", "logprob", "advantage", "reward",
+                               "episode_id", "policy_version", "step"]
+    assert doc["properties"]["prompt_ids"]["x-gyre-shape"] == ["B", "P"]
+    assert doc["properties"]["advantage"]["x-gyre-shape"] == ["B", "*adv"]
+    assert doc.get("additionalProperties", True) is not False  # a trainer's own arrays are allowed

@@ -1,0 +1,150 @@
+"""Collating a file from its columns (`flatcollate`) = collating the episodes it reads into.
+
+Same keys in the same order, same dtypes and values, for pinned and unpinned models, episodes
+written one after the other or interleaved, rows cut by max_len, blocks checked in bulk or line
+by line; and None (the episode path decides) where the columns cannot say the same.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "io"))
+from test_fast_file import cartpole_lines
+
+from gyre_contract.core.errors import ContractError
+from gyre_contract.core.models import RolloutStep
+from gyre_contract.io.reading import read_episodes
+from gyre_contract.trainer.collation import collate
+from gyre_contract.trainer.flatcollate import collate_file
+
+
+@pytest.fixture(autouse=True)
+def fast_paths_on(monkeypatch):
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    import gyre_contract.io.lines as lines
+
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 1500)
+
+
+def colons(lines: list[bytes], every: int = 7) -> list[bytes]:
+    """A ':' inside a string on some lines: valid, but the bulk reader (which counts ':' to
+    rule out duplicate keys) leaves their blocks to the line path."""
+    out = []
+    for i, raw in enumerate(lines):
+        if i % every == 0:
+            raw = orjson.dumps({**orjson.loads(raw), "info": {"note": "a:b"}})
+        out.append(raw)
+    return out
+
+
+def same(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for key in a:
+        assert a[key].dtype == b[key].dtype, key
+        assert a[key].shape == b[key].shape, key
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+FIELDS = [None, ["observation", "action", "reward", "terminated", "truncated", "value",
+                 "policy_version", "step"], ["reward", "value", "mask", "logprob"]]
+
+
+@pytest.mark.parametrize("model_name", ["pinned", "unpinned"])
+@pytest.mark.parametrize("interleave", [1, 4])
+@pytest.mark.parametrize("max_len", [None, 1, 3, 7])
+@pytest.mark.parametrize("fields", range(len(FIELDS)))
+@pytest.mark.parametrize("mixed", [False, True])
+def test_columns_collate_as_episodes(cartpole_record, cartpole_model, tmp_path, small_blocks,
+                                     model_name, interleave, max_len, fields, mixed):
+    model = cartpole_model if model_name == "pinned" else RolloutStep
+    lines = cartpole_lines(dict(cartpole_record), episodes=15, interleave=interleave)
+    if mixed:
+        lines = colons(lines)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    wanted = FIELDS[fields]
+    found = collate_file(path, model, fields=wanted, max_len=max_len)
+    expected = collate(list(read_episodes(path, model)), fields=wanted, max_len=max_len)
+    if found is None:
+        # only with every column: `next_value` rides on truncated last steps (a partial
+        # column), and which columns go in is the first episode's say
+        assert wanted is None
+        return
+    batch, n_episodes = found
+    assert n_episodes == 15
+    same(batch, expected)
+
+
+def test_a_colon_in_a_string_sends_the_block_to_the_line_path(cartpole_record, cartpole_model):
+    from gyre_contract.io.fastfile import bulk_plan
+
+    lines = cartpole_lines(dict(cartpole_record))
+    plan = bulk_plan(cartpole_model)
+    assert plan.decode(lines[1:6]) is not None
+    assert plan.decode(colons(lines)[:6]) is None
+
+
+def test_open_episodes_come_last_in_first_appearance_order(cartpole_record, tmp_path):
+    lines = cartpole_lines(dict(cartpole_record), episodes=9, interleave=3)
+    kept = [raw for raw in lines if orjson.loads(raw)["episode_id"] not in ("ep-1", "ep-4")
+            or not (orjson.loads(raw)["terminated"] or orjson.loads(raw)["truncated"])]
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(kept) + b"\n")
+    fields = ["reward", "step"]
+    batch, _ = collate_file(path, RolloutStep, fields=fields)
+    expected = collate(list(read_episodes(path, RolloutStep)), fields=fields)
+    same(batch, expected)
+    assert list(batch["episode_id"][-2:]) == ["ep-1", "ep-4"]
+
+
+def test_a_bad_file_raises_as_reading_episodes_does(cartpole_record, tmp_path):
+    lines = cartpole_lines(dict(cartpole_record))
+    del lines[5]
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(ContractError) as flat:
+        collate_file(path, RolloutStep, fields=["reward"])
+    with pytest.raises(ContractError) as episodes:
+        list(read_episodes(path, RolloutStep))
+    assert str(flat.value) == str(episodes.value)
+
+
+def test_what_columns_cannot_say_goes_to_episodes(cartpole_record, tmp_path, monkeypatch):
+    lines = cartpole_lines(dict(cartpole_record))
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert collate_file(path, RolloutStep, fields=["next_value_typo"]) is None
+    assert collate_file(path, RolloutStep, fields=["reward"], max_bytes=10) is None
+    partial = [raw if i % 2 else orjson.dumps({k: v for k, v in orjson.loads(raw).items()
+                                               if k != "value"})
+               for i, raw in enumerate(lines)]
+    path.write_bytes(b"\n".join(partial) + b"\n")
+    assert collate_file(path, RolloutStep, fields=["value"]) is None
+    monkeypatch.setenv("GYRE_FAST_PATHS", "0")
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert collate_file(path, RolloutStep, fields=["reward"]) is None
+
+
+@pytest.mark.parametrize("max_len", [None, 3])
+def test_v11_fields_collate_from_columns_as_episodes(cartpole_record, tmp_path, small_blocks,
+                                                     max_len):
+    from test_binding import token_fields
+
+    lines = token_fields(colons(cartpole_lines(dict(cartpole_record), interleave=2)))
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    fields = ["action", "ref_logprob", "loss_mask", "token_reward", "group_id", "reward"]
+    found = collate_file(path, RolloutStep, fields=fields, max_len=max_len)
+    assert found is not None
+    same(found[0], collate(list(read_episodes(path, RolloutStep)), fields=fields,
+                           max_len=max_len))
