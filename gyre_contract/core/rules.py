@@ -25,12 +25,19 @@ from gyre_contract.core.fields import (
     MODALITIES,
     AnyObservation,
     field_specs,
+    fields_binding,
     record_bindings,
 )
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.registry import Rule, register
 from gyre_contract.core.tensor import TensorSpec
-from gyre_contract.core.tokenfields import TOKEN_FIELDS, TOKENS_REASON, token_field_problem
+from gyre_contract.core.tokenfields import (
+    TOKEN_FIELDS,
+    TOKENS_REASON,
+    TURNS_REASON,
+    is_token_turn,
+    token_field_problem,
+)
 
 # -- field rules --------------------------------------------------------------------------------
 
@@ -322,9 +329,6 @@ def _version(s: StepInEpisode) -> list[Problem]:
 
 
 DIMS_REASON = "dimension changed within the episode (declare it in varying_dims if it may)"
-TURNS_REASON = ("dimension changed within the episode (token turns of varying length: validate "
-                "with --model gyre_contract.pinned:LLMStep, or a model declaring varying_dims)")
-_PER_TOKEN = frozenset({"logprob", *TOKEN_FIELDS})
 
 
 def _dims_kept(s: StepInEpisode) -> list[Problem]:
@@ -336,37 +340,14 @@ def _dims_kept(s: StepInEpisode) -> list[Problem]:
                if name in state.dims and state.dims[name] != size}
     if not changed:
         return []
-    fields = _fields_binding(s.step, changed)
+    fields = fields_binding(s.step, changed)
     if not fields:  # every dim is bound by some field; kept as a guard, never silent
         fields = [(name, name, s.dims[name], None) for name in sorted(changed)]
-    reason = TURNS_REASON if _token_turn(s.step, {path for path, *_ in fields}) else DIMS_REASON
+    reason = TURNS_REASON if is_token_turn(s.step, {path for path, *_ in fields}) else DIMS_REASON
     return [Problem(path, f"{name}={format_size(state.dims[name])} as earlier in the episode",
                     f"{name}={format_size(size)}"
                     + (f" ({describe(value)})" if value is not None else ""), reason)
             for path, name, size, value in fields]
-
-
-def _fields_binding(step: Any, names: set[str]) -> list[tuple[str, str, Any, Any]]:
-    """(path, dim, size, value) of each field of `step` binding one of the dims `names`."""
-    cls = type(step)
-    info = model_info(cls)
-    out = []
-    for wire in field_specs(cls):
-        value = getattr(step, info.attr(wire), None)
-        if value is None:
-            continue
-        bindings, _ = record_bindings(cls, {wire: value})
-        for name in sorted(names & bindings.keys()):
-            out.append((wire, name, bindings[name], value))
-    return out
-
-
-def _token_turn(step: Any, paths: set[str]) -> bool:
-    """The changed fields are a token action (integer, rank 1) and its per-token fields."""
-    action = getattr(step, "action", None)
-    return ("action" in paths and paths <= _PER_TOKEN | {"action"}
-            and isinstance(action, np.ndarray) and action.ndim == 1
-            and np.issubdtype(action.dtype, np.integer))
 
 
 def _kind_changes(s: StepInEpisode) -> list[tuple[str, str, str, Any]]:

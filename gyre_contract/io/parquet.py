@@ -28,6 +28,7 @@ from gyre_contract.io.arrowschema import (
     arrow_schema_problems,
     is_parquet,
     is_pinned,
+    layout_problems,
     peel,
     schema_metadata,
     spec_of,
@@ -104,7 +105,8 @@ def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[Ba
                 schema = to_arrow_schema(model, sample=sample)
                 writer = _writer(pq, tmp, schema)
             _check_writable(records, schema, start)
-            _check_ranks(records, schema, start)
+            if problems := layout_problems(records, schema, start):
+                raise ContractError(problems)
             table = pa.Table.from_arrays(
                 [_to_arrow(records, f, start) for f in schema], schema=schema)
             writer.write_table(table, row_group_size=rows_per_group)
@@ -211,40 +213,6 @@ def _check_writable(records: list[dict[str, Any]], schema: Any, start: int) -> N
                                         "None cannot be written"))
     if problems:
         raise ContractError(problems)
-
-
-def _check_ranks(records: list[dict[str, Any]], schema: Any, start: int) -> None:
-    """A scalar where the column holds lists, or a list where it holds scalars: each such row.
-
-    An unpinned `*name` field (`logprob`, `ref_logprob`: [] or the action's dims) may take
-    either form from record to record in JSON Lines, but a Parquet column has one layout,
-    settled by the first record (`steps[0]`)."""
-    import pyarrow as pa
-
-    problems = []
-    for column in schema:
-        if column.metadata and column.metadata.get(b"x-gyre-encoding") == b"json" \
-                or pa.types.is_struct(column.type) or pa.types.is_string(column.type):
-            continue
-        lists = pa.types.is_list(column.type) or pa.types.is_large_list(column.type) \
-            or pa.types.is_fixed_size_list(column.type)
-        for i, record in enumerate(records):
-            value = record.get(column.name)
-            scalar = not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) == 0
-            if value is None or lists != scalar:
-                continue
-            layout = "a list per row" if lists else "one value per row"
-            problems.append(Problem(
-                f"steps[{start + i}].{column.name}", type_text(column.type), describe(value),
-                f"cannot be written as this column: a Parquet column has one layout, here "
-                f"{layout} as settled by steps[0]; write {column.name} in one form in the "
-                f"whole file (or pin the model), or use JSON Lines"))
-    if problems:
-        raise ContractError(sorted(problems, key=lambda p: _row_of(p.path)))
-
-
-def _row_of(path: str) -> int:
-    return int(path[len("steps["):path.index("]")])
 
 
 # -- reading ---------------------------------------------------------------------------------
