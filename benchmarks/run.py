@@ -92,6 +92,8 @@ class Figure:
     unit: str = "s"
     spread: tuple[float, float] | None = None
     """The per-round ratios' quartiles (interleaved figures): how much the machine moved."""
+    section: str = ""
+    """The section of run.py that measured it (set by `main`)."""
 
     def line(self) -> str:
         verdict = {True: "PASS", False: "FAIL", None: "info"}[self.ok]
@@ -471,12 +473,13 @@ def normal_path_only() -> None:
 
 def markdown(figures: list[Figure]) -> str:
     """The figures as a Markdown table (what benchmarks/README.md keeps)."""
-    rows = ["| figure | ratio | target | verdict | ours | baseline |", "|---|---:|---|---|---:|---|"]
+    rows = ["| figure | ratio | target | verdict | ours | baseline | section |",
+            "|---|---:|---|---|---:|---|---|"]
     for f in figures:
         verdict = {True: "PASS", False: "FAIL", None: "info"}[f.ok]
         ratio = f"{f.ratio:.2f}x" + (f" ({f.spread[0]:.2f}-{f.spread[1]:.2f})" if f.spread else "")
         rows.append(f"| {f.name.strip()} | {ratio} | {f.target or '-'} | {verdict} | "
-                    f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} |")
+                    f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} | {f.section} |")
     return "\n".join(rows) + "\n"
 
 
@@ -524,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"the baselines do not compute what the package computes: {err}")
                 return 1
             for fig in section_figures:
+                fig.section = section
                 print(fig.line(), flush=True)
                 figures.append(fig)
     failed = [f for f in figures if f.ok is False]
