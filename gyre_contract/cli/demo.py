@@ -13,6 +13,13 @@ from gyre_contract.harness.demo import run_demo
 from gyre_contract.harness.llmdemo import run_llm_demo
 
 CARTPOLE_CYCLES, LLM_CYCLES = 12, 40
+FILES = {"rollouts.jsonl": "stage 1: the sampler's rollouts (validate, show)",
+         "sampler.json": "the diff: the sampler's schema",
+         "trainer.json": "the diff: the trainer's schema",
+         "map.json": "the diff: the field map it wrote (batch --map)",
+         "runs.jsonl": "stage 3: one run record per seed (runs)",
+         "runs.png": "stage 3: the curves"}
+"""The files a demo leaves in its folder, in the order the stages write them."""
 
 
 def add_parser(sub: Any) -> None:
@@ -57,10 +64,20 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cycles < 1 or episodes < 1:
         print("error: --cycles and --episodes must be >= 1", file=err)
         return 2
+    if args.seed < 0:
+        print(f"error: --seed must be >= 0, got {args.seed}", file=err)
+        return 2
     if args.out_dir is not None:
-        return _run(args, out, args.out_dir, cycles, episodes, plot=True)
+        code = _run(args, out, args.out_dir, cycles, episodes, plot=True)
+        kept = [name for name in FILES if (args.out_dir / name).is_file()]
+        out.write(f"\nfiles kept in {args.out_dir}:\n" + "".join(
+            f"  {name:<15} {FILES[name]}\n" for name in kept))
+        return code
     with tempfile.TemporaryDirectory(prefix="gyre-demo-") as tmp:
-        return _run(args, out, Path(tmp), cycles, episodes, plot=False)
+        code = _run(args, out, Path(tmp), cycles, episodes, plot=False)
+    out.write(f"\nthe files above were in a temporary folder, now removed: --out-dir DIR keeps "
+              f"them ({', '.join(FILES)})\n")
+    return code
 
 
 def _run(args: argparse.Namespace, out: TextIO, out_dir: Path, cycles: int, episodes: int,

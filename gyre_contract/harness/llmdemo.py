@@ -338,7 +338,7 @@ def _stage1(say: _Say, result: LLMDemoResult, policy: TokenPolicy, task: Additio
 def _group_table(records: list[Mapping[str, Any]]) -> str:
     first = records[0]
     lines = [f"  group {first['group_id']}, prompt {first['observation']['text']!r} "
-             f"(ids {list(first['observation']['token_ids'])}), policy version "
+             f"(ids {np.asarray(first['observation']['token_ids']).tolist()}), policy version "
              f"{first['policy_version']}",
              f"  {'episode':<12} {'completion':<11} {'reward':>6}  {'sum logprob':>11}  "
              f"{'sum ref_logprob':>15}"]

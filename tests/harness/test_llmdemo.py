@@ -321,6 +321,10 @@ def test_demo_llm_passes_every_stage_and_keeps_its_files(tmp_path):
         assert heading in text
     assert text.count("result: PASS") == 4 and "ALL STAGES PASS" in text
     assert "rows=step" in text and "group_norm" in text
+    assert "(ids [1, " in text and "np.int64" not in text  # the prompt's ids read as plain ints
+    # the run ends by saying where its files are, each with the stage that wrote it
+    tail = text[text.index("ALL STAGES PASS"):]
+    assert f"files kept in {tmp_path}" in tail and "map.json" in tail and "runs.jsonl" in tail
     for name in ("rollouts.jsonl", "sampler.json", "trainer.json", "map.json", "runs.jsonl"):
         assert (tmp_path / name).is_file(), name
     fmap = json.loads((tmp_path / "map.json").read_text())
@@ -367,11 +371,14 @@ def test_demo_llm_exits_1_when_the_reward_does_not_rise(tmp_path, monkeypatch):
     assert code == 1
     assert "stage 1 pass, diff pass, stage 2 pass, stage 3 FAIL" in text
     assert "result: FAIL" in text
+    # without --out-dir the paths printed above are gone at the end: the run says so
+    assert "temporary folder, now removed" in text and "--out-dir DIR" in text
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--episodes", "4"], "--episodes is for the CartPole demo"),
     (["--cycles", "0"], "--cycles and --episodes must be >= 1"),
+    (["--seed", "-1"], "--seed must be >= 0"),
 ])
 def test_demo_llm_refuses_bad_arguments_with_exit_2(argv, message):
     code, out, err = cli("demo", "--llm", *argv)
