@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.harness.demoreport import DemoReport, cycle_rows, timed
+from gyre_contract.harness.demoreport import DemoReport, Say, cycle_rows, timed
 from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.runlog import RunLog, format_summary, summarize
 from gyre_contract.harness.runplot import plot_runs
@@ -126,22 +126,6 @@ class DemoResult(DemoReport):
     """Stage 3's learning curves: per seed, the mean episode length of each cycle."""
 
 
-class _Printer:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def __call__(self, text: str = "") -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def heading(self, title: str, criteria: str) -> None:
-        self(f"\n=== {title} ===")
-        self(f"pass criteria: {criteria}")
-
-    def verdict(self, ok: bool, text: str) -> None:
-        self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
-
-
 def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
              episodes_per_cycle: int = 32, plot: bool = True, notes: str = "") -> DemoResult:
     """Run the three stages; return their verdicts. Files land in `out_dir`.
@@ -152,7 +136,7 @@ def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
     gym = _gymnasium()
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    say = _Printer(out)
+    say = Say(out)
     result = DemoResult(out_dir=out_dir, seed=seed, cycles=cycles)
     policy = SoftmaxPolicy(seed=seed)
     say(f"gyre-contract demo on Gymnasium CartPole-v1 (seed {seed}, files in {out_dir})")
@@ -205,7 +189,7 @@ def _recorder(envs: Any, policy: SoftmaxPolicy, model: type, seed: int, run_id: 
                     run_id=run_id, seed=seed, model=model)
 
 
-def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
+def _stage1(say: Say, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
             out_dir: Path, seed: int, n: int) -> Path:
 
     say.heading("Stage 1: the sampler alone",
@@ -229,7 +213,7 @@ def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
     return path
 
 
-def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model: type,
+def _diff_stage(say: Say, result: DemoResult, step_model: type, batch_model: type,
                 out_dir: Path) -> Path:
 
     say.heading("Diff: sampler schema vs trainer schema",
@@ -249,7 +233,7 @@ def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model
     return map_path
 
 
-def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
+def _stage2(say: Say, result: DemoResult, rollouts: Path, map_path: Path,
             policy: SoftmaxPolicy, step_model: type, batch_model: type) -> None:
 
     say.heading("Stage 2: half way (map + collate + one loss, no update)",
@@ -270,7 +254,7 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
                   weights_unchanged=bool(np.array_equal(before, policy.weights)))
 
 
-def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
+def _stage3(say: Say, result: DemoResult, envs: Any, step_model: type, map_path: Path,
             out_dir: Path, cycles: int, seed: int, n: int, plot: bool, notes: str = "") -> None:
     say.heading("Stage 3: the full loop",
                 f"every cycle's counts, timestamps and policy versions check out; one "
@@ -306,7 +290,7 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_
     result.record("stage 3", ok, improved=[_improved(x) for x in result.lengths], plot=plotted)
 
 
-def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
+def _train_run(say: Say, result: DemoResult, envs: Any, step_model: type, map_path: Path,
                cycles: int, run_seed: int, n: int, config: dict[str, Any], log: RunLog,
                notes: str = "") -> list[float] | None:
     """One run of stage 3: a fresh policy seeded `run_seed`; its mean episode length per cycle."""
@@ -333,7 +317,7 @@ def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, m
     return lengths
 
 
-def _failed(say: _Printer, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
+def _failed(say: Say, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
     """A stage that broke the contract: its problems, its verdict, and no further work in it."""
     say(str(err))
     say.verdict(False, why)
@@ -361,7 +345,7 @@ def _json_text(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _plot(say: _Printer, log: RunLog, out_dir: Path) -> str | None:
+def _plot(say: Say, log: RunLog, out_dir: Path) -> str | None:
     try:
         path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_episode_length",
                          curve_label="mean episode length (steps)")

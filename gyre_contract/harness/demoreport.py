@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TextIO
 
 from gyre_contract.core.errors import ContractError
 from gyre_contract.core.report import Report
@@ -151,3 +151,22 @@ def first_last(curves: Sequence[Sequence[float]], cycles: int) -> tuple[str, str
     firsts = "/".join(f"{sum(c[:k]) / len(c[:k]):.2f}" for c in curves)
     lasts = "/".join(f"{sum(c[-k:]) / len(c[-k:]):.2f}" for c in curves)
     return label, firsts, lasts
+
+
+class Say:
+    """The demos' text output: a line, a stage heading with its pass criteria, a verdict."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def heading(self, title: str, criteria: str) -> None:
+        self(f"\n=== {title} ===")
+        self(f"pass criteria: {criteria}")
+
+    def verdict(self, ok: bool, text: str) -> bool:
+        self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
+        return ok

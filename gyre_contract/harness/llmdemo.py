@@ -28,6 +28,7 @@ from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.harness.demoreport import (
     DemoReport,
+    Say,
     compact_table,
     cycle_rows,
     first_last,
@@ -261,23 +262,6 @@ class LLMDemoResult(DemoReport):
     """Per seed, the greedy exact accuracy on all 100 problems before and after training."""
 
 
-class _Say:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def __call__(self, text: str = "") -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def heading(self, title: str, criteria: str) -> None:
-        self(f"\n=== {title} ===")
-        self(f"pass criteria: {criteria}")
-
-    def verdict(self, ok: bool, text: str) -> bool:
-        self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
-        return ok
-
-
 def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
                  seeds: int = STAGE3_SEEDS, notes: str = "", plot: bool = False
                  ) -> LLMDemoResult:
@@ -287,7 +271,7 @@ def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
     (matplotlib, the `demo` extra)."""
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    say = _Say(out)
+    say = Say(out)
     result = LLMDemoResult(out_dir=out_dir, seed=seed, cycles=cycles)
     task = AdditionTask()
     say(f"gyre-contract demo --llm: GRPO on 'a+b=' with a numpy token policy (vocabulary "
@@ -314,7 +298,7 @@ def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
 
 
 
-def _stage1(say: _Say, result: LLMDemoResult, policy: TokenPolicy, task: AdditionTask,
+def _stage1(say: Say, result: LLMDemoResult, policy: TokenPolicy, task: AdditionTask,
             out_dir: Path, seed: int) -> Path:
     say.heading("Stage 1: the sampler alone",
                 f"{PROMPTS_PER_BATCH} prompts x {GROUP_SIZE} completions recorded as "
@@ -367,7 +351,7 @@ def _json_text(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _diff_stage(say: _Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, Path]:
+def _diff_stage(say: Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, Path]:
     say.heading("Diff: sampler schema vs a verl-style trainer schema",
                 "no trainer field is missing; the written map makes one row per generation "
                 "and group-normalised advantages")
@@ -394,7 +378,7 @@ def _op_of(spec: Any) -> str | None:
     return spec.get("op") if isinstance(spec, Mapping) else None
 
 
-def _stage2(say: _Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
+def _stage2(say: Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
             trainer_path: Path, policy: TokenPolicy) -> None:
     say.heading("Stage 2: half way (map + collate + one GRPO loss, no update)",
                 "the batch fits the trainer schema, its advantages equal the group-normalised "
@@ -434,7 +418,7 @@ def _stage2(say: _Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
         f"token-mean), weights unchanged")
 
 
-def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
+def _stage3(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
             trainer_path: Path, out_dir: Path, cycles: int, seed: int, seeds: int,
             notes: str, plot: bool) -> None:
     say.heading("Stage 3: the full loop, sampling one version ahead",
@@ -471,7 +455,7 @@ def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path
                 f"{seeds} seeds x {cycles} updates, mean reward ({label}) {first} → {last}")
 
 
-def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
+def _train_run(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
                trainer_path: Path, cycles: int, run_seed: int, log: RunLog,
                notes: str) -> list[float] | None:
     policy = TokenPolicy(seed=run_seed)
@@ -517,7 +501,7 @@ def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: P
     return curve
 
 
-def _plot(say: _Say, log: RunLog, out_dir: Path) -> str | None:
+def _plot(say: Say, log: RunLog, out_dir: Path) -> str | None:
     try:
         path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_reward",
                          curve_label="mean reward of the batch trained on")
