@@ -130,6 +130,8 @@ class DiffReport(Report):
         self._warnings = warnings if warnings is not None else []
         self.gamma = gamma
         self.lam = lam
+        self.strict = False
+        """Checked for `--strict`: `to_dict`'s `exit_code` then fails on a conversion too."""
 
     def __repr__(self) -> str:
         return f"DiffReport({self.sampler.name!r} -> {self.trainer.name!r}: {self.summary_line()})"
@@ -204,7 +206,8 @@ class DiffReport(Report):
             "entries": [e.to_dict() for e in self.entries],
             "warnings": [w.to_dict() for w in self.warnings],
             "summary": {**counts, "warnings": len(self.warnings),
-                        "exit_code": self.exit_code(), "text": self.summary_line()},
+                        "strict": self.strict, "exit_code": self.exit_code(strict=self.strict),
+                        "text": self.summary_line()},
         }
 
     def to_text(self, color: bool = False) -> str:
