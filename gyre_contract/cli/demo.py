@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
+from gyre_contract.cli.common import UsageError
 from gyre_contract.cli.conventions import add_out_dir
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.demo import run_demo
@@ -61,16 +62,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cycles = args.cycles if args.cycles is not None else (
         LLM_CYCLES if args.llm else CARTPOLE_CYCLES)
     if args.llm and args.episodes is not None:
-        print("error: --episodes is for the CartPole demo; --llm samples 16 prompts x 8 "
-              "completions per cycle", file=err)
-        return 2
+        raise UsageError("error: --episodes is for the CartPole demo; --llm samples 16 prompts x 8 "
+                         "completions per cycle")
     episodes = 32 if args.episodes is None else args.episodes
     if cycles < 1 or episodes < 1:
-        print("error: --cycles and --episodes must be >= 1", file=err)
-        return 2
+        raise UsageError("error: --cycles and --episodes must be >= 1")
     if args.seed < 0:
-        print(f"error: --seed must be >= 0, got {args.seed}", file=err)
-        return 2
+        raise UsageError(f"error: --seed must be >= 0, got {args.seed}")
     text = args.format == "text"
     stages = out if text else io.StringIO()  # --format json: the stage text is not printed
     if args.out_dir is not None:

@@ -84,3 +84,14 @@ def test_a_missing_file_is_json(argv, tmp_path) -> None:
     code, out, err = cli(*args, "--format", "json")
     assert (code, err) == (2, "")
     assert json.loads(out)["error"]
+
+
+@pytest.mark.parametrize("argv", [["demo", "--seed", "-1"], ["demo", "--llm", "--episodes", "3"],
+                                  ["demo", "--cycles", "0"]])
+def test_the_demos_usage_errors_are_json_too(argv: list[str]) -> None:
+    text_code, _, text_err = cli(*argv)
+    assert text_code == 2 and text_err.startswith("error: ")
+    code, out, err = cli(*argv, "--format", "json")
+    report = json.loads(out)
+    assert (code, err, report["command"], report["exit_code"]) == (2, "", "demo", 2)
+    assert report["error"] == text_err.removeprefix("error: ").rstrip("\n")
