@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from gyre_contract.cli import run
-from gyre_contract.core.errors import ContractError
 from gyre_contract.trainer.fieldmap import known_ops
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -77,49 +76,44 @@ def test_own_trainer_step_updates_and_loss_does_not():
     assert not np.array_equal(weights, agent.weights)
 
 
-def test_llm_rollout_passes_stages_1_and_2(tmp_path, capsys):
-    llm = load_example("llm_rollout")
+def test_llm_sampler_passes_stages_1_and_2(tmp_path, capsys):
+    llm = load_example("llm_sampler")
     ops_before = known_ops()
     assert llm.main(["--out", str(tmp_path), "--prompts", "3", "--group", "4"]) == 0
     text = capsys.readouterr().out
     assert text.count("result: PASS") == 2 and "FAIL" not in text
     assert "BOTH STAGES PASS: stage 1 pass, stage 2 pass" in text
     assert "12 episodes (0 open, 12 terminated, 0 truncated)" in text
-    assert known_ops() == ops_before  # the example's op does not leak into the registry
+    assert known_ops() == ops_before  # the example registers nothing: group_norm is built in
     for name in ("rollouts.jsonl", "map.json"):
         assert (tmp_path / name).is_file(), name
-    code, out = cli("validate", str(tmp_path / "rollouts.jsonl"), "--model",
-                    "gyre_contract.pinned:LLMStep", "--require-complete")
-    assert code == 0 and "action                 int64    [2..11]" in out
+    rollouts = str(tmp_path / "rollouts.jsonl")
+    code, out = cli("validate", rollouts, "--model", "gyre_contract.pinned:LLMStep",
+                    "--require-complete")
+    assert code == 0 and "group_id" in out and "ref_logprob" in out, out
+    code, out = cli("batch", rollouts, "--map", str(tmp_path / "map.json"), "--model",
+                    "gyre_contract.pinned:LLMStep")
+    assert code == 0, out
 
 
-def test_fake_generator_is_deterministic_with_logprobs_at_most_zero():
-    llm = load_example("llm_rollout")
-    gen = llm.FakeGenerator(seed=5)
-    tokens, logprobs = gen.generate([1, 7, 8], 0)
-    again, _ = gen.generate([1, 7, 8], 0)
-    assert np.array_equal(tokens, again) and tokens[-1] == llm.EOS
-    assert tokens.dtype == np.int64 and logprobs.dtype == np.float32
-    assert len(tokens) == len(logprobs) and (logprobs <= 0).all()
-    lengths = {len(gen.generate([1, 7, 8], s)[0]) for s in range(20)}
-    assert len(lengths) > 1  # generation lengths vary: the varying dim A
-
-
-def test_group_advantage_normalises_within_a_prompt_and_refuses_cut_rows():
-    llm = load_example("llm_rollout")
-    reward = np.array([[1.0], [0.0], [0.0], [0.0]], np.float32)
-    prompt = np.array([[[1, 9, 0]], [[1, 9, 0]], [[1, 8, 8]], [[1, 8, 8]]])
-    prompt_mask = np.array([[[True, True, False]]] * 4)
-    step = np.zeros((4, 1), np.int64)
-    columns = {"mask": np.ones((4, 1), bool)}
-    adv = llm.group_advantage([reward, prompt, prompt_mask, step], columns)
-    assert np.allclose(adv[:, 0], [1.0, -1.0, 0.0, 0.0], atol=1e-5)
-    with pytest.raises(ContractError) as err:
-        llm.group_advantage([reward, prompt, prompt_mask, step + np.array([[0], [1], [0], [0]])],
-                            columns)
-    assert str(err.value) == ("group_advantage: a row without its first prompt cannot be "
-                              "grouped: expected rows that start at step 0, got rows [1] "
-                              "start later")
+def test_my_llm_is_deterministic_and_splices_tool_output_out_of_the_loss():
+    llm = load_example("llm_sampler")
+    model = llm.MyLLM(seed=5)
+    first = model.generate([1, 7, 8], 20)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(first, model.generate([1, 7, 8], 20),
+                                                          strict=True))
+    assert all(t[-1] == llm.EOS and t.dtype == np.int64 and (lp <= 0).all()
+               and lp.dtype == np.float32 and len(t) == len(lp) for t, lp in first)
+    assert len({len(t) for t, _ in first}) > 1  # generation lengths vary: the varying dim A
+    tokens = np.array([9, llm.TOOL, 7, llm.EOS])
+    lp = np.full(4, -0.5, np.float32)
+    c = llm.with_tool_output(tokens, lp, lp - 0.1)
+    assert c["action"].tolist() == [9, llm.TOOL, *llm.TOOL_OUTPUT, 7, llm.EOS]
+    assert c["loss_mask"].tolist() == [True, True, False, False, False, False, True, True]
+    assert (c["logprob"][~c["loss_mask"]] == 0).all()
+    assert np.array_equal(c["action"][c["loss_mask"]], tokens)
+    plain = llm.with_tool_output(tokens[[0, 2, 3]], lp[:3], lp[:3])
+    assert plain["loss_mask"].all() and len(plain["action"]) == 3
 
 
 def test_own_trainer_reports_a_broken_train_step_and_exits_1(tmp_path, capsys, monkeypatch):
@@ -146,18 +140,17 @@ def test_own_trainer_reports_a_broken_train_step_and_exits_1(tmp_path, capsys, m
     assert "SOME STAGES FAILED: stage 1 pass, diff pass, stage 2 pass, stage 3 FAIL" in text
 
 
-def test_llm_rollout_reports_a_bad_sampler_and_exits_1(tmp_path, capsys, monkeypatch):
-    llm = load_example("llm_rollout")
-    real = llm.FakeGenerator.generate
+def test_llm_sampler_reports_a_bad_sampler_and_exits_1(tmp_path, capsys, monkeypatch):
+    llm = load_example("llm_sampler")
+    real = llm.MyLLM.generate
 
-    def positive_logprobs(self, prompt, sample):
-        tokens, logprobs = real(self, prompt, sample)
-        return tokens, -logprobs  # a sign slip: log-probs above 0
+    def positive_logprobs(self, prompt, n):
+        return [(tokens, -logprobs) for tokens, logprobs in real(self, prompt, n)]  # sign slip
 
-    monkeypatch.setattr(llm.FakeGenerator, "generate", positive_logprobs)
+    monkeypatch.setattr(llm.MyLLM, "generate", positive_logprobs)
     assert llm.main(["--out", str(tmp_path), "--prompts", "1", "--group", "2"]) == 1
     text = capsys.readouterr().out
-    assert "records[0].logprob: positive log-probability: expected <= 0" in text
-    assert "result: FAIL — a generation broke the contract before it was written" in text
+    assert "logprob: positive log-probability: expected <= 0" in text
+    assert "result: FAIL — a completion broke the contract before it was written" in text
     assert "SOME STAGES FAILED: stage 1 FAIL, stage 2 not run" in text
-    assert not (tmp_path / "map.json").exists()
+    assert not (tmp_path / "rollouts.jsonl").exists()

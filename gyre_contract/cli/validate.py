@@ -89,6 +89,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 args.rollouts, model, schema=schema, require_complete=args.require_complete,
                 allow_partial_tail=args.allow_partial_tail,
                 max_examples_per_group=args.max_examples)
+    report.strict = args.strict  # the JSON's `exit_code` is the one returned here
     out.write(report.render(args.format) + "\n")
     return report.exit_code(strict=args.strict)
 

@@ -338,6 +338,12 @@ def describe_elements(arr: np.ndarray) -> str:
     return describe(arr)
 
 
+EMPTY_STRING = "empty string"
+"""Why a string field's value is refused when it is empty."""
+NON_EMPTY = "a non-empty string"
+"""What a problem expects of a string field whose value is empty."""
+
+
 def scalar_reason(value: Any, dtype: str) -> str:
     """Why a scalar value is not a lossless `dtype` value (for messages); '' if it is."""
     if value is None:
@@ -349,7 +355,7 @@ def scalar_reason(value: Any, dtype: str) -> str:
     if dtype == "string":
         if not isinstance(value, str):
             return "not a string"
-        return "" if value else "empty string"
+        return "" if value else EMPTY_STRING
     if isinstance(value, bool):
         return "a bool is not a number"
     if dtype in INT_DTYPES:

@@ -231,6 +231,21 @@ def _dim_problem(path: str, name: str, bound: Any, got: Any, value: Any) -> Prob
                    got=f"{name}={format_size(got)} ({describe(value)})")
 
 
+def fields_binding(step: Any, names: set[str]) -> list[tuple[str, str, Any, Any]]:
+    """(path, dim, size, value) of each field of `step` binding one of the dims `names`."""
+    cls = type(step)
+    info = model_info(cls)
+    out = []
+    for wire in field_specs(cls):
+        value = getattr(step, info.attr(wire), None)
+        if value is None:
+            continue
+        bindings, _ = record_bindings(cls, {wire: value})
+        for name in sorted(names & bindings.keys()):
+            out.append((wire, name, bindings[name], value))
+    return out
+
+
 # -- the kind of a field's value: what may change from step to step ---------------------------
 
 MODALITIES = "modalities"

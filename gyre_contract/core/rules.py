@@ -25,12 +25,19 @@ from gyre_contract.core.fields import (
     MODALITIES,
     AnyObservation,
     field_specs,
+    fields_binding,
     record_bindings,
 )
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.registry import Rule, register
 from gyre_contract.core.tensor import TensorSpec
-from gyre_contract.core.tokenfields import TOKEN_FIELDS, TOKENS_REASON, token_field_problem
+from gyre_contract.core.tokenfields import (
+    TOKEN_FIELDS,
+    TOKENS_REASON,
+    TURNS_REASON,
+    is_token_turn,
+    token_field_problem,
+)
 
 # -- field rules --------------------------------------------------------------------------------
 
@@ -321,14 +328,26 @@ def _version(s: StepInEpisode) -> list[Problem]:
                     str(s.step.policy_version), "policy_version decreased")]
 
 
+DIMS_REASON = "dimension changed within the episode (declare it in varying_dims if it may)"
+
+
 def _dims_kept(s: StepInEpisode) -> list[Problem]:
+    """One problem per field whose dims changed size; token turns get the model allowing them."""
     state = s.state
     if state is None:
         return []
-    return [Problem(name, f"{name}={format_size(state.dims[name])} as earlier in the episode",
-                    f"{name}={format_size(size)}", "dimension changed within the episode "
-                    "(declare it in varying_dims if it may)")
-            for name, size in s.dims.items() if name in state.dims and state.dims[name] != size]
+    changed = {name for name, size in s.dims.items()
+               if name in state.dims and state.dims[name] != size}
+    if not changed:
+        return []
+    fields = fields_binding(s.step, changed)
+    if not fields:  # every dim is bound by some field; kept as a guard, never silent
+        fields = [(name, name, s.dims[name], None) for name in sorted(changed)]
+    reason = TURNS_REASON if is_token_turn(s.step, {path for path, *_ in fields}) else DIMS_REASON
+    return [Problem(path, f"{name}={format_size(state.dims[name])} as earlier in the episode",
+                    f"{name}={format_size(size)}"
+                    + (f" ({describe(value)})" if value is not None else ""), reason)
+            for path, name, size, value in fields]
 
 
 def _kind_changes(s: StepInEpisode) -> list[tuple[str, str, str, Any]]:
@@ -407,8 +426,7 @@ EPISODE_RULES = [
     Rule("episode.policy_version_monotonic", "episode", ("policy_version decreased",),
          _version, lambda r, m: episode_of(r, 2, policy_version=[3, 2]), phase="step",
          doc="policy_version never decreases"),
-    Rule("episode.dims_fixed", "episode",
-         ("dimension changed within the episode (declare it in varying_dims if it may)",),
+    Rule("episode.dims_fixed", "episode", (DIMS_REASON, TURNS_REASON),
          _dims_kept, _jump, phase="step", doc="named dims keep their size unless varying"),
     Rule("episode.structure_fixed", "episode", ("structure changed within the episode",),
          _structure_kept, _modalities_later, phase="step",

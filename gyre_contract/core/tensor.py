@@ -16,9 +16,11 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from gyre_contract.core.dims import (
     DTYPES,
+    EMPTY_STRING,
     FLOAT_DTYPES,
     FLOAT_MAX,
     INT_RANGES,
+    NON_EMPTY,
     CastError,
     Dim,
     Shape,
@@ -230,7 +232,7 @@ def scalar_core_schema(dtype: str, expected: str) -> core_schema.CoreSchema:
         plain = value.item()
         why = scalar_reason(plain, dtype)
         if why:
-            raise gyre_error(why, expected, describe(value))
+            raise gyre_error(why, NON_EMPTY if why == EMPTY_STRING else expected, describe(value))
         return float(plain) if dtype in FLOAT_DTYPES else plain
 
     slow = core_schema.chain_schema([

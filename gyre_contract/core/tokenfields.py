@@ -19,6 +19,9 @@ from gyre_contract.core.tensor import TensorSpec
 TOKEN_FIELDS = ("ref_logprob", "loss_mask", "token_reward")
 """Step fields with one value per action token (`ref_logprob` may also be one value, [])."""
 TOKENS_REASON = "not one value per action token"
+TURNS_REASON = ("dimension changed within the episode (token turns of varying length: validate "
+                "with --model gyre_contract.pinned:LLMStep, or a model declaring varying_dims)")
+"""`episode.dims_fixed` on a token action and its per-token fields (`is_token_turn`)."""
 
 
 def token_field_problem(wire: str, dtype: str, shape: tuple[int, ...],
@@ -61,3 +64,14 @@ def action_bound_dims(model: Any) -> frozenset[str]:
         if wire != "ref_logprob" or not action.shape:
             out.add(spec.shape[0].name)
     return frozenset(out)
+
+
+_PER_TOKEN = frozenset({"logprob", *TOKEN_FIELDS})
+
+
+def is_token_turn(step: Any, paths: set[str]) -> bool:
+    """The changed fields are a token action (integer, rank 1) and its per-token fields."""
+    action = getattr(step, "action", None)
+    return ("action" in paths and paths <= _PER_TOKEN | {"action"}
+            and isinstance(action, np.ndarray) and action.ndim == 1
+            and np.issubdtype(action.dtype, np.integer))

@@ -118,9 +118,9 @@ def _logprob_sign(view: BatchView) -> list[Problem]:
             continue
         positive = mask & (value > 0) & np.isfinite(value)  # inf: `not finite` says it
         if positive.any():
-            top = float(value[positive].max())
+            top = str(value[positive].max())  # its own dtype: float32 0.3 reads 0.3
             problems.append(Problem(name, "<= 0 where response_mask is True (a token's "
-                                    "log-probability)", f"max {top!r} in "
+                                    "log-probability)", f"max {top} in "
                                     f"{rows_text(positive.any(axis=1))}",
                                     "positive log-probability"))
     return problems

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from gyre_contract.core.deprecation import renamed_arguments, warn_deprecated
-from gyre_contract.core.dims import scalar_reason
+from gyre_contract.core.dims import EMPTY_STRING, NON_EMPTY, scalar_reason
 from gyre_contract.core.endedids import EndedEpisodes
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
@@ -110,6 +110,8 @@ def _field_problem(kind: str, loc: tuple[Any, ...], value: Any, ctx: Mapping[str
     expected = _expected(spec)
     if kind == "gyre_scalar":
         why = scalar_reason(value, spec.dtype) if isinstance(spec, TensorSpec) else ""
+        if why == EMPTY_STRING:
+            expected = NON_EMPTY
         return Problem(path, expected, describe(value), why or "invalid value")
     if kind == "missing":
         return Problem(path, expected, "nothing", "missing required field")

@@ -6,10 +6,11 @@ Names load on first use (PEP 562): gymnasium and matplotlib only when a function
 from gyre_contract.core.deprecation import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".recorder": ("Recorder", "episodes_from_records"),
+    ".recorder": ("Recorder", "TurnRecorder", "episodes_from_records"),
     ".stages": ("half_way", "full_loop", "HalfWayReport", "LoopReport", "CycleReport",
                 "BatchReport"),
     ".runlog": ("RunLog", "RunRecord", "RunTimer", "RunsReport", "summarize", "format_summary"),
     ".runplot": ("plot_runs",),
     ".demo": ("run_demo",),
+    ".llmdemo": ("run_llm_demo",),
 })

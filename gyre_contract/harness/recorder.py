@@ -241,6 +241,101 @@ class Recorder:
         return version() if callable(version) else version
 
 
+class TurnRecorder:
+    """Records an LLM sampler's generations as validated step records: one generation is one step.
+
+    The LLM counterpart of `Recorder`, with no environment object: the sampler calls `turn` for
+    each generation (or `group` for the n completions of one prompt) and gets back the record,
+    validated as `model` and checked by the episode rules. A call without `episode_id` starts a
+    new episode, `f"{run_id}-{n}"`; a multi-turn conversation passes the id of its first turn's
+    record to the next turn, with `terminated=False` until its last turn. `step` counts the
+    turns of each episode; `policy_version` is read from the caller once per call (an int or a
+    callable), so a sampler running behind the trainer says so. A `group` gets the group id
+    `f"{run_id}-g{k}"` unless it is given one.
+    """
+
+    def __init__(self, *, policy_version: int | Callable[[], int], run_id: str = "run",
+                 model: type[BaseModel] = RolloutStep) -> None:
+        self.run_id = run_id
+        self.model = model
+        self._policy_version = policy_version
+        self._tracker = EpisodeTracker(model)
+        self._steps: dict[str, int] = {}
+        self.n_episodes = 0
+        self.n_groups = 0
+        self.n_steps = 0
+
+    def turn(self, prompt_ids: Any, action: Any, *, reward: float, logprob: Any = None,
+             episode_id: str | None = None, terminated: bool = True, truncated: bool = False,
+             text: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Record one generation: `prompt_ids` in (observation.token_ids, with `text` if given),
+        the generated ids `action` out; `fields` adds optional step fields by wire name
+        (`ref_logprob`, `group_id`, `loss_mask`, `token_reward`, `info`, ...)."""
+        version = self._read_policy_version()
+        return self._record(prompt_ids, action, reward, logprob, episode_id, terminated,
+                            truncated, text, version, fields)
+
+    def group(self, prompt_ids: Any, completions: Iterable[Mapping[str, Any]],
+              rewards: Iterable[float], *, group_id: str | None = None,
+              text: str | None = None) -> list[dict[str, Any]]:
+        """Record the completions of one prompt, one single-turn episode each, under one
+        `group_id` and one policy version. Each completion is a mapping with `action` and any
+        of `logprob`, `ref_logprob`, `loss_mask`, `token_reward`."""
+        version = self._read_policy_version()
+        gid = f"{self.run_id}-g{self.n_groups}" if group_id is None else group_id
+        self.n_groups += 1
+        records = []
+        for completion, reward in zip(completions, rewards, strict=True):
+            extra = dict(completion)
+            action = extra.pop("action")
+            logprob = extra.pop("logprob", None)
+            records.append(self._record(prompt_ids, action, reward, logprob, None, True, False,
+                                        text, version, {**extra, "group_id": gid}))
+        return records
+
+    @property
+    def open_episodes(self) -> list[str]:
+        """Ids of the conversations started and not yet ended."""
+        return sorted(self._steps)
+
+    def _record(self, prompt_ids: Any, action: Any, reward: float, logprob: Any,
+                episode_id: str | None, terminated: bool, truncated: bool, text: str | None,
+                version: int, fields: Mapping[str, Any]) -> dict[str, Any]:
+        new = episode_id is None
+        if episode_id is None:
+            episode_id = f"{self.run_id}-{self.n_episodes}"
+        elif episode_id not in self._steps:
+            raise ContractError(Problem(
+                "episode_id", f"one of the open episodes {self.open_episodes}", repr(episode_id),
+                "a later turn names an episode this recorder did not start or already ended"))
+        observation: dict[str, Any] = {"token_ids": _plain(np.asarray(prompt_ids))}
+        if text is not None:
+            observation["text"] = text
+        record: dict[str, Any] = {"observation": observation, "action": _plain(action)}
+        if logprob is not None:
+            record["logprob"] = _plain(logprob)
+        record.update({"reward": float(reward), "step": self._steps.get(episode_id, 0),
+                       "episode_id": episode_id, "terminated": bool(terminated),
+                       "truncated": bool(truncated), "policy_version": version})
+        record.update({key: _plain(value) for key, value in fields.items()})
+        step = validate_step(record, self.model)
+        problems = self._tracker.add(step)
+        if problems:
+            raise ContractError(problems)
+        self.n_steps += 1
+        self.n_episodes += new
+        if terminated or truncated:
+            self._steps.pop(episode_id, None)
+            self._tracker.forget(episode_id)
+        else:
+            self._steps[episode_id] = record["step"] + 1
+        return record
+
+    def _read_policy_version(self) -> int:
+        version = self._policy_version
+        return version() if callable(version) else version
+
+
 def episodes_from_records(
     records: Iterable[Mapping[str, Any]], model: type[BaseModel] = RolloutStep,
 ) -> list[Episode]:

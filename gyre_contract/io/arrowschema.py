@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from gyre_contract.core.dims import Dim, format_shape
-from gyre_contract.core.errors import Problem, SchemaError
+from gyre_contract.core.errors import Problem, SchemaError, describe
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStep, field_specs
 from gyre_contract.core.tensor import TensorSpec
@@ -456,3 +456,36 @@ def is_pinned(model: type[BaseModel]) -> bool:
         return False
     return True
 
+
+def layout_problems(records: list[dict[str, Any]], schema: Any, start: int) -> list[Problem]:
+    """Rows `start`.. of `records` whose value has not the layout of its column of `schema`: a
+    scalar where the column holds lists, or a list where it holds scalars.
+
+    An unpinned `*name` field (`logprob`, `ref_logprob`: [] or the action's dims) may take
+    either form from record to record in JSON Lines, but a Parquet column has one layout,
+    settled by the first record (`steps[0]`)."""
+    import pyarrow as pa
+
+    problems = []
+    for column in schema:
+        if column.metadata and column.metadata.get(b"x-gyre-encoding") == b"json" \
+                or pa.types.is_struct(column.type) or pa.types.is_string(column.type):
+            continue
+        lists = pa.types.is_list(column.type) or pa.types.is_large_list(column.type) \
+            or pa.types.is_fixed_size_list(column.type)
+        for i, record in enumerate(records):
+            value = record.get(column.name)
+            scalar = not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) == 0
+            if value is None or lists != scalar:
+                continue
+            layout = "a list per row" if lists else "one value per row"
+            problems.append(Problem(
+                f"steps[{start + i}].{column.name}", type_text(column.type), describe(value),
+                f"cannot be written as this column: a Parquet column has one layout, here "
+                f"{layout} as settled by steps[0]; write {column.name} in one form in the "
+                f"whole file (or pin the model), or use JSON Lines"))
+    return sorted(problems, key=lambda p: _row_of(p.path))
+
+
+def _row_of(path: str) -> int:
+    return int(path[len("steps["):path.index("]")])

@@ -28,6 +28,7 @@ from gyre_contract.io.arrowschema import (
     arrow_schema_problems,
     is_parquet,
     is_pinned,
+    layout_problems,
     peel,
     schema_metadata,
     spec_of,
@@ -104,6 +105,8 @@ def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[Ba
                 schema = to_arrow_schema(model, sample=sample)
                 writer = _writer(pq, tmp, schema)
             _check_writable(records, schema, start)
+            if problems := layout_problems(records, schema, start):
+                raise ContractError(problems)
             table = pa.Table.from_arrays(
                 [_to_arrow(records, f, start) for f in schema], schema=schema)
             writer.write_table(table, row_group_size=rows_per_group)

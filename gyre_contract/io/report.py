@@ -111,6 +111,8 @@ class FileReport(Report):
     partial_tail_bytes: int = 0
     require_complete: bool = False
     warning_list: list[FileWarning] = field(default_factory=list)
+    strict: bool = False
+    """Checked for `--strict`: `to_dict`'s `exit_code` then fails on a warning too."""
 
     @property
     def ok(self) -> bool:
@@ -139,6 +141,8 @@ class FileReport(Report):
             "path": self.path,
             "checked_against": self.checked_against,
             "holds": self.ok,
+            "strict": self.strict,
+            "exit_code": self.exit_code(strict=self.strict),
             "counts": {
                 "lines": self.lines, "records": self.records, "steps": self.steps,
                 "episodes": self.episodes, "open_episodes": self.open_episodes,

@@ -111,6 +111,8 @@ class ShardsReport(Report):
     checked_against: str
     shards: list[FileReport] = field(default_factory=list)
     cross_shard: list[Problem] = field(default_factory=list)
+    strict: bool = False
+    """Checked for `--strict`: `to_dict`'s `exit_code` then fails on a warning too."""
 
     @property
     def ok(self) -> bool:
@@ -162,7 +164,8 @@ class ShardsReport(Report):
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "checked_against": self.checked_against,
-                "holds": self.ok, "counts": self.counts(),
+                "holds": self.ok, "strict": self.strict,
+                "exit_code": self.exit_code(strict=self.strict), "counts": self.counts(),
                 "fields": [f.to_dict() for f in self.fields()],
                 "problems": {"count": self.problem_count,
                              "cross_shard": [p.to_dict() for p in self.cross_shard]},

@@ -305,8 +305,10 @@ class FieldMap:
         """The collated `[B, T, ...]` columns the map reads, with `mask` and the per-row keys
         (what `apply` runs on; the mask tells a report how much of the batch is padding).
         For step rows: the token columns of `collate_tokens` the map reads, with the layout
-        keys (`prompt_ids`, `prompt_mask`, `response_ids`, `response_mask`, `response_length`)
-        and `episode_id`; episodes or a flat list of step records."""
+        keys (`prompt_ids`, `prompt_mask`, `response_ids`, `response_mask`, `response_length`),
+        `episode_id` and `policy_version` (`collate_tokens` always adds it: the staleness checks
+        of `half_way` and `full_loop` read it even when the trainer does not); episodes or a flat
+        list of step records."""
         if self.rows == "step":
             if max_len is not None:
                 raise InputError(f"{self.source}: max_len splits episodes into [B, T] rows; a "
@@ -387,7 +389,8 @@ def _parse_spec(target: str, spec: Any, problems: list[str]) -> FieldSpec | None
     comment = spec.get("comment")
     if "comment" in spec and not isinstance(comment, str):
         problems.append(f"{where}: comment must be a string, got {_json_type(comment)}")
-    then = _parse_then(where, spec["then"], problems) if "then" in spec else ()
+    named = sources[0] if op.name == "rename" and len(sources) == 1 else None
+    then = _parse_then(where, spec["then"], problems, named) if "then" in spec else ()
     if len(problems) > count:
         return None
     return FieldSpec(target, op.name, sources, args, cast, comment, then)
@@ -396,8 +399,10 @@ def _parse_spec(target: str, spec: Any, problems: list[str]) -> FieldSpec | None
 _STEP_EXAMPLE = '{"op": "unsqueeze", "axis": -1}'
 
 
-def _parse_then(where: str, raw: Any, problems: list[str]) -> tuple[Step, ...]:
-    """Check a `then` chain: a list of 1 to MAX_THEN one-input steps."""
+def _parse_then(where: str, raw: Any, problems: list[str], named: str | None = None
+                ) -> tuple[Step, ...]:
+    """Check a `then` chain: a list of 1 to MAX_THEN one-input steps. `named`: the column the
+    first step's input is a copy of (the field's `from` when its op is a rename)."""
     if not isinstance(raw, list):
         problems.append(f'{where}: "then" must be a list of steps such as [{_STEP_EXAMPLE}], '
                         f"got {_json_type(raw)}")
@@ -405,11 +410,13 @@ def _parse_then(where: str, raw: Any, problems: list[str]) -> tuple[Step, ...]:
     if not 1 <= len(raw) <= MAX_THEN:
         problems.append(f'{where}: "then" must hold 1 to {MAX_THEN} steps, got {len(raw)}')
         return ()
-    steps = [_parse_step(f"{where}.then[{i}]", item, problems) for i, item in enumerate(raw)]
+    steps = [_parse_step(f"{where}.then[{i}]", item, problems, named if i == 0 else None)
+             for i, item in enumerate(raw)]
     return tuple(step for step in steps if step is not None)
 
 
-def _parse_step(where: str, raw: Any, problems: list[str]) -> Step | None:
+def _parse_step(where: str, raw: Any, problems: list[str], named: str | None = None
+                ) -> Step | None:
     if not isinstance(raw, Mapping):
         problems.append(f"{where}: expected an object such as {_STEP_EXAMPLE}, "
                         f"got {_json_type(raw)}")
@@ -421,6 +428,9 @@ def _parse_step(where: str, raw: Any, problems: list[str]) -> Step | None:
         what = f"unknown op {json.dumps(name)}" if "op" in raw else 'a step needs "op"'
         problems.append(f"{where}: {what}{_did_you_mean(name, step_ops())}; ops a step may use: "
                         f"{allowed}")
+        return None
+    if op.named and op.sources == "one":
+        problems.append(_unnamed_input(where, op, raw, named))
         return None
     if op.name not in step_ops():
         why = "does nothing in a chain" if op.name == "rename" else \
@@ -435,6 +445,22 @@ def _parse_step(where: str, raw: Any, problems: list[str]) -> Step | None:
     args = {k: v for k, v in raw.items() if k != "op"}
     _check_args(where, op, args, problems, common=("op",))
     return Step(op.name, args) if len(problems) == count else None
+
+
+def _unnamed_input(where: str, op: Op, raw: Mapping[str, Any], named: str | None) -> str:
+    """Why an op that finds its input's mask by the input's name cannot be a `then` step."""
+    if named is not None:
+        looked = ", ".join(f'"{c}"' for c in op.columns_read((named,)))
+        found = f' (for "{named}" it reads the column {looked})'
+        fix = json.dumps({"from": named, **raw})
+        fix = f"; write it as the field's own op: {fix}"
+    else:
+        found, fix = (" (X_mask for X_ids or X, response_length for a response column)",
+                      "; make it the field's own op, on a named column, and chain the rest "
+                      "after it")
+    return (f'{where}: op "{op.name}" finds the mask of its input by the input\'s name{found}, '
+            f"but a step's input is the result so far, which has no name and so no mask to "
+            f"find{fix}")
 
 
 def _parse_sources(where: str, op: Op, spec: Mapping[str, Any], problems: list[str]

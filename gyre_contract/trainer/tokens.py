@@ -18,7 +18,9 @@ row, in input order (episodes in order, their steps in order):
 - every per-step scalar (`reward`, `step`, `episode_id`, `group_id`, `policy_version`,
   `terminated`, `truncated`, a scalar `value`, `observation.text`, ...) `[B]`.
 
-These column names are the sources a token field map (`"rows": "step"`) names. Without `fields`,
+These column names are the sources a token field map (`"rows": "step"`) names. `policy_version`
+comes whenever every step records it, named in `fields` or not (staleness is checked on it even
+for a trainer that reads no version), as `episode_id` always does. Without `fields`,
 a column that only some inputs carry is left out (a map that names it gets the error); other
 per-step arrays (an image modality) are left out unless `fields` names them, and then they must
 be per-token. Nothing is filled with a default.
@@ -52,6 +54,9 @@ PER_TOKEN_WHEN_ARRAY: tuple[str, ...] = ("value",)
 LAYOUT_FIELDS: tuple[str, ...] = ("prompt_ids", "prompt_mask", "response_ids", "response_mask",
                                   "response_length")
 """Keys `collate_tokens` always produces (with `episode_id`)."""
+ROW_KEYS: tuple[str, ...] = ("policy_version",)
+"""Per-row keys produced whenever every step records them, as `collate` does: staleness is
+checked on them even when a map (a trainer that reads no version) does not name them."""
 PROMPT_SOURCES: tuple[str, ...] = ("observation.token_ids", "observation")
 RESPONSE_SOURCE = "action"
 LOSS_MASK = "loss_mask"
@@ -81,9 +86,10 @@ def collate_tokens(
 
     `items` are episodes (`Episode`, or mappings of columns) or step records (dicts or validated
     step models). `fields` limits the columns produced (the layout keys and `episode_id` always
-    come). Raises ContractError on a per-token field whose length differs from the action's,
-    MissingFieldError when the prompt, the action or a named field is absent, and
-    `BatchTooLargeError` when the padded batch would exceed `max_bytes`.
+    come, and `policy_version` whenever every step records it). Raises ContractError on a
+    per-token field whose length differs from the action's, MissingFieldError when the prompt,
+    the action or a named field is absent, and `BatchTooLargeError` when the padded batch would
+    exceed `max_bytes`.
     """
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise ValueError(f"pad_id must be an integer token id, got {pad_id!r}")
@@ -118,6 +124,10 @@ def collate_tokens(
     out["response_mask"] = real if loss_mask is None else real & loss_mask
     for name in scalar_names:
         out[name] = _scalars(inputs, name)
+    for name in ROW_KEYS:
+        if name not in out and all(name in inp.columns and not _partial(inp.columns[name])
+                                   for inp in inputs):
+            out[name] = _scalars(inputs, name)
     if "episode_id" not in out:
         out["episode_id"] = _episode_ids(inputs)
     return out
@@ -181,7 +191,8 @@ def _flat_block(items: list[Any], wanted: list[str] | None) -> _Input:
         if wanted is None:
             columns = episode_from_steps(list(enumerate(items)), model).columns
         else:
-            names = [RESPONSE_SOURCE, LOSS_MASK, "step", "episode_id", *PROMPT_SOURCES, *wanted]
+            names = [RESPONSE_SOURCE, LOSS_MASK, "step", "episode_id", *ROW_KEYS,
+                     *PROMPT_SOURCES, *wanted]
             columns = _model_columns(items, model, list(dict.fromkeys(names)))
     else:
         records = [x.model_dump(by_alias=True, exclude_none=True) if isinstance(x, BaseModel)

@@ -152,6 +152,28 @@ def test_missing_source_field_is_exit_1_with_the_exact_message(rollouts, tmp_pat
                    "terminated, truncated, value]\n")
 
 
+def test_with_format_json_a_failing_map_is_a_json_object_on_stdout(rollouts, tmp_path):
+    """The exit code is the one text gives; the error is data a script reads, not stderr text."""
+    fmap = tmp_path / "m.json"
+    fmap.write_text(json.dumps({"gyre_field_map": 1, "fields": {"obs": {"from": "obsv"}}}))
+    code, out, err = cli("batch", str(rollouts), "--map", str(fmap), "--format", "json")
+    report = json.loads(out)
+    assert (code, err) == (1, "")
+    assert (report["stage"], report["ok"], report["exit_code"]) == ("half_way", False, 1)
+    assert report["error"].startswith("missing sample field: obsv, have [action, ")
+    assert [p["path"] for p in report["problems"]] == ["obsv"]
+    path = record(tmp_path / "r.jsonl", with_next_value=False)  # an op that fails (GAE)
+    code, out, err = cli("batch", str(path), "--map", str(EXAMPLE_MAP), "--format", "json")
+    report = json.loads(out)
+    assert (code, err, report["ok"], report["exit_code"]) == (1, "", False, 1)
+    assert report["problems"][0]["path"] == "next_value" and "ends truncated" in report["error"]
+    code, out, err = cli("batch", str(rollouts), "--format", "json", "--map",
+                         str(ROOT / "tests/data/maps/bad_version.json"))
+    report = json.loads(out)
+    assert (code, err, report["exit_code"], report["problems"]) == (2, "", 2, [])
+    assert "unsupported field-map version 2" in report["error"]
+
+
 def test_bad_map_and_unreadable_input_are_exit_2(rollouts, tmp_path):
     code, _, err = cli("batch", str(rollouts), "--map", str(ROOT / "tests/data/maps/bad_version.json"))
     assert code == 2 and "unsupported field-map version 2" in err

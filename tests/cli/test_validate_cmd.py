@@ -152,4 +152,13 @@ def test_a_group_mixing_policy_versions_warns_and_fails_strict(tmp_path) -> None
     assert code == 0 and ("warnings: 1\n  group 'prompt-0' mixes policy versions 3, 4" in out)
     assert out.endswith("holds: no problems\n")
     code, out, _ = cli(str(path), "--strict", "--format", "json")
-    assert code == 1 and json.loads(out)["warnings"][0]["group_id"] == "prompt-0"
+    report = json.loads(out)
+    assert code == 1 and report["warnings"][0]["group_id"] == "prompt-0"
+    # the JSON carries the verdict CI acts on: the contract holds, strict fails on the warning
+    assert (report["holds"], report["strict"], report["exit_code"]) == (True, True, 1)
+    code, out, _ = cli(str(path), "--format", "json")
+    report = json.loads(out)
+    assert (code, report["holds"], report["strict"], report["exit_code"]) == (0, True, False, 0)
+    code, out, _ = cli(str(tmp_path), "--strict", "--format", "json")  # the folder: shards
+    report = json.loads(out)
+    assert (code, report["holds"], report["strict"], report["exit_code"]) == (1, True, True, 1)

@@ -141,8 +141,9 @@ def test_a_positive_float32_log_prob_is_shown_as_written(wire, paths):
 
 
 def test_group_id_is_a_non_empty_string(paths):
-    assert [p.rule for p in problems(completion(0, 0, group_id=""), RolloutStep)] == [
-        "field.nonempty_string"]
+    found = problems(completion(0, 0, group_id=""), RolloutStep)
+    assert [p.rule for p in found] == ["field.nonempty_string"]
+    assert str(found[0]) == "group_id: empty string: expected a non-empty string, got str ''"
     assert [p.rule for p in problems(completion(0, 0, group_id=3), LLMStep)] == ["field.dtype"]
 
 
@@ -198,3 +199,39 @@ def test_the_compiled_path_accepts_exactly_what_the_explaining_path_accepts(toke
             m.setenv("GYRE_FAST_PATHS", "1")  # on here even when CI runs with it off
             fast = fast_validate(record, model)
         assert (fast is not None) == (explained == []), (model.__name__, explained)
+
+
+def conversation(lengths=(5, 7)) -> list[dict]:
+    """One multi-turn conversation: one step per turn, the generated lengths differ per turn."""
+    turns = []
+    for i, n in enumerate(lengths):
+        turns.append({"observation": {"token_ids": list(range(3 + i))}, "action": list(range(n)),
+                      "logprob": [-0.5] * n, "ref_logprob": [-0.6] * n, "reward": 0.0,
+                      "step": i, "episode_id": "conv-1", "policy_version": 0,
+                      "terminated": i == len(lengths) - 1, "truncated": False})
+    return turns
+
+
+def test_a_multi_turn_conversation_names_the_fields_and_the_remedy(paths):
+    """The default model keeps the action's dims within an episode (a control action changing
+    shape is a bug); token turns of different lengths are named field by field, with the model
+    that allows them."""
+    with pytest.raises(ContractError) as err:
+        validate_episode(conversation(), RolloutStep)
+    found = err.value.problems
+    assert [p.path for p in found] == ["steps[1].action", "steps[1].logprob",
+                                       "steps[1].ref_logprob"]
+    assert all(p.rule == "episode.dims_fixed" for p in found)
+    assert all("--model gyre_contract.pinned:LLMStep" in p.message
+               and "varying_dims" in p.message for p in found)
+    assert "5" in found[0].expected and "7" in found[0].got
+    validate_episode(conversation(), LLMStep)
+
+
+def test_a_control_action_changing_shape_is_named_without_the_token_remedy(paths):
+    steps = [dict(s, action=[0.5] * n, logprob=-1.0, ref_logprob=-1.0)
+             for s, n in zip(conversation(), (2, 3))]
+    with pytest.raises(ContractError) as err:
+        validate_episode(steps, RolloutStep)
+    assert [p.path for p in err.value.problems] == ["steps[1].action"]
+    assert "LLMStep" not in err.value.problems[0].message

@@ -123,6 +123,10 @@ def test_messages_name_the_rows_and_both_sides():
         validate_batch(clean() | {"advantage": np.zeros((3, 3), np.float32)}, TokenBatch)
     assert "expected float32[3] (one per row) or float32[3, 4] (one per response token), " \
            "got float32[3, 3]" in str(err.value)
+    with pytest.raises(ContractError) as err:  # float32 0.3 in its own dtype, not 0.30000001...
+        validate_batch(edited("ref_logprob", (1, 2), 0.3), TokenBatch)
+    assert "ref_logprob: positive log-probability: expected <= 0 where response_mask is True " \
+           "(a token's log-probability), got max 0.3 in rows [1]" in str(err.value)
 
 
 def test_staleness_refuses_old_rows_naming_their_episode():

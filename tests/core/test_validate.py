@@ -40,7 +40,9 @@ def test_numpy_scalars_from_vector_envs_are_accepted(cartpole_record, cartpole_m
     ({"step": "1"}, "step: not a number: expected int64, got str '1'"),
     ({"step": 2**63}, "step: out of range for int64: expected int64, got int 9223372036854775808"),
     ({"terminated": 1}, "terminated: not a bool: expected bool, got int 1"),
-    ({"episode_id": ""}, "episode_id: empty string: expected string, got str ''"),
+    ({"episode_id": ""}, "episode_id: empty string: expected a non-empty string, got str ''"),
+    ({"episode_id": np.str_("")},
+     "episode_id: empty string: expected a non-empty string, got <U0 ''"),
     ({"action": 1.5}, "action: not an integer: expected int64, got float 1.5"),
     ({"observation": [0.1, 0.2, 0.3]},
      "observation: wrong shape: expected float32[4], got float32[3]"),
@@ -208,8 +210,8 @@ def test_dimension_jump_unless_varying(cartpole_record, llm_record, llm_model):
     jump = [dict(cartpole_record, step=0, observation=[0.0, 1.0]),
             dict(cartpole_record, step=1, observation=[0.0, 1.0, 2.0], terminated=True)]
     assert episode_messages(jump) == [
-        "steps[1].obs: dimension changed within the episode (declare it in varying_dims if it may): "
-        "expected obs=[2] as earlier in the episode, got obs=[3]"]
+        "steps[1].observation: dimension changed within the episode (declare it in varying_dims "
+        "if it may): expected obs=[2] as earlier in the episode, got obs=[3] (float32[3])"]
     turns = [dict(llm_record, step=0, terminated=False),
              dict(llm_record, step=1, action=[1, 2, 3], logprob=[-1.0, -1.0, -1.0])]
     validate_episode(turns, llm_model)  # A and P are declared varying

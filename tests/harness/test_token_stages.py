@@ -100,3 +100,25 @@ def test_token_rows_against_a_trainer_schema_of_flat_rows():
     loop = full_loop(lambda v: completions(v, prefix=f"{v}-"), lambda batch: None, TOKEN_MAP,
                      cycles=2, trainer=schema)
     assert loop.cycles[1].tokens.staleness == (0,) * 6 and loop.cycles[1].batch_shape[0] == 6
+
+
+def test_staleness_is_checked_when_the_trainer_reads_no_policy_version(tmp_path):
+    """The written verl/TRL/OpenRLHF maps carry no policy_version: `max_staleness` still refuses
+    stale rows (from the steps' own versions) and the report gives every row's staleness."""
+    maps = Path(__file__).resolve().parents[1] / "data"
+    path = tmp_path / "rollouts.jsonl"
+    records = [dict(r, group_id=r["episode_id"].split("/")[0], ref_logprob=r["logprob"])
+               for r in completions(4) + completions(3, groups=1, seed=1, prefix="old-")]
+    write_steps(path, [validate_step(r, LLMStep) for r in records])
+    fmap, trainer = maps / "maps" / "llm_trl_grpo_map.json", maps / "peers" / "trl_grpo.json"
+    report = half_way(path, fmap, trainer=trainer, max_staleness=1)
+    assert "policy_version" not in report.batch
+    assert report.tokens is not None and report.tokens.staleness == (0,) * 6 + (1,) * 3
+    with pytest.raises(ContractError, match=r"stale policy version.*'old-g0/0'"):
+        half_way(path, fmap, trainer=trainer, max_staleness=0)
+    loop = full_loop(lambda v: [r for r in records if r["policy_version"] <= v], lambda b: None,
+                     fmap, cycles=1, start_version=4, trainer=trainer, max_staleness=1)
+    assert loop.cycles[0].tokens.staleness == (0,) * 6 + (1,) * 3
+    with pytest.raises(ContractError, match=r"cycles\[0\].*stale policy version.*'old-g0/0'"):
+        full_loop(lambda v: records, lambda b: None, fmap, cycles=1, start_version=4,
+                  trainer=trainer, max_staleness=0)

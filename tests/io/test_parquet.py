@@ -291,6 +291,28 @@ def test_a_value_the_column_cannot_hold_names_its_row(tmp_path, cartpole_model):
     assert problem.message.startswith("cannot be written as this column (")
 
 
+def test_a_scalar_log_prob_after_per_token_ones_names_its_rows_and_why(tmp_path):
+    """Under the unpinned model `logprob`/`ref_logprob` may be [] or the action's dims in one
+    JSON Lines file; a Parquet column has one layout, settled by the first record: the rows of
+    the other rank are refused, each named, with the reason and the way out."""
+    def record(i, logprob, ref):
+        return {"observation": [0.1, 0.2], "action": [1, 2], "logprob": logprob,
+                "ref_logprob": ref, "reward": 0.0, "step": i, "episode_id": "e",
+                "terminated": i == 2, "truncated": False, "policy_version": 0}
+    records = [record(0, [-0.1, -0.2], [-0.1, -0.2]), record(1, -0.3, -0.3),
+               record(2, [-0.1, -0.2], -0.5)]
+    for r in records:
+        validate_step(r)  # every record is valid on its own
+    with pytest.raises(ContractError) as info:
+        write_parquet(tmp_path / "w.parquet", records)
+    found = info.value.problems
+    assert [p.path for p in found] == ["steps[1].logprob", "steps[1].ref_logprob",
+                                       "steps[2].ref_logprob"]
+    assert found[0].got == "float -0.3" and found[0].expected == "float32[?]"
+    assert "steps[0]" in found[0].message and "one layout" in found[0].message
+    assert not (tmp_path / "w.parquet").exists()
+
+
 # -- same verdicts as JSON Lines -----------------------------------------------------------------
 
 def planted_defects() -> list[dict]:

@@ -115,8 +115,9 @@ def test_validated_step_models_and_episode_objects():
     assert out["response_ids"].tolist() == [[5, 6, 7], [8, 0, 0], [9, 9, 0]]
     assert out["policy_version"].dtype == np.int64 and out["reward"].dtype == np.float32
     some = collate_tokens(models, fields=["reward", "logprob"])  # by attribute, these only
-    assert sorted(some) == ["episode_id", "logprob", "prompt_ids", "prompt_mask", "response_ids",
-                            "response_length", "response_mask", "reward"]
+    assert sorted(some) == ["episode_id", "logprob", "policy_version", "prompt_ids",
+                            "prompt_mask", "response_ids", "response_length", "response_mask",
+                            "reward"]  # policy_version comes whenever every step records it
     with pytest.raises(MissingFieldError, match="observation.text"):  # no step records text
         collate_tokens(models, fields=["observation.text"])
     for key, value in some.items():
@@ -150,8 +151,10 @@ def test_fields_limit_the_columns_and_name_what_is_absent():
     with pytest.raises(MissingFieldError, match="ref_logprob"):
         collate_tokens(records, fields=["ref_logprob"])
     out = collate_tokens(records, fields=["reward"])
-    assert sorted(out) == ["episode_id", "prompt_ids", "prompt_mask", "response_ids",
-                           "response_length", "response_mask", "reward"]
+    assert sorted(out) == ["episode_id", "policy_version", "prompt_ids", "prompt_mask",
+                           "response_ids", "response_length", "response_mask", "reward"]
+    unversioned = [{k: v for k, v in r.items() if k != "policy_version"} for r in records]
+    assert "policy_version" not in collate_tokens(unversioned[:1] + records[1:], fields=["reward"])
 
 
 def test_a_step_without_loss_mask_counts_all_its_tokens():
