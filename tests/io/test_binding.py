@@ -198,9 +198,9 @@ def test_a_scalar_then_a_list_is_a_dims_change(cartpole_record, tmp_path, monkey
     path.write_bytes(b"\n".join(VARIANTS["scalar action then two"](cartpole_record)) + b"\n")
     monkeypatch.setenv("GYRE_FAST_PATHS", fast)
     report = validate_file(path, RolloutStep)
-    assert [(p.line, p.path, p.expected, p.got) for p in report.problems()] == [
-        (34, "act", "act=[] as earlier in the episode", "act=[2]")]
-    with pytest.raises(ContractError, match="line 34: act: dimension changed"):
+    assert [(p.line, p.expected, p.got.split()[0]) for p in report.problems()] == [
+        (34, "act=[] as earlier in the episode", "act=[2]")]
+    with pytest.raises(ContractError, match="line 34: .*dimension changed within the episode"):
         list(read_episodes(path, RolloutStep))
 
 
