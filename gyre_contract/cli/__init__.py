@@ -1,7 +1,8 @@
 """`gyre-contract`: a thin argparse shell over library functions that return exit codes.
 
 Exit codes: 0 the contract holds, 1 it is violated, 2 unusable input or usage.
-Errors are one line on stderr; `--debug` shows the traceback.
+Errors are one line on stderr; with `--format json` a command's error is a JSON object on stdout
+instead (`common.write_json_error`), same exit code. `--debug` shows the traceback.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from gyre_contract import __version__
-from gyre_contract.cli.common import UsageError
+from gyre_contract.cli.common import UsageError, error_text, write_json_error
 from gyre_contract.cli.conventions import deprecation_messages, finish_parser
 from gyre_contract.core.errors import ContractError, GyreError
-from gyre_contract.core.text import printable
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser", "main", "run"]
 
@@ -71,6 +71,7 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     err = stderr if stderr is not None else sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    args = None
     try:
         with contextlib.redirect_stdout(out):  # argparse prints --help to sys.stdout
             args = build_parser().parse_args(argv)
@@ -82,26 +83,23 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         return args.run(args, out, err)
     except SystemExit as exc:  # --help and --version exit through argparse
         return int(exc.code or 0)
-    except UsageError as exc:
-        print(str(exc), file=err)
-        return EXIT_INPUT
-    except ContractError as exc:
-        _report(exc, err, debug)
-        return EXIT_VIOLATED
-    except (GyreError, OSError) as exc:
-        _report(exc, err, debug)
-        return EXIT_INPUT
+    except (UsageError, GyreError, OSError) as exc:
+        code = EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT
+        if getattr(args, "format", None) == "json":  # the command's own error, as JSON
+            if debug:
+                traceback.print_exception(exc, file=err)
+            write_json_error(out, exc, code, args.command, getattr(args, "json_error", None))
+        elif isinstance(exc, UsageError):
+            print(str(exc), file=err)
+        else:
+            _report(exc, err, debug)
+        return code
 
 
 def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
     if debug:
         traceback.print_exception(exc, file=err)
-    text = str(exc)
-    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
-        text = f"{exc.strerror}: {exc.filename}"
-    if not (isinstance(exc, ContractError) and len(exc.problems) > 1):  # one problem per line
-        text = printable(text)
-    print(f"error: {text}", file=err)
+    print(f"error: {error_text(exc)}", file=err)
 
 
 class ReaderGoneStdout:

@@ -11,7 +11,6 @@ non-finite loss), 2 unusable input or usage.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
@@ -21,7 +20,7 @@ import numpy as np
 from gyre_contract.cli.common import OPS_HELP, import_named, import_ops
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
-from gyre_contract.core.errors import ContractError, GyreError, InputError
+from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.stages import BatchReport, half_way
 from gyre_contract.io.atomic import atomic_write
@@ -70,27 +69,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch-dims", metavar="DIMS",
                    help="the trainer schema's leading batch dims when it names none "
                    "(x-gyre-batch-dims): B,T, T,B (time-major), M or T*N (flat: real steps only)")
-    p.add_argument("--format", choices=FORMATS, default="text")
-    p.set_defaults(run=run)
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text or json; with json an error too is a JSON object on stdout")
+    p.set_defaults(run=run, json_error={"stage": "half_way"})
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The batch's report; with `--format json` an error too is a JSON object on stdout
-    (`"ok": false`, `"error"`, `"problems"`, `"exit_code"`), with the exit code text gives."""
-    if args.format != "json":
-        return _run(args, out, err)
-    try:
-        return _run(args, out, err)
-    except GyreError as exc:
-        code = 1 if isinstance(exc, ContractError) else 2
-        problems = exc.problems if isinstance(exc, ContractError) else []
-        error = {"stage": "half_way", "ok": False, "exit_code": code, "error": str(exc),
-                 "problems": [p.to_dict() for p in problems]}
-        out.write(json.dumps(error, indent=2, ensure_ascii=False) + "\n")
-        return code
-
-
-def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.max_len is not None and args.max_len < 1:
         raise InputError(f"--max-len must be at least 1, got {args.max_len}")
     # The ops modules and the loss module first: they may register the custom ops the map uses.

@@ -11,11 +11,35 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.core.errors import InputError
+from gyre_contract.core.errors import ContractError, InputError
+from gyre_contract.core.text import printable
 
 
 class UsageError(Exception):
     """Bad command-line usage (exit 2)."""
+
+
+def error_text(exc: BaseException) -> str:
+    """The message of an error as the CLI shows it: an OSError as `reason: file`; one line
+    unless a ContractError lists several problems (one per line)."""
+    text = str(exc).removeprefix("error: ") if isinstance(exc, UsageError) else str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}"
+    if not (isinstance(exc, ContractError) and len(exc.problems) > 1):
+        text = printable(text)
+    return text
+
+
+def write_json_error(out: TextIO, exc: BaseException, code: int, command: str,
+                     extra: dict[str, Any] | None = None) -> None:
+    """A command's error under `--format json`: one JSON object on stdout instead of a line on
+    stderr, `{"command", "ok": false, "exit_code", "error", "problems"}` (each problem with
+    path, expected, got, message; empty unless the contract is violated), plus a command's own
+    keys (`batch`: `"stage": "half_way"`). The exit code is the one text output gives."""
+    problems = exc.problems if isinstance(exc, ContractError) else []
+    data = {"command": command, **(extra or {}), "ok": False, "exit_code": code,
+            "error": error_text(exc), "problems": [p.to_dict() for p in problems]}
+    out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def emit(out: TextIO, fmt: str, data: Any, lines: Iterable[str]) -> None:

@@ -19,12 +19,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--mode", choices=MODES, default="backward",
                    help="backward (default): NEW reads data written under OLD; forward: OLD "
                    "reads data written under NEW; full: both")
+    p.add_argument("--strict", action="store_true",
+                   help="accepted like validate's and diff's; a compat report has no warnings, "
+                   "so the exit code is the same")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     report = compat(args.old, args.new, mode=args.mode)
+    report.strict = args.strict  # the JSON's `exit_code` is the one returned here
     text = report.render(args.format)
     out.write(text if text.endswith("\n") else text + "\n")
-    return report.exit_code()
+    return report.exit_code(strict=args.strict)

@@ -1,18 +1,25 @@
-"""`gyre-contract demo [--llm] [--out-dir DIR] [--cycles N] [--seed S]`: all three stages, on
-CartPole-v1 or (`--llm`) on token rollouts of a tiny numpy language policy trained with GRPO."""
+"""`gyre-contract demo [--llm] [--out-dir DIR] [--cycles N] [--seed S] [--format json]`: all
+three stages, on CartPole-v1 or (`--llm`) on token rollouts of a tiny numpy language policy
+trained with GRPO. With `--format json` the stage-by-stage text is not printed: stdout holds one
+JSON object, the demo's report (`DemoReport.to_dict`)."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
+from gyre_contract.cli.common import UsageError
 from gyre_contract.cli.conventions import add_out_dir
+from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.demo import run_demo
+from gyre_contract.harness.demoreport import FILES, DemoReport
 from gyre_contract.harness.llmdemo import run_llm_demo
 
 CARTPOLE_CYCLES, LLM_CYCLES = 12, 40
+__all__ = ["CARTPOLE_CYCLES", "FILES", "LLM_CYCLES", "add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
@@ -43,6 +50,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--notes", default="", metavar="TEXT",
                    help="added to each run record's notes, after what the field map says about "
                    "how the batch was made")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text: each stage as it runs, for people (default); json: no stage "
+                   "text, one JSON object on stdout when the demo ends: every stage's verdict "
+                   "and key figures (counts, times, losses, the curve and staleness of every "
+                   "cycle of every seed, the files written)")
     p.set_defaults(run=run)
 
 
@@ -50,25 +62,36 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cycles = args.cycles if args.cycles is not None else (
         LLM_CYCLES if args.llm else CARTPOLE_CYCLES)
     if args.llm and args.episodes is not None:
-        print("error: --episodes is for the CartPole demo; --llm samples 16 prompts x 8 "
-              "completions per cycle", file=err)
-        return 2
+        raise UsageError("error: --episodes is for the CartPole demo; --llm samples 16 prompts x 8 "
+                         "completions per cycle")
     episodes = 32 if args.episodes is None else args.episodes
     if cycles < 1 or episodes < 1:
-        print("error: --cycles and --episodes must be >= 1", file=err)
-        return 2
+        raise UsageError("error: --cycles and --episodes must be >= 1")
+    if args.seed < 0:
+        raise UsageError(f"error: --seed must be >= 0, got {args.seed}")
+    text = args.format == "text"
+    stages = out if text else io.StringIO()  # --format json: the stage text is not printed
     if args.out_dir is not None:
-        return _run(args, out, args.out_dir, cycles, episodes, plot=True)
-    with tempfile.TemporaryDirectory(prefix="gyre-demo-") as tmp:
-        return _run(args, out, Path(tmp), cycles, episodes, plot=False)
+        result = _run(args, stages, args.out_dir, cycles, episodes, plot=True)
+        if text:
+            out.write(f"\nfiles kept in {args.out_dir}:\n" + "".join(
+                f"  {name:<15} {FILES[name]}\n" for name in result.files))
+    else:
+        with tempfile.TemporaryDirectory(prefix="gyre-demo-") as tmp:
+            result = _run(args, stages, Path(tmp), cycles, episodes, plot=False)
+        result.kept = False
+        if text:
+            out.write(f"\nthe files above were in a temporary folder, now removed: --out-dir "
+                      f"DIR keeps them ({', '.join(FILES)})\n")
+    if not text:
+        out.write(result.render("json") + "\n")
+    return result.exit_code()
 
 
 def _run(args: argparse.Namespace, out: TextIO, out_dir: Path, cycles: int, episodes: int,
-         *, plot: bool) -> int:
+         *, plot: bool) -> DemoReport:
     if args.llm:
-        result = run_llm_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,
-                              notes=args.notes, plot=plot)
-    else:
-        result = run_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,
-                          episodes_per_cycle=episodes, plot=plot, notes=args.notes)
-    return 0 if result.passed else 1
+        return run_llm_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,
+                            notes=args.notes, plot=plot)
+    return run_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,
+                    episodes_per_cycle=episodes, plot=plot, notes=args.notes)

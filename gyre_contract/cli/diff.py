@@ -73,6 +73,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     path = None
     if args.write_map:  # first: a failed write is one error line, not a report and then one
         path = write_text_atomic(args.write_map, json.dumps(report.field_map(), indent=2) + "\n")
+    report.strict = args.strict  # the JSON's `exit_code` is the one returned here
     text = report.render(args.format, color=_is_tty(out))
     out.write(text if text.endswith("\n") else text + "\n")
     if path is not None:

@@ -124,14 +124,38 @@ RolloutStep = RolloutStepV1
 
 # -- training batch ------------------------------------------------------------------------
 
-class TrainBatchV1(GyreModel):
+class BatchModel(GyreModel):
+    """What the trainer-side batches share: extra keys allowed (a trainer's own arrays, leading
+    with [B]), the registry's batch rules run once the fields parse (`rule_problems`), and the
+    arrays by wire name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def rule_problems(self) -> list[Problem]:
+        """The registry's rules for this kind of batch (each batch model says which)."""
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _batch_rules(self) -> BatchModel:
+        problems = self.rule_problems()
+        if problems:
+            raise PydanticProblems(problems)
+        return self
+
+    def arrays(self) -> dict[str, Any]:
+        """Every field present, by wire name (`return`, not `return_`), extras included."""
+        info = model_info(type(self))
+        out = {w: getattr(self, info.attr(w)) for w in field_specs(type(self))}
+        out.update(self.model_extra or {})
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class TrainBatchV1(BatchModel):
     """Arrays with leading [B, T]; each row a contiguous run of one episode (docs/contract.md §4).
 
     Float fields may hold NaN or inf under padding; the rules check finiteness where `mask`
     is True. Extra keys are allowed (a trainer's own arrays) but must lead with [B].
     """
-
-    model_config = ConfigDict(extra="allow")
 
     gyre_kind: ClassVar[str] = "train_batch"
     gyre_version: ClassVar[str] = "1.0.0"
@@ -162,19 +186,9 @@ class TrainBatchV1(GyreModel):
     step: Tensor("int64", ["B", "T"], role="step", description="step index within the episode"
                  ) = None
 
-    @model_validator(mode="after")
-    def _batch_rules(self) -> TrainBatchV1:
-        problems = batch_rule_problems(self)
-        if problems:
-            raise PydanticProblems(problems)
-        return self
-
-    def arrays(self) -> dict[str, Any]:
-        """Every field present, by wire name (`return`, not `return_`), extras included."""
-        info = model_info(type(self))
-        out = {w: getattr(self, info.attr(w)) for w in field_specs(type(self))}
-        out.update(self.model_extra or {})
-        return {k: v for k, v in out.items() if v is not None}
+    def rule_problems(self) -> list[Problem]:
+        """The `batch` rules of the `shape` phase, then (once the shapes hold) `values`."""
+        return batch_rule_problems(self)
 
 
 def batch_rule_problems(batch: TrainBatchV1) -> list[Problem]:

@@ -531,10 +531,11 @@ def _fresh(view: BatchView) -> list[Problem]:
     for row in np.flatnonzero((versions < current - most) | (versions > current)):
         version = int(versions[row])
         episode = f" (episode {str(ids[row])!r})" if ids is not None else ""
-        message = "policy version from the future" if version > current else "stale policy version"
+        future = version > current
+        message = "policy version from the future" if future else "stale policy version"
+        window = f"at most {current}" if future else f"{current - most}..{current}"
         problems.append(Problem(
-            f"policy_version[{row}]",
-            f"{current - most}..{current} (current {current}, max_staleness {most})",
+            f"policy_version[{row}]", f"{window} (current {current}, max_staleness {most})",
             f"{version}{episode}", message))
     return problems
 

@@ -14,29 +14,26 @@ the token rules of `core.tokenrules`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field
 
 from gyre_contract.core.errors import Problem
-from gyre_contract.core.fields import F32, GyreModel, field_specs, record_bindings
-from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import PydanticProblems
+from gyre_contract.core.fields import F32, record_bindings
+from gyre_contract.core.models import BatchModel
 from gyre_contract.core.registry import run
 from gyre_contract.core.rules import BatchView
 from gyre_contract.core.tensor import Tensor
 from gyre_contract.core.tokenrules import TOKEN_KIND
 
 
-class TokenBatchV1(GyreModel):
+class TokenBatchV1(BatchModel):
     """Token rows: prompt [B, P] left-padded, response [B, R] right-padded, per-row fields [B].
 
     Float fields may hold NaN or inf on padding; the rules check finiteness where
     `response_mask` is True (a `[B]` float everywhere). Extra keys are allowed (a trainer's own
     arrays) but must lead with [B].
     """
-
-    model_config = ConfigDict(extra="allow")
 
     gyre_kind: ClassVar[str] = TOKEN_KIND
     gyre_version: ClassVar[str] = "1.0.0"
@@ -74,19 +71,9 @@ class TokenBatchV1(GyreModel):
                            description="version of the weights that produced each row")
     step: Tensor("int64", ["B"], role="step", description="turn index within the episode")
 
-    @model_validator(mode="after")
-    def _batch_rules(self) -> TokenBatchV1:
-        problems = token_batch_problems(self)
-        if problems:
-            raise PydanticProblems(problems)
-        return self
-
-    def arrays(self) -> dict[str, Any]:
-        """Every field present, by wire name (`return`, not `return_`), extras included."""
-        info = model_info(type(self))
-        out = {w: getattr(self, info.attr(w)) for w in field_specs(type(self))}
-        out.update(self.model_extra or {})
-        return {k: v for k, v in out.items() if v is not None}
+    def rule_problems(self) -> list[Problem]:
+        """The shared `shape` rules and the `token_shape` ones, then `token_values`."""
+        return token_batch_problems(self)
 
 
 def token_batch_problems(batch: TokenBatchV1) -> list[Problem]:

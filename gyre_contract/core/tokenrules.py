@@ -77,7 +77,8 @@ def _response_within_length(view: BatchView) -> list[Problem]:
         problems.append(Problem("response_length", f"0..{r} (R, the padded response length)",
                                 f"{int(length[outside][0])} in {rows_text(outside)}",
                                 "response_length out of range"))
-    late = (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1)
+    # a row whose length is out of range has that one problem: every position is "past" -1
+    late = (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1) & ~outside
     if late.any():
         problems.append(Problem("response_mask", "False at positions >= response_length",
                                 f"True past the response in {rows_text(late)}",

@@ -190,6 +190,13 @@ class ColumnShapes(Protocol):
         dims its first step binds, and path -> kind of the kind-varying fields its steps carry."""
 
 
+def _as_array(value: Any) -> Any:
+    """A numpy scalar (a field of shape [], as validation gives it) as a 0-d array, so that its
+    `*dims` bind to [] like any tensor's: a scalar then a [1] is a dims change in the episode
+    (the columns of such an episode could not be stacked)."""
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
 @dataclass
 class EpisodeTracker:
     """Applies the registry's episode rules to steps arriving one at a time, in file order.
@@ -250,7 +257,7 @@ class EpisodeTracker:
         if not has_named_dims(self.model) or not tracks_dims(self.model):
             return {}
         info = model_info(self.model)
-        values = {w: getattr(step, info.attr(w)) for w in field_specs(self.model)}
+        values = {w: _as_array(getattr(step, info.attr(w))) for w in field_specs(self.model)}
         bindings, _ = record_bindings(self.model, values)
         varying = {*self.model.varying_dims, *action_bound_dims(self.model)}
         return {k: v for k, v in bindings.items() if k not in varying}

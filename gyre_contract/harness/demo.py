@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, InputError
+from gyre_contract.harness.demoreport import DemoReport, Say, cycle_rows, timed
 from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.runlog import RunLog, format_summary, summarize
 from gyre_contract.harness.runplot import plot_runs
@@ -116,33 +117,13 @@ def _normalised(adv: np.ndarray) -> np.ndarray:
 # -- the stages ---------------------------------------------------------------------------
 
 @dataclass
-class DemoResult:
-    """What the demo did: each stage's verdict, and where its files are."""
+class DemoResult(DemoReport):
+    """What the demo did: each stage's verdict and figures, and where its files are (a
+    `DemoReport`: `to_dict` is what `gyre-contract demo --format json` prints)."""
 
-    stages: dict[str, bool] = field(default_factory=dict)
-    out_dir: Path | None = None
+    demo = "cartpole"
     lengths: list[list[float]] = field(default_factory=list)
     """Stage 3's learning curves: per seed, the mean episode length of each cycle."""
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.stages) and all(self.stages.values())
-
-
-class _Printer:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def __call__(self, text: str = "") -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def heading(self, title: str, criteria: str) -> None:
-        self(f"\n=== {title} ===")
-        self(f"pass criteria: {criteria}")
-
-    def verdict(self, ok: bool, text: str) -> None:
-        self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
 
 
 def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
@@ -153,23 +134,27 @@ def run_demo(out: TextIO, *, out_dir: Path, cycles: int = 12, seed: int = 0,
     record's notes say how the map made the batch, then `notes`.
     """
     gym = _gymnasium()
-
+    started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    say = _Printer(out)
-    result = DemoResult(out_dir=out_dir)
+    say = Say(out)
+    result = DemoResult(out_dir=out_dir, seed=seed, cycles=cycles)
     policy = SoftmaxPolicy(seed=seed)
     say(f"gyre-contract demo on Gymnasium CartPole-v1 (seed {seed}, files in {out_dir})")
-    with _vector_env(gym, STAGE1_TIME_LIMIT) as envs:
+    with timed(result, "stage 1"), _vector_env(gym, STAGE1_TIME_LIMIT) as envs:
         rollouts = _stage1(say, result, envs, policy, CartPoleStep, out_dir, seed,
                            episodes_per_cycle)
-    map_path = _diff_stage(say, result, CartPoleStep, CartPoleBatch, out_dir)
-    _stage2(say, result, rollouts, map_path, policy, CartPoleStep, CartPoleBatch)
-    with _vector_env(gym, STAGE3_TIME_LIMIT) as envs:
+    with timed(result, "diff"):
+        map_path = _diff_stage(say, result, CartPoleStep, CartPoleBatch, out_dir)
+    with timed(result, "stage 2"):
+        _stage2(say, result, rollouts, map_path, policy, CartPoleStep, CartPoleBatch)
+    with timed(result, "stage 3"), _vector_env(gym, STAGE3_TIME_LIMIT) as envs:
         _stage3(say, result, envs, CartPoleStep, map_path, out_dir, cycles, seed,
                 episodes_per_cycle, plot, notes)
-    say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'}: "
-        + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in result.stages.items()))
+    result.seconds = time.perf_counter() - started
+    result.list_files()
+    say(f"\n{result.to_text()}")
     return result
+
 
 
 # A short time limit in stage 1 makes the sampler meet both endings (terminated and truncated);
@@ -204,7 +189,7 @@ def _recorder(envs: Any, policy: SoftmaxPolicy, model: type, seed: int, run_id: 
                     run_id=run_id, seed=seed, model=model)
 
 
-def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
+def _stage1(say: Say, result: DemoResult, envs: Any, policy: SoftmaxPolicy, model: type,
             out_dir: Path, seed: int, n: int) -> Path:
 
     say.heading("Stage 1: the sampler alone",
@@ -223,11 +208,12 @@ def _stage1(say: _Printer, result: DemoResult, envs: Any, policy: SoftmaxPolicy,
     ok = report.ok and (report.episodes or 0) == n
     say.verdict(ok, f"{report.steps} steps in {report.episodes} episodes, "
                 f"{report.problem_count} problems")
-    result.stages["stage 1"] = ok
+    result.record("stage 1", ok, steps=report.steps, episodes=report.episodes,
+                  problems=report.problem_count, file=path.name)
     return path
 
 
-def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model: type,
+def _diff_stage(say: Say, result: DemoResult, step_model: type, batch_model: type,
                 out_dir: Path) -> Path:
 
     say.heading("Diff: sampler schema vs trainer schema",
@@ -241,11 +227,13 @@ def _diff_stage(say: _Printer, result: DemoResult, step_model: type, batch_model
     write_text_atomic(map_path, json.dumps(report.field_map(), indent=2) + "\n")
     ok = report.exit_code() == 0
     say.verdict(ok, f"map written to {map_path}")
-    result.stages["diff"] = ok
+    result.record("diff", ok, counts=report.counts(),
+                  warnings=[w.code for w in report.warnings],
+                  files=[sampler.name, trainer.name, map_path.name])
     return map_path
 
 
-def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
+def _stage2(say: Say, result: DemoResult, rollouts: Path, map_path: Path,
             policy: SoftmaxPolicy, step_model: type, batch_model: type) -> None:
 
     say.heading("Stage 2: half way (map + collate + one loss, no update)",
@@ -260,10 +248,13 @@ def _stage2(say: _Printer, result: DemoResult, rollouts: Path, map_path: Path,
     say(report.to_text())
     ok = np.array_equal(before, policy.weights) and report.loss is not None
     say.verdict(ok, f"loss {report.loss:.4f}, weights unchanged")
-    result.stages["stage 2"] = ok
+    result.record("stage 2", ok, loss=report.loss, rows=report.rows,
+                  time_steps=report.time_steps, steps=report.steps, padding=report.padding,
+                  fields={k: list(v.shape or ()) for k, v in report.fields.items()},
+                  weights_unchanged=bool(np.array_equal(before, policy.weights)))
 
 
-def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
+def _stage3(say: Say, result: DemoResult, envs: Any, step_model: type, map_path: Path,
             out_dir: Path, cycles: int, seed: int, n: int, plot: bool, notes: str = "") -> None:
     say.heading("Stage 3: the full loop",
                 f"every cycle's counts, timestamps and policy versions check out; one "
@@ -275,6 +266,8 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_
     started = time.perf_counter()
     if log.path.exists():
         log.path.unlink()
+    result.record("stage 3", False, seeds=stage3_seeds(seed), cycles=cycles, max_staleness=0,
+                  runs=[], run_log=log.path.name)
     for run_seed in stage3_seeds(seed):
         say(f"\nseed {run_seed}: a fresh policy, {cycles} cycles")
         lengths = _train_run(say, result, envs, step_model, map_path, cycles, run_seed, n,
@@ -288,17 +281,16 @@ def _stage3(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_
     say(f"\nrun log {log.path}: {STAGE3_SEEDS} runs of one configuration, so the spread over "
         "seeds shows")
     say(format_summary(summarize(log.read())))
-    if plot:
-        _plot(say, log, out_dir)
+    plotted = _plot(say, log, out_dir) if plot else None
     ok = all(_improved(lengths) for lengths in result.lengths)
     firsts = "/".join(f"{lengths[0]:.0f}" for lengths in result.lengths)
     lasts = "/".join(f"{lengths[-1]:.0f}" for lengths in result.lengths)
     say.verdict(ok, f"{STAGE3_SEEDS} seeds x {cycles} cycles in "
                 f"{time.perf_counter() - started:.1f}s, mean episode length {firsts} → {lasts}")
-    result.stages["stage 3"] = ok
+    result.record("stage 3", ok, improved=[_improved(x) for x in result.lengths], plot=plotted)
 
 
-def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, map_path: Path,
+def _train_run(say: Say, result: DemoResult, envs: Any, step_model: type, map_path: Path,
                cycles: int, run_seed: int, n: int, config: dict[str, Any], log: RunLog,
                notes: str = "") -> list[float] | None:
     """One run of stage 3: a fresh policy seeded `run_seed`; its mean episode length per cycle."""
@@ -319,14 +311,17 @@ def _train_run(say: _Printer, result: DemoResult, envs: Any, step_model: type, m
         _failed(say, result, "stage 3", err, "the loop broke the contract")
         return None
     say(report.to_text())
+    result.figures["stage 3"]["runs"].append({
+        "seed": run_seed, "mean_episode_length": lengths, "policy_version": report.policy_version,
+        "steps": report.n_steps, "episodes": report.n_episodes, "cycles": cycle_rows(report)})
     return lengths
 
 
-def _failed(say: _Printer, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
+def _failed(say: Say, result: DemoResult, stage: str, err: ContractError, why: str) -> None:
     """A stage that broke the contract: its problems, its verdict, and no further work in it."""
     say(str(err))
     say.verdict(False, why)
-    result.stages[stage] = False
+    result.failed(stage, err)
 
 
 STAGE3_SEEDS = 3
@@ -350,11 +345,12 @@ def _json_text(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _plot(say: _Printer, log: RunLog, out_dir: Path) -> None:
+def _plot(say: Say, log: RunLog, out_dir: Path) -> str | None:
     try:
         path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_episode_length",
                          curve_label="mean episode length (steps)")
     except ImportError:
         say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
-        return
+        return None
     say(f"plot: {path} (mean episode length per cycle, one line per seed; final value per seed)")
+    return Path(path).name

@@ -26,10 +26,18 @@ import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.tensor import Tensor
+from gyre_contract.harness.demoreport import (
+    DemoReport,
+    Say,
+    compact_table,
+    cycle_rows,
+    first_last,
+    timed,
+)
 from gyre_contract.harness.recorder import TurnRecorder
 from gyre_contract.harness.runlog import RunLog
 from gyre_contract.harness.runplot import plot_runs
-from gyre_contract.harness.stages import full_loop, half_way
+from gyre_contract.harness.stages import FULL_LOOP_CHECKS, full_loop, half_way
 from gyre_contract.harness.tokenpolicy import (
     MAX_NEW_TOKENS,
     VOCAB,
@@ -242,37 +250,16 @@ def group_advantages(records: list[Mapping[str, Any]], eps: float = EPS) -> dict
 # -- the stages ----------------------------------------------------------------------------
 
 @dataclass
-class LLMDemoResult:
-    """What `demo --llm` did: each stage's verdict, the reward curves and the accuracies."""
+class LLMDemoResult(DemoReport):
+    """What `demo --llm` did: each stage's verdict and figures, the reward curves and the
+    accuracies (a `DemoReport`: `to_dict` is what `demo --llm --format json` prints)."""
 
-    stages: dict[str, bool] = field(default_factory=dict)
+    demo = "llm"
     rewards: list[list[float]] = field(default_factory=list)
     """Stage 3's curves: per seed, the mean reward of the batch each cycle trained on."""
     staleness: list[list[int]] = field(default_factory=list)
     accuracy: list[tuple[float, float]] = field(default_factory=list)
     """Per seed, the greedy exact accuracy on all 100 problems before and after training."""
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.stages) and all(self.stages.values())
-
-
-class _Say:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def __call__(self, text: str = "") -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def heading(self, title: str, criteria: str) -> None:
-        self(f"\n=== {title} ===")
-        self(f"pass criteria: {criteria}")
-
-    def verdict(self, ok: bool, text: str) -> bool:
-        self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
-        return ok
 
 
 def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
@@ -284,30 +271,34 @@ def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
     (matplotlib, the `demo` extra)."""
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    say = _Say(out)
-    result = LLMDemoResult()
+    say = Say(out)
+    result = LLMDemoResult(out_dir=out_dir, seed=seed, cycles=cycles)
     task = AdditionTask()
     say(f"gyre-contract demo --llm: GRPO on 'a+b=' with a numpy token policy (vocabulary "
         f"{len(VOCAB)} tokens, at most {MAX_NEW_TOKENS} generated; seed {seed}, files in "
         f"{out_dir})")
     policy = TokenPolicy(seed=seed)
-    rollouts = _stage1(say, result, policy, task, out_dir, seed)
-    map_path, trainer_path = _diff_stage(say, result, out_dir)
-    _stage2(say, result, rollouts, map_path, trainer_path, policy)
+    with timed(result, "stage 1"):
+        rollouts = _stage1(say, result, policy, task, out_dir, seed)
+    with timed(result, "diff"):
+        map_path, trainer_path = _diff_stage(say, result, out_dir)
+    with timed(result, "stage 2"):
+        _stage2(say, result, rollouts, map_path, trainer_path, policy)
     if result.passed:
-        _stage3(say, result, task, map_path, trainer_path, out_dir, cycles, seed, seeds,
-                notes, plot)
+        with timed(result, "stage 3"):
+            _stage3(say, result, task, map_path, trainer_path, out_dir, cycles, seed, seeds,
+                    notes, plot)
     else:
-        result.stages["stage 3"] = False
+        result.record("stage 3", False, ran=False)
         say("\n=== Stage 3: the full loop ===\nnot run: an earlier stage failed")
     result.seconds = time.perf_counter() - started
-    say(f"\n{'ALL STAGES PASS' if result.passed else 'SOME STAGES FAILED'} in "
-        f"{result.seconds:.1f}s: "
-        + ", ".join(f"{k} {'pass' if v else 'FAIL'}" for k, v in result.stages.items()))
+    result.list_files()
+    say(f"\n{result.to_text()}")
     return result
 
 
-def _stage1(say: _Say, result: LLMDemoResult, policy: TokenPolicy, task: AdditionTask,
+
+def _stage1(say: Say, result: LLMDemoResult, policy: TokenPolicy, task: AdditionTask,
             out_dir: Path, seed: int) -> Path:
     say.heading("Stage 1: the sampler alone",
                 f"{PROMPTS_PER_BATCH} prompts x {GROUP_SIZE} completions recorded as "
@@ -319,7 +310,8 @@ def _stage1(say: _Say, result: LLMDemoResult, policy: TokenPolicy, task: Additio
         records = sampler.sample(*policy.snapshot(), 0)
     except ContractError as err:
         say(str(err))
-        result.stages["stage 1"] = say.verdict(False, "the sampler broke the contract")
+        result.failed("stage 1", err)
+        say.verdict(False, "the sampler broke the contract")
         return path
     write_steps(path, records)
     say("one group (the completions of one prompt), as recorded:")
@@ -328,17 +320,22 @@ def _stage1(say: _Say, result: LLMDemoResult, policy: TokenPolicy, task: Additio
     say("\nthe whole file (gyre-contract validate):\n")
     say(report.to_text())
     ok = report.ok and report.episodes == len(records) and not report.warnings
-    result.stages["stage 1"] = say.verdict(
+    mean_reward = float(np.mean([r['reward'] for r in records]))
+    result.record("stage 1", ok, generations=report.steps, episodes=report.episodes,
+                  groups=PROMPTS_PER_BATCH, group_size=GROUP_SIZE,
+                  problems=report.problem_count, warnings=len(report.warnings),
+                  mean_reward=mean_reward, file=path.name)
+    say.verdict(
         ok, f"{report.steps} generations in {report.episodes} episodes of "
         f"{PROMPTS_PER_BATCH} groups, {report.problem_count} problems, "
-        f"mean reward {np.mean([r['reward'] for r in records]):.3f}")
+        f"mean reward {mean_reward:.3f}")
     return path
 
 
 def _group_table(records: list[Mapping[str, Any]]) -> str:
     first = records[0]
     lines = [f"  group {first['group_id']}, prompt {first['observation']['text']!r} "
-             f"(ids {list(first['observation']['token_ids'])}), policy version "
+             f"(ids {np.asarray(first['observation']['token_ids']).tolist()}), policy version "
              f"{first['policy_version']}",
              f"  {'episode':<12} {'completion':<11} {'reward':>6}  {'sum logprob':>11}  "
              f"{'sum ref_logprob':>15}"]
@@ -354,7 +351,7 @@ def _json_text(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _diff_stage(say: _Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, Path]:
+def _diff_stage(say: Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, Path]:
     say.heading("Diff: sampler schema vs a verl-style trainer schema",
                 "no trainer field is missing; the written map makes one row per generation "
                 "and group-normalised advantages")
@@ -370,7 +367,10 @@ def _diff_stage(say: _Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, 
     say(f"\nmap written to {map_path}: rows={fmap.get('rows', 'episode')}, ops {ops}")
     ok = (report.exit_code() == 0 and fmap.get("rows") == "step"
           and "group_norm" in json.dumps(fmap.get("fields", {}).get("advantages", {})))
-    result.stages["diff"] = say.verdict(ok, "the map realises the diff")
+    result.record("diff", ok, counts=report.counts(),
+                  warnings=[w.code for w in report.warnings], rows=fmap.get("rows", "episode"),
+                  ops=ops, files=[sampler.name, trainer.name, map_path.name])
+    say.verdict(ok, "the map realises the diff")
     return map_path, trainer
 
 
@@ -378,13 +378,14 @@ def _op_of(spec: Any) -> str | None:
     return spec.get("op") if isinstance(spec, Mapping) else None
 
 
-def _stage2(say: _Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
+def _stage2(say: Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
             trainer_path: Path, policy: TokenPolicy) -> None:
     say.heading("Stage 2: half way (map + collate + one GRPO loss, no update)",
                 "the batch fits the trainer schema, its advantages equal the group-normalised "
                 "rewards computed from the file, the loss is one finite number, weights unchanged")
     if not (result.stages.get("stage 1") and result.stages.get("diff")):
-        result.stages["stage 2"] = say.verdict(False, "not run: an earlier stage failed")
+        result.record("stage 2", False, ran=False)
+        say.verdict(False, "not run: an earlier stage failed")
         return
     before = policy.weights.copy()
     try:
@@ -392,7 +393,8 @@ def _stage2(say: _Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
                           trainer=trainer_path)
     except ContractError as err:
         say(str(err))
-        result.stages["stage 2"] = say.verdict(False, "the batch or the loss broke the contract")
+        result.failed("stage 2", err)
+        say.verdict(False, "the batch or the loss broke the contract")
         return
     say(report.to_text())
     records = [json.loads(line) for line in rollouts.read_text(encoding="utf-8").splitlines()]
@@ -407,12 +409,16 @@ def _stage2(say: _Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
         f"{error:.2e}; zero off the response mask: {off_mask_zero}")
     ok = (np.array_equal(before, policy.weights) and report.loss is not None
           and error < 1e-5 and off_mask_zero)
-    result.stages["stage 2"] = say.verdict(
+    result.record("stage 2", ok, loss=report.loss, rows=report.rows,
+                  fields={k: list(v.shape or ()) for k, v in report.fields.items()},
+                  advantage_max_error=error, zero_off_mask=bool(off_mask_zero),
+                  weights_unchanged=bool(np.array_equal(before, policy.weights)))
+    say.verdict(
         ok, f"GRPO loss {report.loss:.4f} (clip {policy.clip}, KL k3 beta {policy.beta}, "
         f"token-mean), weights unchanged")
 
 
-def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
+def _stage3(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
             trainer_path: Path, out_dir: Path, cycles: int, seed: int, seeds: int,
             notes: str, plot: bool) -> None:
     say.heading("Stage 3: the full loop, sampling one version ahead",
@@ -422,11 +428,14 @@ def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path
     log = RunLog(out_dir / "runs.jsonl")
     if log.path.exists():
         log.path.unlink()
+    result.record("stage 3", False, seeds=stage3_seeds(seed, seeds), cycles=cycles,
+                  max_staleness=1, runs=[], run_log=log.path.name)
     for run_seed in stage3_seeds(seed, seeds):
         curve = _train_run(say, result, task, map_path, trainer_path, cycles, run_seed, log,
                            notes)
         if curve is None:
             return
+    say("\nchecks that held in every run:\n" + "\n".join(f"  ok: {c}" for c in FULL_LOOP_CHECKS))
     say("\nmean reward per cycle (one run per seed; each batch sampled one version behind):")
     for run_seed, curve in zip(stage3_seeds(seed, seeds), result.rewards, strict=True):
         say(f"  seed {run_seed}: " + " ".join(f"{x:.2f}" for x in curve))
@@ -434,21 +443,19 @@ def _stage3(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path
     stale_ok = all(s[0] == 0 and all(x == 1 for x in s[1:]) for s in result.staleness)
     before = "/".join(f"{a:.2f}" for a, _ in result.accuracy)
     after = "/".join(f"{b:.2f}" for _, b in result.accuracy)
-    first = "/".join(f"{np.mean(c[:3]):.2f}" for c in result.rewards)
-    last = "/".join(f"{np.mean(c[-3:]):.2f}" for c in result.rewards)
+    label, first, last = first_last(result.rewards, cycles)
     say(f"staleness per cycle: {result.staleness[0][:6]}... (every run: 0 then 1)"
         if stale_ok else f"staleness per cycle: {result.staleness}")
     say(f"greedy exact accuracy on all 100 problems: {before} before → {after} after")
     say(f"run log {log.path}")
-    if plot:
-        _plot(say, log, out_dir)
-    result.stages["stage 3"] = say.verdict(
-        all(rose) and stale_ok,
-        f"{seeds} seeds x {cycles} updates, mean reward (first 3 cycles → last 3) "
-        f"{first} → {last}")
+    plotted = _plot(say, log, out_dir) if plot else None
+    result.record("stage 3", all(rose) and stale_ok, reward_rose=rose, staleness_ok=stale_ok,
+                  plot=plotted)
+    say.verdict(all(rose) and stale_ok,
+                f"{seeds} seeds x {cycles} updates, mean reward ({label}) {first} → {last}")
 
 
-def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
+def _train_run(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
                trainer_path: Path, cycles: int, run_seed: int, log: RunLog,
                notes: str) -> list[float] | None:
     policy = TokenPolicy(seed=run_seed)
@@ -473,24 +480,36 @@ def _train_run(say: _Say, result: LLMDemoResult, task: AdditionTask, map_path: P
                                trainer=trainer_path)
     except ContractError as err:
         say(str(err))
-        result.stages["stage 3"] = say.verdict(False, "the loop broke the contract")
+        result.failed("stage 3", err)
+        say.verdict(False, "the loop broke the contract")
         return None
-    say(report.to_text())
+    rows = cycle_rows(report)
+    say(f"stage 3 (full loop): {len(report.cycles)} cycles, {report.n_steps} steps, "
+        f"{report.n_episodes} episodes, policy version {report.policy_version}; every 5th "
+        f"cycle and the last (the full table: runs.jsonl, or --format json):")
+    say(compact_table(rows))
     curve = sampler.rewards[:cycles]
+    accuracy = (accuracy_before, policy.greedy_accuracy(task))
     result.rewards.append(curve)
     result.staleness.append(ahead.staleness)
-    result.accuracy.append((accuracy_before, policy.greedy_accuracy(task)))
+    result.accuracy.append(accuracy)
+    result.figures["stage 3"]["runs"].append({
+        "seed": run_seed, "mean_reward": curve, "staleness": list(ahead.staleness),
+        "accuracy_before": accuracy[0], "accuracy_after": accuracy[1],
+        "policy_version": report.policy_version, "steps": report.n_steps,
+        "cycles": rows})
     return curve
 
 
-def _plot(say: _Say, log: RunLog, out_dir: Path) -> None:
+def _plot(say: Say, log: RunLog, out_dir: Path) -> str | None:
     try:
         path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_reward",
                          curve_label="mean reward of the batch trained on")
     except ImportError:
         say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
-        return
+        return None
     say(f"plot: {path} (mean reward per cycle, one line per seed)")
+    return Path(path).name
 
 
 def stage3_seeds(seed: int, seeds: int = STAGE3_SEEDS) -> list[int]:

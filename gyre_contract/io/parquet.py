@@ -376,7 +376,8 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
     """One column as a list of per-row Python values / numpy arrays (None for a null).
 
     With `bulk` (fast paths on), a list column becomes numpy arrays in one conversion; without,
-    every row is a nested Python list that validation casts (same values, same verdicts).
+    row by row: the same arrays for a list of numbers (`_number_rows`), else nested Python lists
+    that validation casts (same values, same verdicts, same messages).
     """
     import pyarrow as pa
 
@@ -394,10 +395,10 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
     leaf, sizes = peel(arrow_type)
     if not sizes or _has_nested_nulls(array, len(sizes)):
         return array.to_pylist()
-    if bulk and all(s is not None for s in sizes):
-        return _fixed_values(array, sizes)
-    if bulk and len(sizes) == 1:
-        return _list_values(array)
+    if all(s is not None for s in sizes) or len(sizes) == 1:
+        if not bulk:
+            return _number_rows(array.to_pylist(), leaf)
+        return _fixed_values(array, sizes) if None not in sizes else _list_values(array)
     if bulk and pa.types.is_integer(leaf):
         return _nested_integer_values(array, len(sizes))
     return _integer_rows(array.to_pylist(), leaf)  # nested lists, cast by validation
@@ -429,6 +430,19 @@ def _nested_integer_values(array: Any, depth: int) -> list[Any]:
             continue
         rows.append(leaf[begin:end].reshape(dims))
     return rows
+
+
+def _number_rows(rows: list[Any], leaf: Any) -> list[Any]:
+    """Rows of a list column of numbers or booleans as arrays of the column's dtype, one row at
+    a time: the arrays `_fixed_values` / `_list_values` make in one conversion, so that a
+    problem shows a value the same way with fast paths off (a NaN in a float32 list is a
+    `float32[4]`, not the `float64[4]` of a Python list). Other leaves stay Python lists."""
+    import pyarrow as pa
+
+    if not (pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)):
+        return rows
+    dtype = _leaf_numpy(pa.array([], type=leaf)).dtype
+    return [None if row is None else np.array(row, dtype=dtype) for row in rows]
 
 
 def _integer_rows(rows: list[Any], leaf: Any) -> list[Any]:

@@ -80,6 +80,8 @@ class CompatReport(Report):
         self.new = new
         self.mode = mode
         self.changes = changes if changes is not None else []
+        self.strict = False
+        """Checked for `--strict` (no warnings here: the code is the same either way)."""
 
     def __repr__(self) -> str:
         return f"CompatReport({self.old.name!r} -> {self.new.name!r}: {self.summary_line()})"
@@ -114,7 +116,9 @@ class CompatReport(Report):
                 "compatible": self.ok,
                 "changes": [c.to_dict(self.mode) for c in self.changes],
                 "summary": {"changes": len(self.changes), "breaking": len(self.breaking),
-                            "exit_code": self.exit_code(), "text": self.summary_line()}}
+                            "strict": self.strict,
+                            "exit_code": self.exit_code(strict=self.strict),
+                            "text": self.summary_line()}}
 
     def to_text(self) -> str:
         """One line per change (BREAKING or ok, its rule, the field, why), then the summary."""

@@ -9,7 +9,7 @@ what `gyre-contract diff --format json` prints) and `render(format)` in text, JS
 from __future__ import annotations
 
 import warnings as warnings_module
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gyre_contract.core.report import Report
@@ -19,7 +19,12 @@ from gyre_contract.schema.fieldtable import Dim, Dtype, FieldTable, dtype_text, 
 SAME_REASON = "same name, dtype and shape"
 """The reason of a `same` entry (renderers drop it from the `why` column)."""
 UNUSED_REASON = "produced by the sampler, read by no trainer field"
-"""The reason of an `unused` entry (renderers drop it from the `why` column)."""
+"""The reason the diff engine gives an `unused` entry; the report replaces it with one of the two
+below, which say whether the sampler always produces the field."""
+UNUSED_REQUIRED_REASON = ("required in the sampler's schema, so always produced; read by no "
+                          "trainer field")
+UNUSED_OPTIONAL_REASON = ("optional in the sampler's schema, so produced only when the sampler "
+                          "records it; read by no trainer field")
 TIERS: tuple[str, ...] = ("same", "renamed", "needs_conversion", "missing", "optional_missing",
                           "unused")
 """The tiers in report order. `optional_missing`: an optional trainer field with no source,
@@ -65,8 +70,13 @@ class Entry:
     trainer_shape: tuple[Dim, ...] | None = None
     conversion: Conversion | None = None
     reason: str = ""
+    sampler_required: bool | None = None
+    """For an `unused` entry: whether the sampler's schema requires the field (always produced)
+    or makes it optional (produced only when recorded); None for every other entry."""
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {} if self.sampler_required is None else {
+            "sampler_required": self.sampler_required}
         return {
             "tier": self.tier,
             "trainer_field": self.trainer_field,
@@ -78,6 +88,7 @@ class Entry:
                       "trainer": _shape_json(self.trainer_shape)},
             "conversion": self.conversion.to_dict() if self.conversion else None,
             "reason": self.reason,
+            **extra,
         }
 
 
@@ -115,10 +126,12 @@ class DiffReport(Report):
         self.sampler = sampler
         self.trainer = trainer
         self.layout = layout
-        self.entries = entries
+        self.entries = [_unused(e, sampler) if e.tier == "unused" else e for e in entries]
         self._warnings = warnings if warnings is not None else []
         self.gamma = gamma
         self.lam = lam
+        self.strict = False
+        """Checked for `--strict`: `to_dict`'s `exit_code` then fails on a conversion too."""
 
     def __repr__(self) -> str:
         return f"DiffReport({self.sampler.name!r} -> {self.trainer.name!r}: {self.summary_line()})"
@@ -151,6 +164,11 @@ class DiffReport(Report):
             counts[e.tier] += 1
         return counts
 
+    def unused_required(self) -> int:
+        """How many unused sampler fields the sampler's schema requires (always produced); the
+        other unused ones are optional (produced only when the sampler records them)."""
+        return sum(1 for e in self.entries if e.tier == "unused" and e.sampler_required)
+
     def exit_code(self, strict: bool = False) -> int:
         """0 nothing missing; 1 something missing. With `strict`, any conversion also fails
         (what `gyre-contract diff --strict` has always meant); warnings never change the code."""
@@ -166,7 +184,10 @@ class DiffReport(Report):
                  f"{c['needs_conversion']} need conversion", f"{c['missing']} missing",
                  *([f"{c['optional_missing']} optional without source"]
                    if c["optional_missing"] else []),
-                 f"{c['unused']} unused", _plural(len(self.warnings), "warning")]
+                 f"{c['unused']} unused" + (f" ({self.unused_required()} required, "
+                                            f"{c['unused'] - self.unused_required()} optional)"
+                                            if c["unused"] else ""),
+                 _plural(len(self.warnings), "warning")]
         if c["missing"]:
             verdict = f"contract broken: {_plural(c['missing'], 'trainer field')} with no source"
         elif c["needs_conversion"]:
@@ -185,7 +206,8 @@ class DiffReport(Report):
             "entries": [e.to_dict() for e in self.entries],
             "warnings": [w.to_dict() for w in self.warnings],
             "summary": {**counts, "warnings": len(self.warnings),
-                        "exit_code": self.exit_code(), "text": self.summary_line()},
+                        "strict": self.strict, "exit_code": self.exit_code(strict=self.strict),
+                        "text": self.summary_line()},
         }
 
     def to_text(self, color: bool = False) -> str:
@@ -270,6 +292,21 @@ def padding_mask_key(trainer: FieldTable, layout: Layout) -> str | None:
     return "mask"
 
 
+def _unused(entry: Entry, sampler: FieldTable) -> Entry:
+    """An unused entry that says whether the sampler always produces its field."""
+    name = entry.sampler_fields[0] if entry.sampler_fields else None
+    if name is None or name not in sampler:
+        return entry
+    required = sampler[name].required
+    reason = entry.reason
+    if reason.startswith(UNUSED_REASON) or reason in (UNUSED_REQUIRED_REASON,
+                                                     UNUSED_OPTIONAL_REASON):
+        generic = UNUSED_REASON if reason.startswith(UNUSED_REASON) else reason
+        reason = (UNUSED_REQUIRED_REASON if required else UNUSED_OPTIONAL_REASON) + \
+            reason[len(generic):]
+    return replace(entry, sampler_required=required, reason=reason)
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -302,6 +339,14 @@ _TIER_HELP = {
     "optional_missing": "optional trainer fields with no source: reported, not breaking",
     "unused": "produced by the sampler, read by nobody",
 }
+_UNUSED_GROUPS = (
+    (True, "UNUSED, REQUIRED", "always produced by the sampler (required in its schema), read by "
+     "nobody", "always produced by the sampler (required in its schema)"),
+    (False, "UNUSED, OPTIONAL", "produced only when the sampler records them (optional in its "
+     "schema), read by nobody", "produced only when the sampler records it (optional in its "
+     "schema)"),
+)
+"""The unused tier in two groups: (sampler_required, title, help, markdown why)."""
 _COLORS = {"same": "32", "renamed": "36", "needs_conversion": "33", "missing": "31;1",
            "optional_missing": "35", "unused": "2", "warning": "33"}
 _HEADER = ("trainer field", "from sampler", "dtype", "shape", "why")
@@ -325,7 +370,7 @@ def _cells(e: Entry) -> tuple[str, str, str, str, str]:
     s_shape = shape_text(e.sampler_shape) if e.sampler_shape is not None else ""
     t_shape = shape_text(e.trainer_shape) if e.trainer_field is not None else ""
     why = e.reason
-    for generic in (SAME_REASON, UNUSED_REASON):
+    for generic in (SAME_REASON, UNUSED_REASON, UNUSED_REQUIRED_REASON, UNUSED_OPTIONAL_REASON):
         if why.startswith(generic):
             why = why[len(generic):].lstrip("; ")
     return trainer, source, _pair(s_dtype, t_dtype), _pair(s_shape, t_shape), why
@@ -361,11 +406,8 @@ def render_text(report: DiffReport, color: bool = False) -> str:
     lines.append(_paint(header.rstrip(), "1", color))
     lines.append("  (a -> b: the sampler's, then the trainer's; ? is any size; *name is any "
                  "number of dims)")
-    for tier in TIERS:
-        group = [c for e, c in rows if e.tier == tier]
-        if not group:
-            continue
-        title = f"{_TIER_TITLES[tier]} ({len(group)}): {_TIER_HELP[tier]}"
+    for tier, title_text, help_text, group in _groups(rows):
+        title = f"{title_text} ({len(group)}): {help_text}"
         lines.append(_paint(title, _COLORS[tier], color))
         for cells in group:
             line = "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + cells[4]
@@ -382,6 +424,28 @@ def render_text(report: DiffReport, color: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _groups(rows: list[tuple[Entry, Any]]) -> list[tuple[str, str, str, list[Any]]]:
+    """The text report's groups, in report order: (tier, title, help, rows). The unused tier
+    splits into the fields the sampler always produces and those it may not record."""
+    out = []
+    for tier in TIERS:
+        if tier == "unused":
+            for required, title, help_text, _ in _UNUSED_GROUPS:
+                group = [c for e, c in rows if e.tier == tier and _required(e) is required]
+                if group:
+                    out.append((tier, title, help_text, group))
+            continue
+        group = [c for e, c in rows if e.tier == tier]
+        if group:
+            out.append((tier, _TIER_TITLES[tier], _TIER_HELP[tier], group))
+    return out
+
+
+def _required(e: Entry) -> bool:
+    """An unused entry whose field the sampler always produces (unknown counts as required)."""
+    return e.sampler_required is not False
+
+
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -394,12 +458,15 @@ def render_markdown(report: DiffReport) -> str:
         lines += [f"Trainer layout: {report.layout.text}.", ""]
     lines += ["| tier | trainer field | from sampler | dtype | shape | why |",
               "|---|---|---|---|---|---|"]
-    for tier in TIERS:
-        for e in report.entries:
-            if e.tier != tier:
-                continue
+    for tier, _, _, group in _groups([(e, e) for e in report.entries]):
+        for e in group:
             trainer, source, dtype, shape, why = _cells(e)
-            lines.append(f"| {tier} | `{_md(trainer)}` | `{_md(source)}` | {_md(dtype)} | "
+            label = tier
+            if tier == "unused":
+                required = _required(e)
+                label = f"unused ({'required' if required else 'optional'})"
+                why = why or next(w for r, _, _, w in _UNUSED_GROUPS if r is required)
+            lines.append(f"| {label} | `{_md(trainer)}` | `{_md(source)}` | {_md(dtype)} | "
                          f"{_md(shape)} | {_md(why)} |")
     if report.warnings:
         lines += ["", f"**Warnings ({len(report.warnings)})**", ""]

@@ -123,7 +123,8 @@ _TABLE: dict[str, dict[str, str]] = {
         "prompt_uid": "", "group": "", "groups": "", "group_index": "", "group_idx": "",
     },
     "loss_mask": {
-        "loss_masks": "", "token_loss_mask": "", "generated_mask": "",
+        "loss_masks": "", "token_loss_mask": "", "generated_mask": "", "tool_mask": "TRL",
+        "env_mask": "TRL rollout_func",
     },
     "token_reward": {
         "token_reward": "gyre", "token_rewards": "", "token_level_rewards": "verl",

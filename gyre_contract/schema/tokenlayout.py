@@ -56,6 +56,9 @@ class Profile:
     markers: frozenset[str]
     group_norm: dict[str, Any]
     note: str
+    attention_masks: frozenset[str] = frozenset()
+    """Response masks the trainer also attends with: 1 on every real token, tool output
+    included (the loss leaves tool tokens out through another field, TRL's tool_mask)."""
 
 
 PROFILES: tuple[Profile, ...] = (
@@ -67,7 +70,8 @@ PROFILES: tuple[Profile, ...] = (
     Profile("TRL GRPOTrainer", frozenset({"completion_ids", "completion_mask", "prompt_mask",
                                           "old_per_token_logps", "ref_per_token_logps"}),
             {"eps": 1e-4},
-            "TRL GRPOTrainer: (r - mean) / (std + 1e-4), torch.std over num_generations"),
+            "TRL GRPOTrainer: (r - mean) / (std + 1e-4), torch.std over num_generations",
+            frozenset({"completion_mask"})),
     Profile("OpenRLHF", frozenset({"sequences", "action_mask", "action_log_probs",
                                    "base_action_log_probs"}),
             {"eps": 1e-9},
@@ -350,12 +354,28 @@ class TokenRows:
 
     def _response_mask(self, t: Field) -> Entry:
         loss = self.loss_mask()
+        if t.role == "mask" and t.name.lower() in self.profile.attention_masks:
+            return self._real_mask(t, loss)
         sources = [self.action] + ([loss] if loss is not None else [])
         why = ("True on real generated tokens AND loss_mask (tokens the policy did not "
                "generate, such as spliced tool output, stay out of the loss)") if loss else \
             ("True on real generated tokens (the sampler records no loss_mask: every generated "
              "token is trained on)")
         return self._op(t, sources, {"from": "response_mask"}, ("pad",), "response_mask",
+                        "bool", why)
+
+    def _real_mask(self, t: Field, loss: Field | None) -> Entry:
+        """A response mask the trainer also attends with: the real tokens (the first
+        response_length), so spliced tool output stays visible to the tokens after it."""
+        loss_field = next((f.name for f in self.t_tab if f.role == "loss_mask"), None)
+        why = (f"True on every real response token, tool output included ({self.profile.name} "
+               f"also attends with {t.name}; the loss leaves tool tokens out through "
+               + (f"{loss_field} = response_mask)" if loss_field else
+                  "a tool mask the trainer schema does not name" +
+                  (f": the sampler's {loss.name} is unused, so spliced tool output would be "
+                   f"trained on)" if loss is not None else ")")))
+        entry = {"op": "pad", "from": "response_ids", "side": "right", "output": "mask"}
+        return self._op(t, [self.action], entry, ("pad",), "real tokens of response_ids",
                         "bool", why)
 
     def _token_read(self, t: Field, s: Field) -> Entry:

@@ -198,3 +198,19 @@ def test_diff_refuses_a_non_finite_discount(option: str) -> None:
     code, out, err = cli("diff", STEP, BATCH, option, "nan")
     assert (code, out) == (2, "")
     assert err == f"gyre-contract diff: argument {option}: must be a number in [0, 1], got 'nan'\n"
+
+
+def test_strict_json_carries_the_exit_code_the_command_returns() -> None:
+    """`--strict --format json`: the summary says strict and gives the code actually returned
+    (a conversion fails --strict), like validate's JSON; compat takes --strict the same way."""
+    schema = json.loads((ROOT / "schemas" / "diff_report.v1.json").read_text())
+    for extra, want in (((), 0), (("--strict",), 1)):
+        code, out, _ = cli("diff", STEP, BATCH, "--format", "json", *extra)
+        summary = json.loads(out)["summary"]
+        jsonschema.validate(json.loads(out), schema)
+        assert (code, summary["strict"], summary["exit_code"]) == (want, bool(extra), want)
+    old = str(ROOT / "tests" / "data" / "schemas" / "rollout_step.v1.0.json")
+    for extra in ((), ("--strict",)):
+        code, out, _ = cli("compat", old, STEP, "--format", "json", *extra)
+        summary = json.loads(out)["summary"]
+        assert (summary["strict"], summary["exit_code"]) == (bool(extra), code)

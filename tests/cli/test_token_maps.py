@@ -168,7 +168,14 @@ def test_trl_gets_one_advantage_per_completion(rollouts, tmp_path) -> None:
     np.testing.assert_array_equal(
         b["prompt_mask"], [left([1] * len(r["observation"]["token_ids"]), P) for r in ROWS])
     np.testing.assert_array_equal(b["completion_ids"], [right(r["action"], R) for r in ROWS])
-    np.testing.assert_array_equal(b["completion_mask"], expected_response_mask())
+    # TRL's completion_mask is also its attention mask: 1 on every real token, spliced tool
+    # output included; the tool tokens leave the loss through tool_mask (completion_mask *
+    # tool_mask), as TRL's own multi-turn tool handling does
+    np.testing.assert_array_equal(b["completion_mask"],
+                                  [right([1] * len(r["action"]), R) for r in ROWS])
+    np.testing.assert_array_equal(b["tool_mask"], expected_response_mask())
+    assert b["completion_mask"].dtype == b["tool_mask"].dtype == np.int64
+    assert (b["completion_mask"] != b["tool_mask"]).any()  # the spliced tokens tell them apart
     assert b["advantages"].shape == (len(ROWS),)
     np.testing.assert_allclose(b["advantages"], group_norm(ROWS, 1e-4), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b["ref_per_token_logps"],

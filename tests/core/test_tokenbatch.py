@@ -161,3 +161,29 @@ def test_the_committed_schema_is_the_models():
     assert doc["properties"]["prompt_ids"]["x-gyre-shape"] == ["B", "P"]
     assert doc["properties"]["advantage"]["x-gyre-shape"] == ["B", "*adv"]
     assert doc.get("additionalProperties", True) is not False  # a trainer's own arrays are allowed
+
+
+def test_a_negative_response_length_is_one_problem_not_two():
+    """The root problem only: a length below 0 puts every position "past" it, which is not a
+    second finding about response_mask."""
+    with pytest.raises(ContractError) as err:  # row 0 has real tokens: all "past" -1
+        validate_batch(edited("response_length", 0, -1), TokenBatch)
+    assert [p.path for p in err.value.problems] == ["response_length"]
+    assert "response_length out of range" in str(err.value)
+    with pytest.raises(ContractError) as err:  # row 2 (length 0) has a True of its own
+        validate_batch(edited("response_mask", (2, 0), True, edited("response_length", 0, -1)),
+                       TokenBatch)
+    assert [p.path for p in err.value.problems] == ["response_length", "response_mask"]
+    assert "True past the response in rows [2]" in str(err.value)
+
+
+def test_a_row_from_the_future_names_the_upper_bound_only():
+    """current 2, max_staleness 5: the window's lower bound is below 0; a newer row's message
+    says what it broke (at most the current version), never "expected -3..2"."""
+    batch = edited("policy_version", 0, 3)
+    with pytest.raises(ContractError) as err:
+        validate_batch(batch, TokenBatch, current_version=2, max_staleness=5)
+    text = str(err.value)
+    assert "policy version from the future: expected at most 2 (current 2, max_staleness 5), " \
+           "got 3" in text
+    assert "-3" not in text

@@ -94,3 +94,28 @@ def test_loss_is_evaluated_without_an_update():
     assert np.isfinite(policy.loss(batch)) and np.array_equal(before, policy.weights)
     metrics = policy.train_step(batch)
     assert metrics["policy_version"] == 1 and not np.array_equal(before, policy.weights)
+
+
+def test_demo_format_json_is_one_object_with_the_learning_curves(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["demo", "--out-dir", str(tmp_path), "--cycles", "4", "--episodes", "8",
+                "--seed", "3", "--format", "json"], out, err)
+    assert err.getvalue() == ""
+    report = json.loads(out.getvalue())  # nothing but the report on stdout
+    assert code == report["exit_code"] and report["demo"] == "cartpole"
+    assert list(report["stages"]) == ["stage 1", "diff", "stage 2", "stage 3"]
+    one, two, three = (report["stages"][k] for k in ("stage 1", "stage 2", "stage 3"))
+    assert one["ok"] and one["episodes"] == 8 and one["problems"] == 0
+    assert two["ok"] and two["weights_unchanged"] and two["rows"] == 8
+    assert two["fields"]["obs"][:1] == [8] and two["fields"]["obs"][-1] == 4
+    runs = three["runs"]
+    assert [r["seed"] for r in runs] == stage3_seeds(3)
+    assert sum(len(r["mean_episode_length"]) for r in runs) == 4 * STAGE3_SEEDS
+    logged = RunLog(tmp_path / "runs.jsonl").read()
+    assert [r.curves["mean_episode_length"] for r in logged] == \
+        [r["mean_episode_length"] for r in runs]
+    for run_ in runs:
+        assert [c["cycle"] for c in run_["cycles"]] == [0, 1, 2, 3]
+        assert all(c["episodes"] == 8 for c in run_["cycles"])
+        assert [c["metrics"]["policy_version"] for c in run_["cycles"]] == [1, 2, 3, 4]
+    assert "runs.jsonl" in report["files"] and report["kept"] is True

@@ -321,6 +321,10 @@ def test_demo_llm_passes_every_stage_and_keeps_its_files(tmp_path):
         assert heading in text
     assert text.count("result: PASS") == 4 and "ALL STAGES PASS" in text
     assert "rows=step" in text and "group_norm" in text
+    assert "(ids [1, " in text and "np.int64" not in text  # the prompt's ids read as plain ints
+    # the run ends by saying where its files are, each with the stage that wrote it
+    tail = text[text.index("ALL STAGES PASS"):]
+    assert f"files kept in {tmp_path}" in tail and "map.json" in tail and "runs.jsonl" in tail
     for name in ("rollouts.jsonl", "sampler.json", "trainer.json", "map.json", "runs.jsonl"):
         assert (tmp_path / name).is_file(), name
     fmap = json.loads((tmp_path / "map.json").read_text())
@@ -367,11 +371,14 @@ def test_demo_llm_exits_1_when_the_reward_does_not_rise(tmp_path, monkeypatch):
     assert code == 1
     assert "stage 1 pass, diff pass, stage 2 pass, stage 3 FAIL" in text
     assert "result: FAIL" in text
+    # without --out-dir the paths printed above are gone at the end: the run says so
+    assert "temporary folder, now removed" in text and "--out-dir DIR" in text
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--episodes", "4"], "--episodes is for the CartPole demo"),
     (["--cycles", "0"], "--cycles and --episodes must be >= 1"),
+    (["--seed", "-1"], "--seed must be >= 0"),
 ])
 def test_demo_llm_refuses_bad_arguments_with_exit_2(argv, message):
     code, out, err = cli("demo", "--llm", *argv)
@@ -410,3 +417,77 @@ def test_full_loop_refuses_rows_two_versions_old_under_the_demos_map(tmp_path):
                           max_staleness=1, model=AdditionStep, trainer=tmp_path / "trainer.json")
     text = str(err.value)
     assert "cycles[2]" in text and "lag-8" in text, text
+
+
+# -- --format json and the compact stage 3 ------------------------------------------------------
+
+def test_demo_llm_format_json_is_one_object_with_real_figures(tmp_path):
+    code, out, err = cli("demo", "--llm", "--cycles", "7", "--seed", "0", "--format", "json",
+                         "--out-dir", str(tmp_path))
+    assert err == ""
+    report = json.loads(out)  # the whole of stdout is one JSON object: no stage text around it
+    assert code == report["exit_code"] == (0 if report["ok"] else 1)
+    assert report["demo"] == "llm" and report["cycles"] == 7 and report["kept"] is True
+    assert list(report["stages"]) == ["stage 1", "diff", "stage 2", "stage 3"]
+    assert all(stage["ok"] == report["ok"] or not stage["ok"]
+               for stage in report["stages"].values())
+    assert all(stage["seconds"] >= 0 for stage in report["stages"].values())
+    one = report["stages"]["stage 1"]
+    assert one["generations"] == one["episodes"] == 16 * 8 and one["problems"] == 0
+    assert report["stages"]["diff"]["rows"] == "step" and "group_norm" in \
+        report["stages"]["diff"]["ops"]
+    two = report["stages"]["stage 2"]
+    assert np.isfinite(two["loss"]) and two["rows"] == 128 and two["weights_unchanged"]
+    three = report["stages"]["stage 3"]
+    runs = three["runs"]
+    assert [r["seed"] for r in runs] == three["seeds"] == [1, 2, 3]
+    assert sum(len(r["mean_reward"]) for r in runs) == 7 * 3  # cycles x seeds
+    for one_run in runs:
+        cycles = one_run["cycles"]
+        assert one_run["staleness"] == [0, 1, 1, 1, 1, 1, 1]
+        assert [c["staleness"] for c in cycles] == one_run["staleness"]  # from the batch
+        assert [c["cycle"] for c in cycles] == list(range(7))
+        assert [c["metrics"]["mean_reward"] for c in cycles] == one_run["mean_reward"]
+        assert {"loss", "kl", "clip_fraction"} <= set(cycles[0]["metrics"])
+    # the curves are the ones the run log kept
+    logged = RunLog(tmp_path / "runs.jsonl").read()
+    assert [r.curves["mean_reward"] for r in logged] == [r["mean_reward"] for r in runs]
+    assert report["files"] == [n for n in ("rollouts.jsonl", "sampler.json", "trainer.json",
+                                           "map.json", "runs.jsonl", "runs.png")
+                               if (tmp_path / n).is_file()]
+
+
+def test_demo_llm_format_json_keeps_exit_1_and_says_which_stage_failed(monkeypatch):
+    monkeypatch.setattr(llmdemo, "TokenPolicy", functools.partial(TokenPolicy, lr=0.0))
+    code, out, err = cli("demo", "--llm", "--cycles", "6", "--seed", "4", "--format", "json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and report["exit_code"] == 1
+    assert report["kept"] is False  # a temporary folder, removed
+    assert {k: v["ok"] for k, v in report["stages"].items()} == {
+        "stage 1": True, "diff": True, "stage 2": True, "stage 3": False}
+    rose = report["stages"]["stage 3"]["reward_rose"]
+    assert len(rose) == 3 and not all(rose)  # frozen weights: the reward is noise
+
+
+def test_stage3_prints_a_compact_table_per_seed_and_the_checks_once(tmp_path):
+    text = io.StringIO()
+    result = run_llm_demo(text, out_dir=tmp_path, cycles=12, seed=0, seeds=2)
+    out = text.getvalue()
+    stage3 = out[out.index("=== Stage 3"):]
+    assert "rollout_s" not in stage3 and "policy_version  rollout_kl" not in stage3
+    header = "cycle  version  staleness  mean_reward"
+    assert stage3.count(header) == 2
+    table = stage3[stage3.index(header):].split("\n\n")[0].splitlines()
+    assert [int(line.split()[0]) for line in table[1:]] == [0, 5, 10, 11]
+    assert [int(line.split()[2]) for line in table[1:]] == [0, 1, 1, 1]
+    assert stage3.count("ok: every cycle ran to the end") == 1
+    assert "mean reward (first 3 cycles → last 3)" in stage3
+    rows = result.figures["stage 3"]["runs"][0]["cycles"]
+    assert len(rows) == 12  # the full table stays in the report
+
+
+def test_a_short_run_compares_the_first_cycle_with_the_last(tmp_path):
+    text = io.StringIO()
+    run_llm_demo(text, out_dir=tmp_path, cycles=3, seed=0, seeds=1)
+    assert "mean reward (first → last cycle)" in text.getvalue()
+    assert "first 3 cycles" not in text.getvalue()

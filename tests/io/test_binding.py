@@ -72,6 +72,16 @@ def early_steps(lines: list[bytes], **changes: Any) -> list[bytes]:
     return out
 
 
+def first_observation(lines: list[bytes], scalar: bool) -> list[bytes]:
+    """Each observation its first value alone: a number (shape []) or a list of one ([1])."""
+    out = []
+    for raw in lines:
+        record = orjson.loads(raw)
+        first = record["observation"][0]
+        out.append(orjson.dumps({**record, "observation": first if scalar else [first]}))
+    return out
+
+
 def token_fields(lines: list[bytes]) -> list[bytes]:
     """The v1.1 step fields on every line: a two-token action, one group per 4 episodes."""
     out = []
@@ -118,6 +128,14 @@ VARIANTS = {
     "positive logprob": lambda base: replaced(cartpole_lines(base), 45, logprob=0.5),
     "modalities": lambda base: replaced(cartpole_lines(base), 3,
                                         observation={"pixels": [1, 2], "state": [0.5]}),
+    # a field of shape [] binds its `*dims` to []: [] then [1] in an episode is a dims change
+    "scalar observations": lambda base: first_observation(cartpole_lines(base, interleave=3),
+                                                          True),
+    "scalar then one": lambda base: replaced(first_observation(
+        cartpole_lines(base, interleave=3), True), 70, observation=[0.5]),
+    "one then scalar": lambda base: replaced(first_observation(
+        cartpole_lines(base, interleave=3), False), 70, observation=0.5),
+    "scalar action then two": lambda base: replaced(cartpole_lines(base), 33, action=[1, 0]),
     "no logprob first": lambda base: [orjson.dumps({k: v for k, v in orjson.loads(raw).items()
                                                     if k != "logprob" or i > 20})
                                       for i, raw in enumerate(cartpole_lines(base))],
@@ -137,7 +155,8 @@ def test_reports_are_identical_without_a_pinned_model(cartpole_record, tmp_path,
 
 
 @pytest.mark.parametrize("variant", ["clean", "defects", "dimension jump", "float actions",
-                                     "spaced", "next observation"])
+                                     "spaced", "next observation", "scalar then one",
+                                     "one then scalar", "scalar action then two"])
 def test_episodes_are_identical_without_a_pinned_model(cartpole_record, tmp_path, monkeypatch,
                                                         small_blocks, variant):  # noqa: F811
     path = tmp_path / "r.jsonl"
@@ -160,7 +179,8 @@ def test_episodes_are_identical_without_a_pinned_model(cartpole_record, tmp_path
             assert same_columns(a.columns[key], b.columns[key]), (a.episode_id, key)
 
 
-@pytest.mark.parametrize("variant", ["clean", "spaced", "float actions", "token fields"])
+@pytest.mark.parametrize("variant", ["clean", "spaced", "float actions", "token fields",
+                                     "scalar observations"])
 def test_the_bound_plan_is_taken(cartpole_record, tmp_path, monkeypatch, variant):
     import gyre_contract.io.checking as checking
 
@@ -168,6 +188,20 @@ def test_the_bound_plan_is_taken(cartpole_record, tmp_path, monkeypatch, variant
     path.write_bytes(b"\n".join(VARIANTS[variant](cartpole_record)) + b"\n")
     monkeypatch.setattr(checking, "validate_step", None)  # any line-by-line step would fail
     assert validate_file(path, RolloutStep).ok
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_scalar_then_a_list_is_a_dims_change(cartpole_record, tmp_path, monkeypatch, fast):
+    """A scalar action, then [2] in the same episode: the episode's columns could not be
+    stacked, so the episode rule names the line (not a ValueError from numpy)."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(VARIANTS["scalar action then two"](cartpole_record)) + b"\n")
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    report = validate_file(path, RolloutStep)
+    assert [(p.line, p.expected, p.got.split()[0]) for p in report.problems()] == [
+        (34, "act=[] as earlier in the episode", "act=[2]")]
+    with pytest.raises(ContractError, match="line 34: .*dimension changed within the episode"):
+        list(read_episodes(path, RolloutStep))
 
 
 def test_what_is_bound(cartpole_record):

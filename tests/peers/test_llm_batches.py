@@ -152,13 +152,20 @@ def test_verl_losses_never_read_masked_positions(batches):
             assert float(a) == float(b), (estimator, mode)
 
 
+ATTENDED: list = []  # the attention masks TRL's forward was given
+
+
 def trl_compute_loss(inputs: dict, per_token_logps: torch.Tensor, loss_type: str) -> float:
     """TRL's own GRPOTrainer._compute_loss; the model's forward gives `per_token_logps`."""
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     fake = mock.MagicMock()
-    fake._get_per_token_logps_and_entropies = lambda *a, **k: (
-        per_token_logps, torch.zeros_like(per_token_logps), None)
+
+    def forward(model, input_ids, attention_mask, *a, **k):
+        ATTENDED.append(attention_mask)
+        return per_token_logps, torch.zeros_like(per_token_logps), None
+
+    fake._get_per_token_logps_and_entropies = forward
     fake.top_entropy_quantile, fake.off_policy_mask_threshold = 1.0, None
     fake.importance_sampling_level, fake.beta, fake.loss_type = "token", 0.04, loss_type
     fake.epsilon_low = fake.epsilon_high = 0.2
@@ -185,9 +192,16 @@ def test_trl_grpo_advantages_and_loss(batches):
     theirs = ((by_prompt - mean) / (std + 1e-4)).T.reshape(-1)  # TRL's lines, grouped by uid
     report("TRL GRPO advantages (scale_rewards=group)", t["advantages"][:GRPO_ROWS], theirs.numpy())
     inputs = {k: torch.tensor(t[k]) for k in ("prompt_ids", "prompt_mask", "completion_ids",
-                                              "completion_mask", "old_per_token_logps",
-                                              "ref_per_token_logps", "advantages")}
-    masked = ~inputs["completion_mask"].bool()
+                                              "completion_mask", "tool_mask",
+                                              "old_per_token_logps", "ref_per_token_logps",
+                                              "advantages")}
+    # TRL attends with completion_mask, so the spliced tool output stays 1 there; tool_mask
+    # takes it out of the loss (TRL's own multi-turn tool handling)
+    tool_row = GRPO_ROWS + 1
+    assert inputs["completion_mask"][tool_row, :4].tolist() == [1, 1, 1, 1]
+    assert inputs["tool_mask"][tool_row, :4].tolist() == [1, 0, 0, 1]
+    masked = ~(inputs["completion_mask"] * inputs["tool_mask"]).bool()
+    assert masked[tool_row, 1:3].all()
     old = inputs["old_per_token_logps"]
     new = old + torch.tensor(np.random.default_rng(1).normal(0, 0.1, old.shape), dtype=torch.float32)
     junk = dict(inputs, old_per_token_logps=torch.where(masked, torch.tensor(-3.0), old),
@@ -197,6 +211,9 @@ def test_trl_grpo_advantages_and_loss(batches):
         loss = trl_compute_loss(inputs, new, loss_type)
         again = trl_compute_loss(junk, torch.where(masked, torch.tensor(-0.5), new), loss_type)
         assert np.isfinite(loss) and loss == again, loss_type
+    attended = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    assert ATTENDED and all(torch.equal(a, attended) for a in ATTENDED)
+    assert ATTENDED[0][tool_row, -inputs["completion_ids"].shape[1]:][:4].tolist() == [1] * 4
 
 
 def test_openrlhf_advantages_are_its_group_norm(batches):

@@ -607,3 +607,35 @@ def test_a_foreign_trainer_without_batch_dims_is_told_to_name_them() -> None:
     told = diff(step, peer, batch_dims="B,T")
     assert "no_batch_dims" not in {w.code for w in told.warnings}
     assert told.counts()["missing"] == 0
+
+
+def test_unused_fields_say_whether_the_sampler_always_produces_them() -> None:
+    """An optional sampler field (entropy, value, token_reward...) may never be recorded: the
+    diff does not call it produced, in text, Markdown or JSON."""
+    r = diff(LLMStep, f"{PEERS}/verl_actor_batch.json")
+    unused = {e.sampler_fields[0]: e for e in r.tier("unused")}
+    assert unused["step"].sampler_required is True
+    assert unused["entropy"].sampler_required is False
+    assert unused["token_reward"].sampler_required is False
+    assert "optional in the sampler's schema" in unused["entropy"].reason
+    assert "always produced" in unused["episode_id"].reason
+    text = r.to_text()
+    required = text.index("UNUSED, REQUIRED (")
+    optional = text.index("UNUSED, OPTIONAL (")
+    assert required < text.index("  -  ", required) < optional
+    assert "produced only when the sampler records them" in text
+    assert text[optional:].count("\n  -") == sum(
+        1 for e in unused.values() if not e.sampler_required)
+    assert "entropy" in text[optional:] and "entropy" not in text[required:optional]
+    n_req = sum(1 for e in unused.values() if e.sampler_required)
+    assert f"{len(unused)} unused ({n_req} required, {len(unused) - n_req} optional)" in \
+        r.summary_line()
+    md = r.render("markdown")
+    assert "| unused (optional) | `-` | `entropy` |" in md
+    assert "| unused (required) | `-` | `step` |" in md
+    data = r.to_dict()
+    jsonschema.validate(data, REPORT_SCHEMA)
+    flags = {e["sampler_fields"][0]: e["sampler_required"] for e in data["entries"]
+             if e["tier"] == "unused"}
+    assert flags["entropy"] is False and flags["step"] is True
+    assert all("sampler_required" not in e for e in data["entries"] if e["tier"] != "unused")

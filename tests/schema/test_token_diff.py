@@ -413,7 +413,27 @@ def test_a_schema_inferred_from_llm_rollouts_gets_the_same_map(tmp_path) -> None
     write_steps(path, rows)
     r = diff(infer_schema(path), PEERS / "trl_grpo.json")
     assert r.field_map()["fields"] == written("llm_trl_grpo_map.json")["fields"]
-    assert r.entry("completion_mask").sampler_fields == ("action", "loss_mask")
+    assert r.entry("completion_mask").sampler_fields == ("action",)
+    assert r.entry("tool_mask").sampler_fields == ("action", "loss_mask")
+
+
+def test_trl_attends_with_its_completion_mask_so_it_holds_the_real_tokens(tmp_path) -> None:
+    """TRL concatenates prompt_mask and completion_mask as the attention mask and drops tool
+    output from the loss through tool_mask: completion_mask is never the loss mask. A TRL schema
+    without tool_mask still gets the real tokens, and the reason says the loss mask is unread."""
+    r = diff(sampler(), PEERS / "trl_grpo.json")
+    mask = r.entry("completion_mask").conversion.entry
+    assert mask == {"op": "pad", "from": "response_ids", "side": "right", "output": "mask",
+                    "cast": "int64"}
+    assert r.entry("tool_mask").conversion.entry == {"from": "response_mask", "cast": "int64"}
+    doc = json.loads((PEERS / "trl_grpo.json").read_text())
+    del doc["properties"]["tool_mask"]
+    old = tmp_path / "trl_without_tool_mask.json"
+    old.write_text(json.dumps(doc))
+    r = diff(sampler(), old)
+    assert r.entry("completion_mask").conversion.entry == mask
+    assert "loss_mask is unused, so spliced tool output would be trained on" in \
+        r.entry("completion_mask").reason
 
 
 OPTIONAL = ("logprob", "ref_logprob", "group_id", "loss_mask", "token_reward", "value",

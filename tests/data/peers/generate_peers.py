@@ -163,11 +163,14 @@ PEERS = {
         "TRL GRPOTrainer compute_loss inputs",
         "Dict of tensors from _generate_and_score_completions: prompts [B, P] left-padded, "
         "completions [B, C] right-padded (masked after the first EOS), one advantage per "
-        "completion. Batch dims: B.",
+        "completion; multi-turn tool calls add tool_mask. Batch dims: B.",
         [("prompt_ids", "integer", [N, N], True, "int64 [B, P], left-padded"),
          ("prompt_mask", "integer", [N, N], True, "int64 [B, P]"),
          ("completion_ids", "integer", [N, N], True, "int64 [B, C], right-padded"),
-         ("completion_mask", "integer", [N, N], True, "int32 [B, C]: loss mask"),
+         ("completion_mask", "integer", [N, N], True, "int32 [B, C]: 1 on the real completion "
+          "tokens (tool output included): attention mask and loss mask"),
+         ("tool_mask", "integer", [N, N], False, "int64 [B, C]: 0 on tool output spliced into "
+          "a multi-turn completion; the loss mask is completion_mask * tool_mask"),
          ("old_per_token_logps", "number", [N, N], False, "float32 [B, C]: computed by the "
           "training model (None when one iteration per generation)"),
          ("sampling_per_token_logps", "number", [N, N], False, "float32 [B, C]: vLLM "
