@@ -1,7 +1,7 @@
 """Every performance figure, each as a ratio to its baseline measured in the same run.
 
-    python benchmarks/run.py            # full sizes (1,000,000-line rollout file)
-    python benchmarks/run.py --quick    # smaller files and fewer repeats (under a minute)
+    python benchmarks/run.py            # full sizes (1,000,000-line files; 136 s at load average 2)
+    python benchmarks/run.py --quick    # smaller files and fewer repeats (about 75 s)
     python benchmarks/run.py --only validate_step,import
     python benchmarks/run.py --normal-path   # fast paths off: the figures without the fast paths
     python benchmarks/run.py --only corpus_validate,corpus_batch,parquet,rss
