@@ -9,7 +9,8 @@ Each baseline does the same job as the package's command it is compared with, an
 - `batch_orjson_jsonl(path)`: the same batch from an orjson parse loop + numpy.
 - `batch_parquet(path)`: `pyarrow.parquet.read_table` + the same numpy padding and GAE.
 - `PlainStep` / `pydantic_loop(path)`: a plain strict pydantic model of the default step fields,
-  arrays converted with `np.asarray` and checked finite, per record.
+  arrays converted with `np.asarray` and checked finite, per record; `PlainLLMStep` the same for
+  an LLM turn (prompt token ids, action ids, per-token log-probs).
 - `fastjsonschema_validator()`: fastjsonschema compiled from our exported step schema.
 
 The padding groups rows by episode id (dictionary-encoded in order of first appearance, then a
@@ -198,6 +199,41 @@ class PlainStep(BaseModel):
     group_id: str | None = Field(None, min_length=1)
     loss_mask: list[bool] | None = None
     token_reward: float | FloatArray | None = None
+
+
+IntArray = Annotated[list[int], AfterValidator(lambda v: np.asarray(v, dtype=np.int64))]
+
+
+class PlainPrompt(BaseModel):
+    model_config = STRICT
+    token_ids: IntArray
+    text: str | None = None
+
+
+class PlainLLMStep(BaseModel):
+    """`PlainStep` for an LLM turn: the prompt's token ids, the action's ids, one finite float32
+    log-prob per action token (the same strict fields, checks and conversions otherwise)."""
+
+    model_config = STRICT
+    observation: PlainPrompt
+    action: IntArray
+    logprob: FloatArray | None = None
+    entropy: float | None = None
+    value: float | None = None
+    next_value: float | None = None
+    next_observation: PlainPrompt | None = None
+    reward: float
+    return_: float | None = Field(None, alias="return")
+    step: int = Field(ge=0)
+    episode_id: str = Field(min_length=1)
+    terminated: bool
+    truncated: bool
+    policy_version: int = Field(ge=0)
+    info: dict[str, str | int | float | bool] | None = None
+    ref_logprob: FloatArray | None = None
+    group_id: str | None = Field(None, min_length=1)
+    loss_mask: list[bool] | None = None
+    token_reward: FloatArray | None = None
 
 
 def pydantic_loop(path: str | Path) -> int:

@@ -1,9 +1,9 @@
-"""The "fast by default" figures of benchmarks/run.py: the DEFAULT step model on realistic corpora.
+"""The "fast by default" file figures of benchmarks/run.py: the DEFAULT step model on realistic corpora.
+
+(`validate_step(record)` with the default model is in run.py's `validate_step` section.)
 
 Sections (each figure a ratio to a hand-written baseline timed in the same run, interleaved):
 
-- `default_step`: `validate_step(record)` with the default model against a plain pydantic model
-  of the same fields, fastjsonschema on our exported schema, and the pinned model.
 - `corpus_validate`: `gyre-contract validate FILE` with and without `--model` on the real-length
   CartPole corpus (1,000,000 lines; `--quick` 100,000) against the orjson parse loop.
 - `corpus_batch`: `gyre-contract batch FILE --map examples/cartpole_map.json` with and without
@@ -37,18 +37,11 @@ from run import (
     ROOT,
     Figure,
     _env,
-    as_numpy,
     best_of,
-    cartpole_record,
     check,
-    figure,
-    llm_record,
 )
 
 from gyre_contract.cli import run as cli_run
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import validate_step
-from gyre_contract.pinned import CartPoleStep, LLMStep
 
 MAP = str(ROOT / "examples" / "cartpole_map.json")
 PINNED = "gyre_contract.pinned:CartPoleStep"
@@ -108,56 +101,6 @@ def corpus_note(path: Path) -> str:
     return (f"{path.name}: {meta['lines']:,} lines, {meta['episodes']:,} episodes, lengths "
             f"{meta['length_min']}-{meta['length_max']} (median {meta['length_median']:.0f}), "
             f"{meta['bytes'] / 2**20:.0f} MiB")
-
-
-# -- validate_step, default model ----------------------------------------------------------------
-
-def bench_default_step(quick: bool) -> list[Figure]:
-    from run import PlainLLM
-
-    rounds = 7 if quick else 15
-    number = 1000 if quick else 2000
-    record, llm = cartpole_record(), llm_record()
-    schema = baselines.fastjsonschema_validator(RolloutStep)
-    for rec in (record, llm):  # every side accepts the records...
-        validate_step(rec, RolloutStep)
-        schema(rec)
-    baselines.PlainStep.model_validate(record)
-    PlainLLM.model_validate(llm)
-    for bad in ({**record, "step": 1.5}, {**record, "observation": "x"}):  # ...and refuses these
-        for side in (lambda r: validate_step(r, RolloutStep), baselines.PlainStep.model_validate,
-                     schema):
-            try:
-                side(bad)
-            except Exception:  # each side raises its own error type
-                continue
-            raise AssertionError(f"{side} accepts the broken record {bad}")
-    figures = [
-        figure("validate_step CartPole default / plain pydantic",
-               lambda: validate_step(record, RolloutStep),
-               lambda: baselines.PlainStep.model_validate(record), "plain pydantic+numpy",
-               "<= 1.5", number, rounds),
-        figure("fastjsonschema / validate_step CartPole default",
-               lambda: validate_step(record, RolloutStep), lambda: schema(record),
-               "validate_step default", ">= 3", number, rounds, inverse=True),
-        figure("validate_step CartPole default / pinned", lambda: validate_step(record, RolloutStep),
-               lambda: validate_step(record, CartPoleStep), "pinned CartPoleStep", "", number,
-               rounds),
-        figure("validate_step LLM default / plain pydantic", lambda: validate_step(llm, RolloutStep),
-               lambda: PlainLLM.model_validate(llm), "plain pydantic+numpy", "<= 1.5",
-               number // 10, rounds),
-        figure("fastjsonschema / validate_step LLM default", lambda: validate_step(llm, RolloutStep),
-               lambda: schema(llm), "validate_step default", "", number // 10, rounds,
-               inverse=True),
-        figure("validate_step LLM default / pinned", lambda: validate_step(llm, RolloutStep),
-               lambda: validate_step(llm, LLMStep), "pinned LLMStep", "", number // 10, rounds),
-    ]
-    numpy_llm = as_numpy(llm)
-    figures.append(figure("validate_step LLM default numpy / pinned numpy",
-                          lambda: validate_step(numpy_llm, RolloutStep),
-                          lambda: validate_step(numpy_llm, LLMStep), "pinned LLMStep", "",
-                          number // 10, rounds))
-    return figures
 
 
 # -- validate FILE with and without --model ------------------------------------------------------
@@ -288,7 +231,6 @@ def bench_rss(quick: bool) -> list[Figure]:
 
 
 SECTIONS: dict[str, Any] = {
-    "default_step": bench_default_step,
     "corpus_validate": bench_corpus_validate,
     "corpus_batch": bench_corpus_batch,
     "parquet": bench_parquet,

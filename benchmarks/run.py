@@ -1,10 +1,10 @@
 """Every performance figure, each as a ratio to its baseline measured in the same run.
 
-    python benchmarks/run.py            # full sizes (1,000,000-line rollout file)
-    python benchmarks/run.py --quick    # smaller files and fewer repeats (under a minute)
+    python benchmarks/run.py            # full sizes (1,000,000-line files; 136 s at load average 2)
+    python benchmarks/run.py --quick    # smaller files and fewer repeats (about 75 s)
     python benchmarks/run.py --only validate_step,import
     python benchmarks/run.py --normal-path   # fast paths off: the figures without the fast paths
-    python benchmarks/run.py --only default_step,corpus_validate,corpus_batch,parquet,rss
+    python benchmarks/run.py --only corpus_validate,corpus_batch,parquet,rss
                                              # the default model on realistic corpora
                                              # (benchmarks/realistic.py; corpora cached)
 
@@ -31,16 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
+import baselines  # noqa: E402
 from models import CartPoleStep, LLMStep  # noqa: E402
 
 from gyre_contract.core.models import RolloutStep  # noqa: E402
@@ -49,7 +49,7 @@ from gyre_contract.schema.export import json_schema  # noqa: E402
 
 SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff",
             # the default model on realistic corpora: benchmarks/realistic.py
-            "default_step", "corpus_validate", "corpus_batch", "parquet", "rss")
+            "corpus_validate", "corpus_batch", "parquet", "rss")
 
 
 # -- records (record A = classic control, record B = LLM) --------
@@ -78,61 +78,6 @@ def as_numpy(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- the plain-Pydantic baseline: the same fields, strict, extra forbidden, numpy conversion ---
-
-def _to(dtype: Any) -> AfterValidator:
-    return AfterValidator(lambda v: np.asarray(v, dtype=dtype))
-
-
-F32List = Annotated[list[float], _to(np.float32)]
-I64List = Annotated[list[int], _to(np.int64)]
-STRICT = ConfigDict(strict=True, extra="forbid")
-
-
-class PlainCartPole(BaseModel):
-    model_config = STRICT
-    observation: F32List
-    action: int
-    logprob: float | None = None
-    entropy: float | None = None
-    value: float | None = None
-    next_value: float | None = None
-    next_observation: F32List | None = None
-    reward: float
-    return_: float | None = Field(None, alias="return")
-    step: int
-    episode_id: str
-    terminated: bool
-    truncated: bool
-    policy_version: int
-    info: dict[str, str | int | float | bool] | None = None
-
-
-class PlainPrompt(BaseModel):
-    model_config = STRICT
-    token_ids: I64List
-    text: str | None = None
-
-
-class PlainLLM(BaseModel):
-    model_config = STRICT
-    observation: PlainPrompt
-    action: I64List
-    logprob: F32List | None = None
-    entropy: float | None = None
-    value: float | None = None
-    next_value: float | None = None
-    next_observation: PlainPrompt | None = None
-    reward: float
-    return_: float | None = Field(None, alias="return")
-    step: int
-    episode_id: str
-    terminated: bool
-    truncated: bool
-    policy_version: int
-    info: dict[str, str | int | float | bool] | None = None
-
-
 # -- timing and reporting -----------------------------------------------------------------------
 
 @dataclass
@@ -147,6 +92,8 @@ class Figure:
     unit: str = "s"
     spread: tuple[float, float] | None = None
     """The per-round ratios' quartiles (interleaved figures): how much the machine moved."""
+    section: str = ""
+    """The section of run.py that measured it (set by `main`)."""
 
     def line(self) -> str:
         verdict = {True: "PASS", False: "FAIL", None: "info"}[self.ok]
@@ -171,17 +118,6 @@ def check(ratio: float, target: str) -> bool | None:
         return None
     op, value = target.split()
     return ratio <= float(value) if op == "<=" else ratio >= float(value)
-
-
-def interleaved(ours: Callable[[], Any], base: Callable[[], Any], number: int,
-                rounds: int, base_number: int | None = None) -> tuple[float, float, float]:
-    """(ours s/call, base s/call, median ratio) over `rounds` interleaved rounds.
-
-    `base_number` calls of a much slower baseline per round (default `number`), so that each
-    side runs for a comparable time.
-    """
-    a, b, ratios = interleaved_rounds(ours, base, number, rounds, base_number)
-    return a, b, statistics.median(ratios)
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:
@@ -223,76 +159,68 @@ def figure(name: str, ours: Callable[[], Any], base: Callable[[], Any], base_nam
 # -- 1. validate_step ---------------------------------------------------------------------------
 
 def bench_validate_step(quick: bool) -> list[Figure]:
+    """`validate_step(record)` with the default model (`RolloutStep`) and the pinned models, on the
+    CartPole and the LLM record, against plain strict pydantic with numpy conversion and a finite
+    check (`baselines.PlainStep`, `baselines.PlainLLMStep`), fastjsonschema compiled from our
+    exported default schema, and jsonschema on the pinned models' schemas."""
     from jsonschema import Draft202012Validator
 
-    rounds = 5 if quick else 9
-    figures = []
-    for label, record, model, plain, n in [
-        ("CartPole", cartpole_record(), CartPoleStep, PlainCartPole, 2000),
-        ("LLM", llm_record(), LLMStep, PlainLLM, 200),
-    ]:
-        validate_step(record, model)  # both accept the record
-        plain.model_validate(record)
-        schema = Draft202012Validator(json_schema(model))
-        if not schema.is_valid(record):
-            raise AssertionError(f"jsonschema refuses the {label} record")
-        number = n // 2 if quick else n
-        figures.append(figure(f"validate_step {label} / plain pydantic",
-                              lambda r=record, m=model: validate_step(r, m),
-                              lambda r=record, p=plain: p.model_validate(r),
-                              "plain", "<= 1.5", number, rounds))
-        js_number = max(number // (30 if label == "CartPole" else 100), 5)
-        figures.append(figure(f"jsonschema / validate_step {label}",
-                              lambda r=record, m=model: validate_step(r, m),
-                              lambda r=record, s=schema: s.is_valid(r),
-                              "validate_step", ">= 25" if label == "CartPole" else "",
-                              number, rounds, inverse=True, base_number=js_number))
-    numpy_record, record = as_numpy(llm_record()), llm_record()
-    validate_step(numpy_record, LLMStep)
-    figures.append(figure("validate_step LLM numpy arrays / plain (lists)",
-                          lambda: validate_step(numpy_record, LLMStep),
-                          lambda: PlainLLM.model_validate(record), "plain", "",
-                          100 if quick else 200, rounds))
-    return figures + bench_default_model(quick)
-
-
-def bench_default_model(quick: bool) -> list[Figure]:
-    """validate_step with the DEFAULT model (`RolloutStep`, nothing pinned) against the same
-    plain Pydantic models and against fastjsonschema compiled from our exported schema."""
-    try:
-        import fastjsonschema
-    except ImportError:
-        raise SystemExit("the default-model figures compare with fastjsonschema: "
-                         "pip install -e '.[bench]'") from None
     rounds = 15 if quick else 31  # many short interleaved rounds: the machine is shared
     cart, llm = cartpole_record(), llm_record()
-    compiled = fastjsonschema.compile(json_schema(RolloutStep))
-    for record, plain in ((cart, PlainCartPole), (llm, PlainLLM)):  # every side accepts them...
+    compiled = baselines.fastjsonschema_validator(RolloutStep)
+    plain = {"CartPole": (cart, baselines.PlainStep, CartPoleStep, 2000),
+             "LLM": (llm, baselines.PlainLLMStep, LLMStep, 200)}
+    for record, model, pinned, _ in plain.values():  # every side accepts the records...
         validate_step(record, RolloutStep)
-        plain.model_validate(record)
+        validate_step(record, pinned)
+        model.model_validate(record)
         compiled(record)
-    for bad in ({**cart, "step": 1.5}, {**cart, "observation": "x"}, {**llm, "action": [1, None]}):
-        for side in (lambda r: validate_step(r, RolloutStep), compiled):  # ...and refuse these
-            try:
+    bad_cart = [{**cart, "step": 1.5}, {**cart, "observation": "x"},
+                {**cart, "observation": [0.0, float("nan"), 0.0, 0.0]}]
+    bad_llm = [{**llm, "action": [1, None]}, {**llm, "logprob": [float("inf")] * 128}]
+    for bad, model in [*((b, baselines.PlainStep) for b in bad_cart),
+                       *((b, baselines.PlainLLMStep) for b in bad_llm)]:
+        for side in (lambda r: validate_step(r, RolloutStep), model.model_validate):
+            try:  # ...and refuse these (fastjsonschema has no finite check: not asked)
                 side(bad)
             except Exception:  # each side raises its own error type
                 continue
             raise AssertionError(f"{side} accepts the broken record {bad}")
-    number = 1000 if quick else 2000
-    return [
-        figure("validate_step CartPole default model / plain", lambda: validate_step(
-            cart, RolloutStep), lambda: PlainCartPole.model_validate(cart), "plain", "<= 1.5",
-            number, rounds),
-        figure("fastjsonschema / validate_step CartPole default", lambda: validate_step(
-            cart, RolloutStep), lambda: compiled(cart), "validate_step default", ">= 3", number,
-            rounds, inverse=True),
-        figure("validate_step LLM default model / plain", lambda: validate_step(
-            llm, RolloutStep), lambda: PlainLLM.model_validate(llm), "plain", "<= 1.5",
-            number // 10, rounds),
-        figure("fastjsonschema / validate_step LLM default", lambda: validate_step(
-            llm, RolloutStep), lambda: compiled(llm), "validate_step default", "", number // 10,
-            rounds, inverse=True, base_number=max(number // 1000, 2)),
-    ]
+    figures = []
+    for label, (record, model, _, n) in plain.items():
+        number = n // 2 if quick else n
+        figures.append(figure(
+            f"validate_step {label} default / plain pydantic",
+            lambda r=record: validate_step(r, RolloutStep),
+            lambda r=record, m=model: m.model_validate(r), "plain pydantic+numpy", "<= 1.5",
+            number, rounds))
+        figures.append(figure(
+            f"fastjsonschema / validate_step {label} default",
+            lambda r=record: validate_step(r, RolloutStep), lambda r=record: compiled(r),
+            "validate_step default", ">= 3" if label == "CartPole" else "", number, rounds,
+            inverse=True, base_number=number if label == "CartPole" else max(number // 100, 2)))
+    for label, (record, model, pinned, n) in plain.items():
+        number = n // 2 if quick else n
+        figures.append(figure(
+            f"validate_step {label} pinned / plain pydantic",
+            lambda r=record, p=pinned: validate_step(r, p),
+            lambda r=record, m=model: m.model_validate(r), "plain pydantic+numpy", "<= 1.5",
+            number, rounds))
+        schema = Draft202012Validator(json_schema(pinned))
+        if not schema.is_valid(record):
+            raise AssertionError(f"jsonschema refuses the {label} record")
+        figures.append(figure(
+            f"jsonschema / validate_step {label} pinned",
+            lambda r=record, p=pinned: validate_step(r, p), lambda r=record, s=schema: s.is_valid(r),
+            "validate_step pinned", ">= 25" if label == "CartPole" else "", number, rounds // 3,
+            inverse=True, base_number=max(number // (30 if label == "CartPole" else 100), 2)))
+    numpy_llm = as_numpy(llm)
+    validate_step(numpy_llm, LLMStep)
+    figures.append(figure("validate_step LLM pinned, numpy arrays / plain (lists)",
+                          lambda: validate_step(numpy_llm, LLMStep),
+                          lambda: baselines.PlainLLMStep.model_validate(llm),
+                          "plain pydantic+numpy", "", 100 if quick else 200, rounds))
+    return figures
 
 
 # -- 2. rollout files -------------------------------------------------------------------------
@@ -545,12 +473,13 @@ def normal_path_only() -> None:
 
 def markdown(figures: list[Figure]) -> str:
     """The figures as a Markdown table (what benchmarks/README.md keeps)."""
-    rows = ["| figure | ratio | target | verdict | ours | baseline |", "|---|---:|---|---|---:|---|"]
+    rows = ["| figure | ratio | target | verdict | ours | baseline | section |",
+            "|---|---:|---|---|---:|---|---|"]
     for f in figures:
         verdict = {True: "PASS", False: "FAIL", None: "info"}[f.ok]
         ratio = f"{f.ratio:.2f}x" + (f" ({f.spread[0]:.2f}-{f.spread[1]:.2f})" if f.spread else "")
         rows.append(f"| {f.name.strip()} | {ratio} | {f.target or '-'} | {verdict} | "
-                    f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} |")
+                    f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} | {f.section} |")
     return "\n".join(rows) + "\n"
 
 
@@ -598,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"the baselines do not compute what the package computes: {err}")
                 return 1
             for fig in section_figures:
+                fig.section = section
                 print(fig.line(), flush=True)
                 figures.append(fig)
     failed = [f for f in figures if f.ok is False]
