@@ -11,9 +11,8 @@ in every process, on every platform and under every `PYTHONHASHSEED` (Python's o
 is salted per process), so a report never depends on the run that made it. Two different ids
 with the same key would make a step of the second read as a step after the first ended: for n
 finished episodes the chance that any two collide is about n² / 2¹²⁹ — 1.5e-21 for a billion
-episodes in one file, far below the rate of undetected memory errors of the machine doing the
-check. Should it happen, it happens alike on every run and on either reading path (see
-`validate.EpisodeTracker`).
+episodes in one file (one collision expected in some 7·10²⁰ such files). Should it happen, it
+happens alike on every run and on either reading path (see `validate.EpisodeTracker`).
 """
 
 from __future__ import annotations
