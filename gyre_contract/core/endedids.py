@@ -25,6 +25,8 @@ import numpy as np
 _BUFFER = 4096
 """Recent keys held in a dict before they are sorted into a run (lookups there are cheapest)."""
 _NO_LINE = -1
+_DIRECT = 256
+"""From this many keys at once (`add_keys`), they make a run without passing through the dict."""
 KEY_BYTES = 16
 """Bytes of an episode key (128 bits)."""
 
@@ -85,7 +87,12 @@ class EndedEpisodes:
 
     def add_keys(self, keys: np.ndarray, lines: Sequence[int]) -> None:
         """`add` of many ids by their keys (`episode_keys`), each with its line, in order (none
-        of them had ended)."""
+        of them had ended). Many at once go straight into a run of their own."""
+        if len(keys) >= _DIRECT:
+            self._flush()
+            self._push(keys, np.asarray(lines, np.int64))
+            self._count += len(keys)
+            return
         recent = self._recent
         for key, line in zip(_as_bytes(keys), lines):
             recent[key] = line
@@ -161,9 +168,15 @@ class EndedEpisodes:
         return None
 
     def _flush(self) -> None:
+        if not self._recent:
+            return
         keys = np.frombuffer(b"".join(self._recent.keys()), "<i8").reshape(-1, 2)
         lines = np.fromiter(self._recent.values(), np.int64, len(self._recent))
         self._recent = {}
+        self._push(keys, lines)
+
+    def _push(self, keys: np.ndarray, lines: np.ndarray) -> None:
+        """Sort keys and their lines into a run, merging the runs no larger than it."""
         order = np.argsort(keys[:, 0], kind="stable")
         run = (keys[order, 0], keys[order, 1], lines[order])
         while self._runs and len(self._runs[-1][0]) <= len(run[0]):

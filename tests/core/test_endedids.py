@@ -133,3 +133,18 @@ def test_an_open_episode_is_never_read_as_ended(tmp_path, monkeypatch, small_blo
     assert report.ok, report.to_text()
     if fast == "1":
         assert True in small_blocks  # some block went the bulk way, after ep-1 ended
+
+
+def test_many_keys_at_once_make_a_run_that_answers_like_a_dict():
+    ended = endedids.EndedEpisodes()
+    ended.add("first", None)  # held in the dict, flushed before the run is pushed
+    ids = [f"req-{i}" for i in range(3 * endedids._DIRECT)]
+    ended.add_many(ids[:endedids._DIRECT], range(endedids._DIRECT))
+    ended.add_keys(episode_keys(ids[endedids._DIRECT:]), range(endedids._DIRECT, len(ids)))
+    assert len(ended) == len(ids) + 1 and "first" in ended and ended.line("first") is None
+    assert all(ended.line(eid) == i for i, eid in enumerate(ids))
+    assert not ended.any_of(["req-x", "first-"]) and ended.any_of(["req-x", ids[-1]])
+    ended.discard(ids[7])
+    assert ids[7] not in ended and len(ended) == len(ids)
+    assert ended.items() == sorted([(episode_key("first"), None)] + [
+        (episode_key(eid), i) for i, eid in enumerate(ids) if i != 7])
