@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from gyre_contract.core.deprecation import renamed_arguments, warn_deprecated
 from gyre_contract.core.dims import EMPTY_STRING, NON_EMPTY, scalar_reason
-from gyre_contract.core.endedids import EndedEpisodes
+from gyre_contract.core.endedids import EndedEpisodes, episode_keys
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.fastpath import FAST_FAILURES, PLANS
 from gyre_contract.core.fields import kind_fields, step_kinds
@@ -202,8 +202,10 @@ class EpisodeTracker:
     """Applies the registry's episode rules to steps arriving one at a time, in file order.
 
     Episodes may interleave (vector envs write several at once). Memory holds one small entry per
-    open episode and, for each finished one, a 64-bit hash of its id and its last line (16 bytes:
-    `endedids.EndedEpisodes`, which states the collision rate).
+    open episode and, for each finished one, a 128-bit key of its id and its last line (24 bytes:
+    `endedids.EndedEpisodes`, which states the collision rate). An open episode is never read as
+    ended (its id is looked up among the ended ones only when it is not open), so `add` and
+    `add_columns` give one answer even for two ids whose keys collide.
     """
 
     model: type[RolloutStepV1] = RolloutStep
@@ -233,13 +235,13 @@ class EpisodeTracker:
 
     def _check(self, step: RolloutStepV1, line: int | None) -> list[Problem]:
         eid = step.episode_id
-        if eid in self._ended:
+        state = self._open.get(eid)
+        if state is None and eid in self._ended:
             return run("episode", "step",
                        StepInEpisode(step, None, True, self._ended.line(eid), {}))
         dims = self._dims(step)
         fields = kind_fields(self.model)
         kinds = step_kinds(self.model, step, fields) if fields else {}
-        state = self._open.get(eid)
         problems = run("episode", "step", StepInEpisode(step, state, False, None, dims, kinds))
         if step.terminated or step.truncated:
             self._open.pop(eid, None)
@@ -296,7 +298,12 @@ class EpisodeTracker:
         follows = (step[1:] == step[:-1] + 1) & (version[1:] >= version[:-1]) & ~done[:-1]
         if not follows[inner[1:]].all():
             return False
-        if self._ended.any_of(index):
+        # the ids' keys, once: those not open must not have ended before this run, and two ids of
+        # the run with one key (a collision) leave the run to `add`, which sees the order
+        keys = episode_keys(list(index))
+        if len(np.unique(keys[:, 0])) < len(keys):
+            return False
+        if self._ended.any_keys(keys[[eid not in self._open for eid in index]]):
             return False
         first_steps, first_versions = step[starts].tolist(), version[starts].tolist()
         opened = self._open
@@ -310,7 +317,7 @@ class EpisodeTracker:
         bound = None if shapes is None else self._bound(list(index), starts, order, shapes)
         if shapes is not None and bound is None:
             return False
-        self._commit(list(index), ends, order, step, version, done, terminated, truncated,
+        self._commit(list(index), keys, ends, order, step, version, done, terminated, truncated,
                      first_line, bound)
         return True
 
@@ -336,8 +343,8 @@ class EpisodeTracker:
             out.append((state.dims, kinds if not state.kinds else {**kinds, **state.kinds}))
         return out
 
-    def _commit(self, ids: list[str], ends: np.ndarray, order: np.ndarray, step: np.ndarray,
-                version: np.ndarray, done: np.ndarray, terminated: np.ndarray,
+    def _commit(self, ids: list[str], keys: np.ndarray, ends: np.ndarray, order: np.ndarray,
+                step: np.ndarray, version: np.ndarray, done: np.ndarray, terminated: np.ndarray,
                 truncated: np.ndarray, first_line: int,
                 bound: list[tuple[dict[str, Any], dict[str, str]]] | None) -> None:
         self.steps += len(order)
@@ -349,7 +356,7 @@ class EpisodeTracker:
                 ids, lines, step[ends].tolist(), version[ends].tolist(), rows.tolist(),
                 done[ends].tolist())):
             if is_done:
-                ended.append((line, eid, bool(terminated[row])))
+                ended.append((line, k, eid, bool(terminated[row])))
                 continue
             if bound is not None:
                 dims, kinds = bound[k]
@@ -361,10 +368,10 @@ class EpisodeTracker:
             return
         ended.sort()
         opened = self._open
-        for _, eid, _ in ended:
+        for _, _, eid, _ in ended:
             opened.pop(eid, None)
-        self._ended.add_many([eid for _, eid, _ in ended], [line for line, _, _ in ended])
-        terms = sum(term for _, _, term in ended)
+        self._ended.add_keys(keys[[k for _, k, _, _ in ended]], [line for line, _, _, _ in ended])
+        terms = sum(term for _, _, _, term in ended)
         self.terminated += terms
         self.truncated += len(ended) - terms
 
@@ -373,9 +380,9 @@ class EpisodeTracker:
 
         The lost step's own problems were reported already; here it only advances the episode.
         """
-        if episode_id in self._ended:
-            return
         state = self._open.get(episode_id)
+        if state is None and episode_id in self._ended:
+            return
         if state is None:
             self._open[episode_id] = OpenEpisode(step, -(2**63), line, {})
         else:

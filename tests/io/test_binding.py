@@ -26,7 +26,7 @@ from test_fast_file import (
     with_defects,
 )
 
-from gyre_contract.core.endedids import EndedEpisodes
+from gyre_contract.core.endedids import EndedEpisodes, episode_key
 from gyre_contract.core.errors import ContractError
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.io.binding import bind_plan
@@ -251,7 +251,7 @@ def test_ended_episodes_is_a_dict_of_lines(ops, buffer):
         others = [f"x{i}" for i in range(20)]
         assert ended.any_of(others) == any(o in reference for o in others)
         assert ended.any_of(list(reference)[:3]) == bool(reference)
-        assert sorted(ended.items()) == sorted((hash(k), v) for k, v in reference.items())
+        assert sorted(ended.items()) == sorted((episode_key(k), v) for k, v in reference.items())
     finally:
         endedids._BUFFER = old
 
