@@ -20,10 +20,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.harness.demoreport import DemoReport, Say, cycle_rows, timed
+from gyre_contract.harness.demoreport import DemoReport, Say, cycle_rows, plot_curves, timed
 from gyre_contract.harness.recorder import Recorder
 from gyre_contract.harness.runlog import RunLog, format_summary, summarize
-from gyre_contract.harness.runplot import plot_runs
 from gyre_contract.harness.stages import full_loop, half_way
 from gyre_contract.io import show_episode, validate_file, write_steps
 from gyre_contract.io.atomic import write_text_atomic
@@ -346,11 +345,5 @@ def _json_text(doc: dict[str, Any]) -> str:
 
 
 def _plot(say: Say, log: RunLog, out_dir: Path) -> str | None:
-    try:
-        path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_episode_length",
-                         curve_label="mean episode length (steps)")
-    except ImportError:
-        say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
-        return None
-    say(f"plot: {path} (mean episode length per cycle, one line per seed; final value per seed)")
-    return Path(path).name
+    return plot_curves(say, log, out_dir, "mean_episode_length", "mean episode length (steps)",
+                       "mean episode length per cycle, one line per seed; final value per seed")

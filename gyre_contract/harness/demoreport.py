@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TextIO
 
 from gyre_contract.core.errors import ContractError
 from gyre_contract.core.report import Report
+from gyre_contract.harness.runplot import plot_runs
 
 FILES = {"rollouts.jsonl": "stage 1: the sampler's rollouts (validate, show)",
          "sampler.json": "the diff: the sampler's schema",
@@ -170,3 +171,15 @@ class Say:
     def verdict(self, ok: bool, text: str) -> bool:
         self(f"result: {'PASS' if ok else 'FAIL'} — {text}")
         return ok
+
+
+def plot_curves(say: Say, log: Any, out_dir: Path, curve: str, label: str, what: str) -> str | None:
+    """Stage 3's curves as `runs.png` (extra `demo`: matplotlib); the file's name, or None
+    without matplotlib (the demo says how to get it)."""
+    try:
+        path = plot_runs(log.read(), out_dir / "runs.png", curve=curve, curve_label=label)
+    except ImportError:
+        say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
+        return None
+    say(f"plot: {path} ({what})")
+    return Path(path).name

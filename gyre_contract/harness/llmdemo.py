@@ -32,11 +32,11 @@ from gyre_contract.harness.demoreport import (
     compact_table,
     cycle_rows,
     first_last,
+    plot_curves,
     timed,
 )
 from gyre_contract.harness.recorder import TurnRecorder
 from gyre_contract.harness.runlog import RunLog
-from gyre_contract.harness.runplot import plot_runs
 from gyre_contract.harness.stages import FULL_LOOP_CHECKS, full_loop, half_way
 from gyre_contract.harness.tokenpolicy import (
     MAX_NEW_TOKENS,
@@ -502,14 +502,8 @@ def _train_run(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Pa
 
 
 def _plot(say: Say, log: RunLog, out_dir: Path) -> str | None:
-    try:
-        path = plot_runs(log.read(), out_dir / "runs.png", curve="mean_reward",
-                         curve_label="mean reward of the batch trained on")
-    except ImportError:
-        say("(no plot: pip install 'gyre-contract[demo]' for matplotlib)")
-        return None
-    say(f"plot: {path} (mean reward per cycle, one line per seed)")
-    return Path(path).name
+    return plot_curves(say, log, out_dir, "mean_reward", "mean reward of the batch trained on",
+                       "mean reward per cycle, one line per seed")
 
 
 def stage3_seeds(seed: int, seeds: int = STAGE3_SEEDS) -> list[int]:
