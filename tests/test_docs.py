@@ -323,7 +323,9 @@ def start_small_ray(monkeypatch) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
-@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
+# the scale-out page starts a local Ray cluster: seconds, so it runs with the slow cases
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name == "scale-out.md" else p
+                                  for p in runnable_pages()], ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
     """Every ```python block of the page runs, in order, in one fresh namespace, in a temporary
     working directory holding a copy of `examples/`, `schemas/` and the peer schemas (paths are

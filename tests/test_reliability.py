@@ -178,7 +178,12 @@ def rollout_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("name", list(ROLLOUT_CASES))
+def cases(names, slow=("a million fields",)) -> list:
+    """Parametrize over case names, the slowest marked `slow` (run by .ci/run, not by default)."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in names]
+
+
+@pytest.mark.parametrize("name", cases(ROLLOUT_CASES))
 def test_validate_each_bad_rollout_file(name: str, rollout_files: dict[str, Path]) -> None:
     result = cli("validate", rollout_files[name], big=name in BIG)
     if name == "random bytes":
@@ -205,8 +210,8 @@ def test_infer_each_bad_rollout_file(name: str, rollout_files: dict[str, Path]) 
         assert result.err.startswith(f"error: {path}: line 1: not UTF-8: ")
 
 
-@pytest.mark.parametrize("name", sorted(set(ROLLOUT_CASES) - {"50 MB line",
-                                                              "50 MB line cut mid-write"}))
+@pytest.mark.parametrize("name", cases(sorted(set(ROLLOUT_CASES) - {"50 MB line",
+                                                                    "50 MB line cut mid-write"})))
 def test_batch_reads_each_bad_rollout_file(name: str, rollout_files: dict[str, Path]) -> None:
     """`batch` stops at the first bad line with exit 1 and names it (nothing silently dropped)."""
     result = cli("batch", rollout_files[name], "--map", CARTPOLE_MAP, big=name in BIG)

@@ -248,6 +248,7 @@ def test_a_duplicated_parquet_column_is_reported(parquet_file, tmp_path) -> None
     assert "duplicated column" in one_error("batch", dup, "--map", CARTPOLE_MAP, code=1)
 
 
+@pytest.mark.slow  # a local Ray cluster
 def test_a_duplicated_parquet_column_on_ray(parquet_file, tmp_path) -> None:
     pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
     import pyarrow.parquet as pq

@@ -450,6 +450,7 @@ def ray_reports(tmp_path_factory):
     return out, checked
 
 
+@pytest.mark.slow  # a local Ray cluster
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 @pytest.mark.parametrize("name", RECORD_RULES)
 def test_ray_shards_name_the_rule(name, ray_reports):
