@@ -195,7 +195,8 @@ def half_way(
                                          max_staleness=max_staleness)
         batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows)
+        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows,
+                             episode_id=columns.get("episode_id"))
         if max_staleness is not None:
             stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
             if stale:
@@ -447,7 +448,8 @@ def full_loop(
                     columns = fmap.collated(episodes, max_len=max_len)
                     batch = _row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns), columns.get("mask"), rows=fmap.rows)
+                    arrays = schema.check(fmap.apply(columns), columns.get("mask"),
+                                          rows=fmap.rows, episode_id=columns.get("episode_id"))
                 metrics = _metrics(train_fn(arrays))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
