@@ -152,6 +152,28 @@ def test_missing_source_field_is_exit_1_with_the_exact_message(rollouts, tmp_pat
                    "terminated, truncated, value]\n")
 
 
+@pytest.mark.parametrize("suffix,fast", [(".jsonl", "1"), (".jsonl", "0"), (".parquet", "1")])
+def test_an_optional_source_one_step_lacks_is_missing_not_non_finite(tmp_path, monkeypatch,
+                                                                      suffix, fast):
+    """`validate` holds (logprob is optional); the map reads it, so `batch` says it is missing,
+    where: once it said `logprob: not finite ... rows [0]`. Same words on every path."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    records = [json.loads(line) for line in (ROOT / "examples" /
+                                             "cartpole_rollouts.jsonl").read_text().splitlines()]
+    del records[2]["logprob"]
+    path = tmp_path / f"r{suffix}"
+    write_steps(path, records)
+    assert cli("validate", str(path))[0] == 0
+    code, out, err = cli("batch", str(path), "--map", str(EXAMPLE_MAP))
+    assert (code, out) == (1, "")
+    assert err.startswith("error: missing sample field: logprob on step 2 of episode "
+                          "'cartpole-0-0' (line 3), have [action, episode_id, observation, ")
+    assert "not finite" not in err
+    code, out, _ = cli("batch", str(path), "--map", str(EXAMPLE_MAP), "--format", "json")
+    problem = json.loads(out)["problems"][0]
+    assert (code, problem["path"], problem["line"]) == (1, "logprob", 3)
+
+
 def test_with_format_json_a_failing_map_is_a_json_object_on_stdout(rollouts, tmp_path):
     """The exit code is the one text gives; the error is data a script reads, not stderr text."""
     fmap = tmp_path / "m.json"
