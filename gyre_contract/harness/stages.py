@@ -173,6 +173,8 @@ def half_way(
     dtype, stale policy versions), when `loss_fn` raises, or when the loss is not one finite
     number; SchemaError when the trainer schema cannot describe a batch.
     """
+    if max_staleness is not None and max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)

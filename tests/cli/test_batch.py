@@ -205,6 +205,23 @@ def test_bad_map_and_unreadable_input_are_exit_2(rollouts, tmp_path):
     assert (code, err) == (2, "error: --max-len must be at least 1, got 0\n")
 
 
+@pytest.mark.parametrize("flag", ["--max-staleness", "--current-version"])
+@pytest.mark.parametrize("value", ["-1", "1.5", "x"])
+def test_a_negative_or_non_integer_version_bound_is_a_usage_error(rollouts, flag, value):
+    """Once `--max-staleness -1` ran and reported "expected 3..2": a window nothing meets."""
+    code, out, err = cli("batch", str(rollouts), "--map", str(EXAMPLE_MAP), flag, value)
+    assert (code, out) == (2, "")
+    assert err == f"gyre-contract batch: argument {flag}: must be a whole number >= 0, " \
+                  f"got '{value}'\n"
+
+
+def test_half_way_refuses_a_negative_staleness_bound(rollouts):
+    from gyre_contract.harness.stages import half_way
+
+    with pytest.raises(ValueError, match="max_staleness must be >= 0, got -1"):
+        half_way(rollouts, EXAMPLE_MAP, max_staleness=-1)
+
+
 def test_loss_is_imported_from_the_named_module_and_called_once(rollouts, tmp_path, monkeypatch):
     (tmp_path / "my_loss.py").write_text(
         "import numpy as np\n"
