@@ -69,7 +69,8 @@ def test_next_is_the_following_observation_and_the_final_one_on_the_last_step(ro
                           batch["obs"][:, 1:][batch["mask"][:, 1:]])
 
 
-def test_the_file_columns_path_gives_the_same_batch(rollouts):
+def test_the_file_columns_path_gives_the_same_batch(rollouts, monkeypatch):
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")  # the path under test, even when CI turns it off
     m = fmap()
     flat = m.collated_file(rollouts, RolloutStep)
     assert flat is not None  # the sparse column does not send it to episodes
