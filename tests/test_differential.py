@@ -102,7 +102,7 @@ def llm_fields(draw: Any, empty: bool = True) -> dict[str, Any]:
     """The fields of an LLM step (one generation) other than the episode's own. `empty`: token
     lists may be empty (a generation that stopped at once); not under the unpinned model, whose
     action and modalities have no declared dtype: JSON Lines reads `[]` there as float32 and a
-    Parquet column as its own dtype (docs/rollout-files.md#empty-lists)."""
+    Parquet column as its own dtype (docs/rollout-files.md#nulls-absent-fields-and-empty-lists)."""
     token_ids = st.lists(st.integers(0, 50_000), min_size=0 if empty else 1, max_size=4)
     action = draw(token_ids)
     observation: dict[str, Any] = {"token_ids": draw(token_ids)}

@@ -433,7 +433,8 @@ def test_a_null_is_refused_and_an_absent_field_is_absent_in_both_formats(tmp_pat
     is how it says absent (`write_parquet` writes a null cell for every absent optional field).
     So: a missing key and a null cell in an optional column are the same (absent, valid); JSON
     `null` is refused, and so is `None` by both writers, so that no twin of it is ever written;
-    a null in a required column is refused in both formats (docs/rollout-files.md#nulls)."""
+    a null in a required column is refused in both formats
+    (docs/rollout-files.md#nulls-absent-fields-and-empty-lists)."""
     records = cartpole_episode("a", 3)
     absent = [dict(r) for r in records]
     del absent[1]["logprob"]
