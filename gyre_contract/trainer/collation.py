@@ -376,8 +376,9 @@ def _collate_varying(name: str, eps: list[_Episode], rows: list[_Row], nt: int,
     elem_mask = np.zeros((len(rows), nt, *biggest[:depth]), dtype=bool)
     for b, row in enumerate(rows):
         for t, arr in enumerate(cols[row.episode][row.start:row.stop]):
-            out[(b, t, *map(slice, arr.shape))] = arr
-            elem_mask[(b, t, *map(slice, arr.shape[:depth]))] = True
+            at: tuple[int | slice, ...] = (b, t, *map(slice, arr.shape))
+            out[at] = arr
+            elem_mask[at[:2 + depth]] = True
     return out, elem_mask
 
 

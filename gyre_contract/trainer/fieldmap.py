@@ -329,7 +329,7 @@ class FieldMap:
         return collate_file(path, model, fields=wanted, max_len=max_len)
 
 
-class _Columns(dict):
+class _Columns(dict[str, Any]):
     """The collated columns as ops see them during one `FieldMap.apply`: a dict, plus `memo`
     where an op keeps what another target of the same map reuses (GAE's advantage and return)."""
 

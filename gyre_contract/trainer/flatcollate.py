@@ -20,22 +20,22 @@ import os
 from collections.abc import Iterable
 
 import numpy as np
-from pydantic import BaseModel
 
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.io.columnar import FileColumns, read_columns
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.collation import DERIVED_FIELDS, ROW_FIELDS, SKIPPED_FIELDS
 
 
-def collate_file(path: str | os.PathLike[str], model: type[BaseModel], *,
+def collate_file(path: str | os.PathLike[str], model: type[RolloutStepV1], *,
                  fields: Iterable[str] | None = None, max_len: int | None = None,
                  max_bytes: int | None = None) -> tuple[dict[str, np.ndarray], int] | None:
     """(the collated batch, the number of episodes) of a JSON Lines or Parquet file, or None
     (module doc).
 
     Raises ContractError on the first problem of the file, as `read_episodes` does."""
-    if not fast_paths_enabled() or getattr(model, "varying_dims", ()):
+    if not fast_paths_enabled() or model.varying_dims:
         return None
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
