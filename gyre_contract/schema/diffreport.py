@@ -93,10 +93,11 @@ class Entry:
 
     @classmethod
     def pair(cls, tier: str, t: Field, s: Field, *, conversion: Conversion | None = None,
-             reason: str = "") -> Entry:
-        """Trainer field `t` fed by sampler field `s` alone: `t`'s role, both dtypes and shapes."""
-        return cls(tier, t.name, (s.name,), t.role, s.dtype, t.dtype, s.shape, t.shape,
-                   conversion, reason)
+             reason: str = "", sources: tuple[str, ...] | None = None) -> Entry:
+        """Trainer field `t` fed by sampler field `s`: `t`'s role, both dtypes and shapes;
+        `sources` when more sampler fields than `s` are read."""
+        return cls(tier, t.name, (s.name,) if sources is None else sources, t.role, s.dtype,
+                   t.dtype, s.shape, t.shape, conversion, reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -446,3 +446,15 @@ def test_switch_off_gives_the_same_verdict(cartpole_record, monkeypatch, change)
     slow = outcome()
     assert type(fast) is type(slow)
     assert fast == slow if isinstance(fast, list) else same_instance(fast, slow)
+
+
+@pytest.mark.parametrize("value", [np.float32("inf"), np.float32("-inf"), np.float32("nan")])
+def test_a_non_finite_numpy_scalar_action_is_refused_without_a_warning(value):
+    """The default action (int64 or float32) given as a numpy float32 scalar takes a fast check
+    of its own: a NaN or infinity goes to the explaining path, which refuses it, and no numpy
+    RuntimeWarning escapes (warnings are errors in this suite)."""
+    record = {"observation": [0.1, 0.2], "action": value, "reward": 1.0, "step": 0,
+              "episode_id": "a", "terminated": False, "truncated": False, "policy_version": 0}
+    with pytest.raises(ContractError) as caught:
+        validate_step(record)
+    assert [(p.path, p.message) for p in caught.value.problems] == [("action", "not finite")]
