@@ -55,7 +55,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     """`collate` of the episodes `found` holds, from its columns; None as in `collate_file`."""
     columns, n = found.columns, len(found.code)
     groups = None if sparse is None else list(dict.fromkeys(sparse))
-    names = _names(columns, fields, n, groups or ())
+    names = _names(columns, fields, n, groups or [])
     if names is None:
         return None
     lengths = found.lengths[found.episodes]  # per episode, in batch order

@@ -240,11 +240,13 @@ def _no_final(name: str, sources: tuple[str, ...], rows: np.ndarray, last: np.nd
     """The episodes whose last step carries no final value, named (at most 5 shown)."""
     ids = columns.get("episode_id")
     term, trunc = columns.get("terminated"), columns.get("truncated")
-    flags = term is not None and trunc is not None and np.shape(term)[:1] == (len(last),)
+    flags = (term, trunc) if term is not None and trunc is not None \
+        and np.shape(term)[:1] == (len(last),) else None
     shown = []
     for b in rows[:5].tolist():
         state = ""
-        if flags:
+        if flags is not None:
+            term, trunc = flags
             t = int(last[b])
             state = ", terminated" if term[b, t] else ", truncated" if trunc[b, t] else ", open"
         episode = f"{str(ids[b])!r} " if ids is not None else ""
