@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import zipfile
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
@@ -106,8 +107,18 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     target = os.fspath(path)
     if not target.endswith(".npz"):
         target += ".npz"  # what np.savez would do silently; say it
-    atomic_write(target, lambda f: np.savez(f, **flat))  # never half a file, old one kept
+    atomic_write(target, lambda f: _savez(f, flat))  # never half a file, old one kept
     return target
+
+
+def _savez(f: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
+    """What `np.savez(f, **arrays)` writes (one `.npy` per key in an uncompressed zip), for any
+    key: `np.savez` would take a field named `allow_pickle` as its flag and drop it, and fail
+    on one named `file`."""
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, arr in arrays.items():
+            with zf.open(f"{key}.npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
 
 
 def load_function(spec: str, option: str) -> Callable[..., Any]:

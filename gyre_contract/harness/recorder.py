@@ -11,19 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem, describe
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.checking import ProblemList, StepChecker
 from gyre_contract.io.episodes import Episode
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
 
 Policy = Callable[[Any], Any]
 """`policy(obs) -> action`, or `-> {"action": a, "logprob": lp, "entropy": h, "value": v}`.
@@ -71,7 +68,7 @@ class Recorder:
         value_fn: ValueFn | None = None,
         run_id: str = "run",
         seed: int | None = None,
-        model: type[BaseModel] = RolloutStep,
+        model: type[RolloutStepV1] = RolloutStep,
     ) -> None:
         self.policy = policy
         self.value_fn = value_fn
@@ -137,7 +134,7 @@ class Recorder:
                 episodes.append(episode)
         return episodes
 
-    def _episode_steps(self, n: int) -> Iterator[tuple[dict[str, Any], BaseModel]]:
+    def _episode_steps(self, n: int) -> Iterator[tuple[dict[str, Any], RolloutStepV1]]:
         started = min(n, self.num_envs)
         self._start(range(started))
         done_before = self.n_episodes
@@ -168,7 +165,7 @@ class Recorder:
 
     def _step_once(
         self, *, last: bool, restart: Callable[[int], bool],
-    ) -> Iterator[tuple[dict[str, Any], BaseModel]]:
+    ) -> Iterator[tuple[dict[str, Any], RolloutStepV1]]:
         """One env step: every record is built and the state updated before the first yield.
 
         `restart(env_index)` says whether a sub-env whose episode just ended starts a recorded one.
@@ -261,7 +258,7 @@ class TurnRecorder:
     """
 
     def __init__(self, *, policy_version: int | Callable[[], int], run_id: str = "run",
-                 model: type[BaseModel] = RolloutStep) -> None:
+                 model: type[RolloutStepV1] = RolloutStep) -> None:
         self.run_id = run_id
         self.model = model
         self._policy_version = policy_version
@@ -403,7 +400,7 @@ def chosen_logprobs(name: str, value: Any, action: Any) -> Any:
 
 
 def episodes_from_records(
-    records: Iterable[Mapping[str, Any]], model: type[BaseModel] = RolloutStep,
+    records: Iterable[Mapping[str, Any]], model: type[RolloutStepV1] = RolloutStep,
 ) -> list[Episode]:
     """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
 
@@ -414,7 +411,10 @@ def episodes_from_records(
     problems = ProblemList()
     checker = StepChecker(model, problems)
     assembler = EpisodeAssembler(model)
-    episodes = list(checker.feed(enumerate(records), assembler))
+    # as dicts: a record that fails validation advances its episode only when the checker can
+    # read its episode id and step, which it does of a dict
+    rows = (r if r.__class__ is dict else dict(r) for r in records)
+    episodes = list(checker.feed(enumerate(rows), assembler))
     checker.finish(require_complete=False)
     if problems:
         raise ContractError([replace(p, line=None).under(f"records[{p.line}]")

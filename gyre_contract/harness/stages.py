@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -429,7 +429,9 @@ def full_loop(
         raise ValueError(f"cycles must be >= 1, got {cycles}")
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-    fmap = field_map if hasattr(field_map, "to_train_batch") else _field_map(field_map)
+    # a FieldMap, or a stand-in with its methods (a test's map that loses an episode)
+    fmap = cast(FieldMap, field_map) if hasattr(field_map, "to_train_batch") else \
+        _field_map(field_map)
     schema = _trainer(trainer, batch_dims, batch_model)
     version = start_version
     reports: list[CycleReport] = []
@@ -458,8 +460,11 @@ def full_loop(
             rollout, train = timer.phases[-2:]
             _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
             tokens = token_row_stats(columns, version - 1) if is_token_rows(columns) else None
-            batch_shape = (tokens.rows, tokens.response_width) if tokens else \
-                tuple(int(n) for n in np.shape(batch.mask))  # type: ignore[assignment]
+            if tokens:
+                batch_shape = (tokens.rows, tokens.response_width)
+            else:
+                rows, width = np.shape(batch.mask)  # [B, T]
+                batch_shape = (int(rows), int(width))
             reports.append(CycleReport(
                 cycle=cycle, policy_version=version - 1, n_steps=counts.n_steps,
                 n_episodes=counts.n_episodes, n_ended=counts.n_ended, batch_shape=batch_shape,

@@ -30,7 +30,15 @@ from pydantic import BaseModel
 from gyre_contract.core.dims import Dim, format_shape
 from gyre_contract.core.errors import Problem, SchemaError, describe
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStep, field_specs
+from gyre_contract.core.models import (
+    AnyObservation,
+    GyreModel,
+    JsonScalars,
+    Modalities,
+    RolloutStep,
+    RolloutStepV1,
+    field_specs,
+)
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.core.validate import validate_step
@@ -54,7 +62,7 @@ def is_parquet(path: str | os.PathLike[str]) -> bool:
 
 # -- the Arrow schema of a step model ---------------------------------------------------------
 
-def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None) -> Any:
+def to_arrow_schema(model: type[RolloutStepV1] = RolloutStep, *, sample: Any = None) -> Any:
     """The Arrow schema of a step model, with the x-gyre facts in field and schema metadata.
 
     A model whose fields all have one dtype and a known rank (a pinned model such as
@@ -87,7 +95,7 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
     return pa.schema(fields, metadata=schema_metadata(model))
 
 
-def _token_layout(model: type[BaseModel], step: Any, wire: str, spec: TensorSpec
+def _token_layout(model: type[RolloutStepV1], step: Any, wire: str, spec: TensorSpec
                   ) -> tuple[TensorSpec, Any]:
     """A free-shape token field (`*name`) laid out as the field its rule binds it to:
     `ref_logprob` as `logprob`, `loss_mask` and `token_reward` as the action (its dims, the
@@ -110,7 +118,7 @@ def _without_variadic(spec: TensorSpec) -> TensorSpec:
     return TensorSpec(spec.dtype, shape, spec.role, spec.description, spec.finite)
 
 
-def _validated_sample(sample: Any, model: type[BaseModel]) -> Any:
+def _validated_sample(sample: Any, model: type[RolloutStepV1]) -> Any:
     if sample is None:
         return None
     if isinstance(sample, model):
@@ -235,7 +243,7 @@ def _field_metadata(spec: Any, info: Any, value: Any = None) -> dict[bytes, byte
             for k, v in meta.items() if v is not None}
 
 
-def schema_metadata(model: type[BaseModel]) -> dict[bytes, bytes]:
+def schema_metadata(model: type[GyreModel]) -> dict[bytes, bytes]:
     return {b"x-gyre-kind": str(model.gyre_kind).encode(),
             b"x-gyre-version": str(model.gyre_version).encode(),
             b"x-gyre-model": model.__name__.encode(),
@@ -244,7 +252,7 @@ def schema_metadata(model: type[BaseModel]) -> dict[bytes, bytes]:
 
 # -- does a file's Arrow schema fit the model? ------------------------------------------------
 
-def arrow_schema_problems(schema: Any, model: type[BaseModel] = RolloutStep) -> list[Problem]:
+def arrow_schema_problems(schema: Any, model: type[RolloutStepV1] = RolloutStep) -> list[Problem]:
     """One problem per column that disagrees with the model; [] when every column fits.
 
     Each names the field rule the column breaks for every row (`field.required` for a missing
@@ -267,7 +275,7 @@ def _by_name(fields: Any) -> dict[str, Any]:
     return {f.name: f if counts[f.name] == 1 else counts[f.name] for f in fields}
 
 
-def _metadata_problems(meta: Mapping[bytes, bytes], model: type[BaseModel]) -> list[Problem]:
+def _metadata_problems(meta: Mapping[bytes, bytes], model: type[GyreModel]) -> list[Problem]:
     problems = []
     kind = meta.get(b"x-gyre-kind", b"").decode()
     if kind and kind != model.gyre_kind:
@@ -452,7 +460,7 @@ _ARROW_NAMES = {"float": "float32", "double": "float64", "halffloat": "float16",
 
 
 
-def is_pinned(model: type[BaseModel]) -> bool:
+def is_pinned(model: type[RolloutStepV1]) -> bool:
     """Whether `model` lays out without a sample (every field of one dtype and a known rank)."""
     try:
         to_arrow_schema(model)

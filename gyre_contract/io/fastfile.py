@@ -22,7 +22,7 @@ list, `bulk_plan` gives None for every model, as it does under `GYRE_FAST_PATHS=
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not
@@ -93,7 +93,7 @@ class Block:
 class BulkPlan:
     """The msgspec decoder and column plan of one simple step model."""
 
-    def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
+    def __init__(self, model: type[RolloutStepV1], fields: list[tuple[str, str, Any, bool]],
                  discrete: bool, no_ints: frozenset[str] = frozenset(),
                  specs: dict[str, Any] | None = None) -> None:
         self.model = model
@@ -103,7 +103,7 @@ class BulkPlan:
         """Wires whose presence per line `Block.present` records (set by `binding`)."""
         self.bound: Any = None
         """For a plan bound from a file's data: its `binding.Binding` (dims and kinds)."""
-        self.stats_model: type[BaseModel] = model
+        self.stats_model: type[RolloutStepV1] = model
         """The model whose tensor fields the report's field table lists (`array_counts`)."""
         self.extra: dict[str, Any] = {}
         """What other readers derive from this plan and keep with it (a Parquet JSON decoder)."""
@@ -166,10 +166,12 @@ class BulkPlan:
         if arrays:
             block.arrays, block.lists = {}, {}
             for wire in counts:
-                array, values = self._block_column(wire, counts[wire], block.n, parts)
-                block.arrays[wire] = array
-                if array is None:
-                    block.lists[wire] = values
+                column = self._block_column(wire, counts[wire], block.n, parts)
+                if isinstance(column, np.ndarray):
+                    block.arrays[wire] = column
+                else:
+                    block.arrays[wire] = None
+                    block.lists[wire] = column
         return block
 
     def _decode_part(self, lines: list[Any], arrays: bool) -> _Part | None:
@@ -243,23 +245,23 @@ class BulkPlan:
         return _array(values, n, dtype, shape)
 
     def _block_column(self, wire: str, count: int, n: int, parts: list[_Part]
-                      ) -> tuple[np.ndarray | None, tuple[Any, ...] | None]:
-        """(the block's array of a field, None) or (None, its values as in `columns`)."""
+                      ) -> np.ndarray | tuple[Any, ...]:
+        """The block's array of a field, or its values as in `columns`."""
         dtype = self.dtypes.get(wire)
         pieces = [part.values.get(wire) for part in parts]
         if dtype is not None and dtype.kind == "f":
             return _joined([np.full((part.n, *self.shapes[wire]), np.nan, dtype)
                             if piece is None else piece
-                            for part, piece in zip(parts, pieces)]), None
+                            for part, piece in zip(parts, pieces)])
         if all(piece.__class__ is np.ndarray for piece in pieces):
-            return _joined(pieces), None
+            return _joined(pieces)
         values = tuple(chain.from_iterable(repeat(None, part.n) if piece is None else piece
                                            for part, piece in zip(parts, pieces)))
         if count == n and dtype is not None and dtype.kind != "U":
-            return _array(values, n, dtype, self.shapes[wire]), None
-        return None, values
+            return _array(values, n, dtype, self.shapes[wire])
+        return values
 
-    def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
+    def array_counts(self, block: Block) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
         """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
         out = []
         for wire, spec in field_specs(self.stats_model).items():
@@ -333,9 +335,10 @@ class BulkPlan:
         """Per field of the block: one array over its lines (floats NaN where absent), or None
         for a field that stays a list (strings, `info`, a non-float field some lines lack)."""
         if block.arrays is None:
-            again = self._decode(block.lines, arrays=True)  # the same lines: the same result
-            block.arrays, block.lists = again.arrays, again.lists  # type: ignore[union-attr]
-        return block.arrays  # type: ignore[return-value]
+            again = self._decode(block.lines, arrays=True)
+            assert again is not None and again.arrays is not None  # these lines decoded before
+            block.arrays, block.lists = again.arrays, again.lists
+        return block.arrays
 
     def _list_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
         values: list[Any] = []
@@ -444,7 +447,7 @@ def bound_specs(specs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _nonpositive(logprobs: list[Any]) -> bool:
+def _nonpositive(logprobs: Sequence[Any]) -> bool:
     present = [v for v in logprobs if v is not None] if None in logprobs else logprobs
     return max(present) <= 0
 
@@ -475,7 +478,7 @@ def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
     return model_info(model).derived(PLAN_KEY, _build)
 
 
-def build_plan(model: type[BaseModel], no_ints: frozenset[str] = frozenset()
+def build_plan(model: type[RolloutStepV1], no_ints: frozenset[str] = frozenset()
                ) -> BulkPlan | None:
     """A new bulk plan of `model` (not cached; see `_build`), or None."""
     return _build(model, no_ints) if fast_paths_enabled() else None
@@ -495,7 +498,7 @@ def _cross_rules() -> Any:
 def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> BulkPlan | None:
     """The plan of `model`; None when it is not simple enough. `no_ints`: wires whose numbers
     must be written as floats (read as `int | float`, refused when an integer comes)."""
-    if not FAST_PATH.usable():
+    if not FAST_PATH.usable() or not issubclass(model, RolloutStepV1):
         return None  # a registered rule this reader does not implement: the normal path
     decorators = model.__pydantic_decorators__
     if decorators.field_validators or decorators.model_validators.keys() != {_CROSS} \
@@ -546,7 +549,9 @@ def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
         return None
     leaf = _number(spec.dtype, any_int=ints_too)
     for dim in reversed(spec.shape):
-        leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
+        # a type built at run time, for msgspec: not a static annotation
+        leaf = Annotated[list[leaf], msgspec.Meta(  # type: ignore[valid-type]
+            min_length=dim.size, max_length=dim.size)]
     return leaf
 
 

@@ -40,7 +40,7 @@ from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.checking import StepChecker, check_items, unread_report
 from gyre_contract.io.episodes import Episode
-from gyre_contract.io.lines import Parsed, hidden_problems
+from gyre_contract.io.lines import Item, Parsed, hidden_problems
 from gyre_contract.io.parquetcols import columnar_plan, decode_batch
 from gyre_contract.io.report import FileReport
 
@@ -61,7 +61,7 @@ whatever its size (a batch that fails is converted to records as a whole)."""
 def write_parquet(
     path: str | os.PathLike[str],
     steps: Iterable[BaseModel | Mapping[str, Any]],
-    model: type[BaseModel] | None = None,
+    model: type[RolloutStepV1] | None = None,
     *,
     rows_per_group: int = ROWS_PER_BATCH,
     fsync: bool = False,
@@ -92,11 +92,12 @@ def write_parquet(
     return count
 
 
-def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[BaseModel],
+def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[RolloutStepV1],
                 rows_per_group: int) -> int:
     pinned = is_pinned(model)
-    writer = None
-    schema = None
+    writer: Any = None  # a pyarrow ParquetWriter (pyarrow is untyped), made with the schema
+    schema: Any = None
+    checks: Any = None  # made with the schema, from the first chunk on
     count = 0
     try:
         for start, chunk in _chunks(steps, rows_per_group):
@@ -153,7 +154,7 @@ def _record(step: Any, index: int) -> dict[str, Any]:
     return dict(record)
 
 
-def _first_sample(records: list[dict[str, Any]], model: type[BaseModel]) -> Any:
+def _first_sample(records: list[dict[str, Any]], model: type[RolloutStepV1]) -> Any:
     """The first record, validated, to settle what an unpinned model leaves open."""
     try:
         return validate_step(records[0], model)
@@ -359,11 +360,12 @@ def open_parquet(path: str | os.PathLike[str]) -> Any:
 
 def iter_parquet_records(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     batch_rows: int = ROWS_PER_BATCH,
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(row, record)` for every row (rows numbered from 1), not validated.
+) -> Iterator[Item]:
+    """Yield `(row, record)` for every row (rows numbered from 1), not validated; a row whose
+    JSON column hides a problem (a duplicate key, ...) comes as a `Parsed` carrying it.
 
     Raises ContractError (one problem per column) before the first row when the file's Arrow
     schema disagrees with the model, and InputError when the file is not readable Parquet.
@@ -420,7 +422,7 @@ class ParquetRows:
     items (`parse`, as `iter_parquet_records`). ContractError when the Arrow schema disagrees
     with the model (one problem per column), InputError when the file is not readable."""
 
-    def __init__(self, path: str | os.PathLike[str], model: type[BaseModel],
+    def __init__(self, path: str | os.PathLike[str], model: type[RolloutStepV1],
                  batch_rows: int | None = None) -> None:
         self.path, self.model = path, model
         self.batch_rows = COLUMN_BATCH_ROWS if batch_rows is None else batch_rows
@@ -465,7 +467,7 @@ class ParquetRows:
         return None
 
 
-def records_from_arrow(batch: Any, model: type[BaseModel] = RolloutStep) -> list[dict[str, Any]]:
+def records_from_arrow(batch: Any, model: type[RolloutStepV1] = RolloutStep) -> list[dict[str, Any]]:
     """Rows of an Arrow table or record batch as step records (numpy arrays for tensors).
 
     A null in an optional column means the field is absent; a null in a required column stays
@@ -609,7 +611,7 @@ def _struct_values(array: Any, spec: Any, bulk: bool) -> list[Any]:
             sub = spec_of(sub_model, name)
         children.append(_values(array.field(i), sub, bulk))
     valid = array.is_valid().to_pylist() if array.null_count else None
-    out = []
+    out: list[dict[str, Any] | None] = []
     for row in range(len(array)):
         if valid is not None and not valid[row]:
             out.append(None)
@@ -665,8 +667,8 @@ def _list_values(array: Any) -> list[Any]:
 # -- validated steps, episodes and whole-file reports -------------------------------------------
 
 def read_parquet_steps(
-    path: str | os.PathLike[str], model: type[BaseModel] = RolloutStep,
-) -> Iterator[BaseModel]:
+    path: str | os.PathLike[str], model: type[RolloutStepV1] = RolloutStep,
+) -> Iterator[RolloutStepV1]:
     """Yield each row as a validated `model` instance, like `read_steps` on JSON Lines.
 
     Raises ContractError (with the row number as `line`) on the first row that breaks a record
@@ -681,7 +683,7 @@ def read_parquet_steps(
 
 def read_parquet_episodes(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     include_open: bool = True,
 ) -> Iterator[Episode]:
@@ -694,7 +696,7 @@ def read_parquet_episodes(
 
 def validate_parquet(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     require_complete: bool = False,
     max_examples_per_group: int = 3,
@@ -710,7 +712,7 @@ def validate_parquet(
 
 def parquet_report(
     path: str | os.PathLike[str],
-    model: type[BaseModel],
+    model: type[RolloutStepV1],
     *,
     require_complete: bool,
     max_examples_per_group: int,

@@ -195,7 +195,8 @@ def next_conversion(obs: Field, s: Field, then: Conversion | None) -> tuple[Conv
     """The conversion by `next` from `obs` and `s` (the next step's observation within the
     episode, `s` on its last step), followed by `then`, the one-source conversion (cast, shape,
     layout) a rename of `s` would need; and its reason."""
-    entry: dict[str, Any] | None = {"op": "next", "from": [obs.name, s.name]}
+    own: dict[str, Any] = {"op": "next", "from": [obs.name, s.name]}
+    entry: dict[str, Any] | None = own
     ops, texts = ["next"], [f"next({obs.name}, {s.name})"]
     manual = ""
     if then is not None:
@@ -207,8 +208,8 @@ def next_conversion(obs: Field, s: Field, then: Conversion | None) -> tuple[Conv
             first = {k: v for k, v in then.entry.items() if k not in ("op", "from", "then", "cast")}
             steps = [{"op": then.entry["op"], **first}] if then.entry.get("op") else []
             steps += then.entry.get("then", [])
-            entry.update({"then": steps} if steps else {})
-            entry.update({"cast": then.entry["cast"]} if "cast" in then.entry else {})
+            own.update({"then": steps} if steps else {})
+            own.update({"cast": then.entry["cast"]} if "cast" in then.entry else {})
     reason = (f"the next step's {obs.name} within the episode, {s.name} on its last step "
               f"(where a sampler records it); an episode whose last step lacks it fails the "
               f"batch")

@@ -255,14 +255,12 @@ class _Engine:
         s_step = self._s_shape(s)
         fit_d = compare_dtype(s.dtype, t.dtype)
         fit_s = compare_shape(s_step, t_step, s.varying, unknown_as_one=t.role == "action")
-        base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
-                    sampler_shape=s.shape, trainer_shape=t.shape)
         if fit_d.ok and not fit_s.ok and self._summable(t, s, s_step, t_step, stripped):
             return self._summed(t, s, s_step, fit_d, stripped, note)
         if not fit_d.ok or not fit_s.ok:
             why = fit_d.why if not fit_d.ok else fit_s.why
-            return Entry("missing", t.name, (s.name,), reason=f"{s.name} has the role "
-                         f"{s.role} but {why}; no known conversion", **base)
+            return Entry.pair("missing", t, s, reason=f"{s.name} has the role {s.role} but "
+                              f"{why}; no known conversion")
         self.used.add(s.name)
         self.notes.cast(t, s, fit_d)
         self.notes.optional_source(t, s)
@@ -272,16 +270,16 @@ class _Engine:
         if obs := followed_observation(t, s, self.s_tab, self.layout, self._s_shape):
             self.used.add(obs.name)  # recorded on an episode's last step only: `next`
             conversion, why = next_conversion(obs, s, conversion)
-            return Entry("needs_conversion", t.name, (obs.name, s.name), conversion=conversion,
-                         reason="; ".join([why, *notes]), **base)
+            return Entry.pair("needs_conversion", t, s, conversion=conversion,
+                              reason="; ".join([why, *notes]), sources=(obs.name, s.name))
         self.notes.open_shape(t, s, s_step if fit_s.op is None else None, t_step)
         rename = s.name != t.name
         if conversion is None:
             tier = "renamed" if rename else "same"
             reason = f"same role ({t.role}), dtype and shape" if rename else SAME_REASON
-            return Entry(tier, t.name, (s.name,), reason="; ".join([reason, *notes]), **base)
-        return Entry("needs_conversion", t.name, (s.name,), conversion=conversion,
-                     reason="; ".join([conversion.text, *notes]), **base)
+            return Entry.pair(tier, t, s, reason="; ".join([reason, *notes]))
+        return Entry.pair("needs_conversion", t, s, conversion=conversion,
+                          reason="; ".join([conversion.text, *notes]))
 
     # -- an object of modalities, and per-element values summed to one per step --------------
 

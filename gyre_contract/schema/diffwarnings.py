@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from gyre_contract.schema.diffreport import DiffWarning, Entry, Layout, padding_mask_key
 from gyre_contract.schema.dtyperules import MANTISSA, DtypeFit, dtype_kind, dtypes_of, lossless
-from gyre_contract.schema.fieldtable import Field, FieldTable, shape_text
+from gyre_contract.schema.fieldtable import Dim, Field, FieldTable, shape_text
 from gyre_contract.schema.roles import is_recomputed_logprob
 
 
@@ -71,7 +71,8 @@ class DiffWarnings:
                 (t.name, s.name) not in self.optional:
             self.optional.append((t.name, s.name))
 
-    def open_shape(self, t: Field, s: Field, s_step: tuple | None, t_step: tuple | None) -> None:
+    def open_shape(self, t: Field, s: Field, s_step: tuple[Dim, ...] | None,
+                   t_step: tuple[Dim, ...] | None) -> None:
         """Note a field taken as is from a sampler shape of any rank (`[*act]`) into a trainer
         shape with a fixed size (SB3's `[M, 1]` actions): rollouts of another rank, which the
         sampler's schema allows, do not fit the trainer's batch."""

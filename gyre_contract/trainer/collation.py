@@ -31,7 +31,7 @@ free-form `info` column is never collated.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -237,9 +237,9 @@ def _select(eps: list[_Episode], fields: Iterable[str] | None,
     available = [n for n in first if n not in ROW_FIELDS]
     if fields is None:
         names = list(available)
-        for group in sparse or ():
-            if not any(_in_group(n, group) for n in names):
-                names += _carried_anywhere(eps, group)
+        for wanted in sparse or ():
+            if not any(_in_group(n, wanted) for n in names):
+                names += _carried_anywhere(eps, wanted)
     else:
         names = []
         for field in fields:
@@ -283,7 +283,7 @@ def _carried_anywhere(eps: list[_Episode], group: str) -> list[str]:
                             "no step of any episode carries it")
 
 
-def _check_same_columns(eps: list[_Episode], names: list[str], sparse: set[str] = frozenset(),
+def _check_same_columns(eps: list[_Episode], names: list[str], sparse: Set[str] = frozenset(),
                         *, strict: bool = False) -> None:
     """Every episode has each column, of one kind. A `sparse` column may be absent on any step
     (`_collate_sparse` checks it); with `strict`, a column some step lacks is MissingFieldError."""
@@ -488,10 +488,11 @@ def _collate_sparse(name: str, eps: list[_Episode], rows: list[_Row], nt: int
     presents: list[np.ndarray] = []
     for ep in eps:
         col, n = ep.columns.get(name), ep.length
+        present: np.ndarray
         if isinstance(col, np.ndarray):
             present = np.ones(n, bool)
             if col.dtype.kind == "f" and col.size:
-                present = ~np.isnan(col.reshape(n, -1)).all(axis=1)
+                present = np.asarray(~np.isnan(col.reshape(n, -1)).all(axis=1))
         elif isinstance(col, list):
             present = np.fromiter((v is not None for v in col), bool, n)
             values = [np.asarray(v) for v in col if v is not None]
@@ -555,8 +556,9 @@ def _collate_varying(name: str, eps: list[_Episode], rows: list[_Row], nt: int,
     elem_mask = np.zeros((len(rows), nt, *biggest[:depth]), dtype=bool)
     for b, row in enumerate(rows):
         for t, arr in enumerate(cols[row.episode][row.start:row.stop]):
-            out[(b, t, *map(slice, arr.shape))] = arr
-            elem_mask[(b, t, *map(slice, arr.shape[:depth]))] = True
+            at: tuple[int | slice, ...] = (b, t, *map(slice, arr.shape))
+            out[at] = arr
+            elem_mask[at[:2 + depth]] = True
     return out, elem_mask
 
 

@@ -349,7 +349,7 @@ class FieldMap:
                             sparse=self.sparse_sources())
 
 
-class _Columns(dict):
+class _Columns(dict[str, Any]):
     """The collated columns as ops see them during one `FieldMap.apply`: a dict, plus `memo`
     where an op keeps what another target of the same map reuses (GAE's advantage and return)."""
 

@@ -20,15 +20,15 @@ import os
 from collections.abc import Iterable
 
 import numpy as np
-from pydantic import BaseModel
 
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.io.columnar import FileColumns, read_columns
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.collation import DERIVED_FIELDS, ROW_FIELDS, SKIPPED_FIELDS
 
 
-def collate_file(path: str | os.PathLike[str], model: type[BaseModel], *,
+def collate_file(path: str | os.PathLike[str], model: type[RolloutStepV1], *,
                  fields: Iterable[str] | None = None, max_len: int | None = None,
                  max_bytes: int | None = None, sparse: Iterable[str] | None = None
                  ) -> tuple[dict[str, np.ndarray], int] | None:
@@ -36,7 +36,7 @@ def collate_file(path: str | os.PathLike[str], model: type[BaseModel], *,
     (module doc).
 
     Raises ContractError on the first problem of the file, as `read_episodes` does."""
-    if not fast_paths_enabled() or getattr(model, "varying_dims", ()):
+    if not fast_paths_enabled() or model.varying_dims:
         return None
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
@@ -55,7 +55,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     """`collate` of the episodes `found` holds, from its columns; None as in `collate_file`."""
     columns, n = found.columns, len(found.code)
     groups = None if sparse is None else list(dict.fromkeys(sparse))
-    names = _names(columns, fields, n, groups or ())
+    names = _names(columns, fields, n, groups or [])
     if names is None:
         return None
     lengths = found.lengths[found.episodes]  # per episode, in batch order

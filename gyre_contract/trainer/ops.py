@@ -25,7 +25,7 @@ from gyre_contract.core.errors import (
     describe,
 )
 from gyre_contract.trainer import collation
-from gyre_contract.trainer.advantages import TRUNCATION_MODES, discounted_returns, gae
+from gyre_contract.trainer.advantages import TRUNCATION_MODES, Truncation, discounted_returns, gae
 from gyre_contract.trainer.opspec import (
     ArgCheck,
     Describer,
@@ -240,11 +240,13 @@ def _no_final(name: str, sources: tuple[str, ...], rows: np.ndarray, last: np.nd
     """The episodes whose last step carries no final value, named (at most 5 shown)."""
     ids = columns.get("episode_id")
     term, trunc = columns.get("terminated"), columns.get("truncated")
-    flags = term is not None and trunc is not None and np.shape(term)[:1] == (len(last),)
+    flags = (term, trunc) if term is not None and trunc is not None \
+        and np.shape(term)[:1] == (len(last),) else None
     shown = []
     for b in rows[:5].tolist():
         state = ""
-        if flags:
+        if flags is not None:
+            term, trunc = flags
             t = int(last[b])
             state = ", terminated" if term[b, t] else ", truncated" if trunc[b, t] else ", open"
         episode = f"{str(ids[b])!r} " if ids is not None else ""
@@ -314,14 +316,14 @@ def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
 
 
 def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: float,
-         truncation: str = "bootstrap", output: str = "advantage") -> np.ndarray:
+         truncation: Truncation = "bootstrap", output: str = "advantage") -> np.ndarray:
     reward, value, terminated, truncated, next_value = inputs
     memo = getattr(columns, "memo", None)  # one map's advantage and return: GAE runs once
     key = ("gae", *map(id, inputs), gamma, lam, truncation)
     found = None if memo is None else memo.get(key)
     if found is None or any(a is not b for a, b in zip(found[0], inputs)):
         adv, ret = gae(reward, value, terminated, truncated, _need(columns, "mask"), next_value,
-                       gamma=gamma, lam=lam, truncation=truncation,  # type: ignore[arg-type]
+                       gamma=gamma, lam=lam, truncation=truncation,
                        episode_id=columns.get("episode_id"))
         if memo is not None:
             memo[key] = (list(inputs), (adv, ret))
@@ -332,10 +334,10 @@ def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: fl
 
 
 def _discounted(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float,
-                truncation: str = "bootstrap") -> np.ndarray:
+                truncation: Truncation = "bootstrap") -> np.ndarray:
     reward, terminated, truncated, next_value = inputs
     return discounted_returns(reward, terminated, truncated, _need(columns, "mask"), next_value,
-                              gamma=gamma, truncation=truncation,  # type: ignore[arg-type]
+                              gamma=gamma, truncation=truncation,
                               episode_id=columns.get("episode_id"))
 
 

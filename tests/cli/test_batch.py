@@ -332,3 +332,15 @@ def test_real_subprocess_and_numpy_only_load(rollouts, tmp_path):
          str(target)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
     assert "'advantage'" in check.stdout and check.stdout.endswith("False\n")
+
+
+@pytest.mark.parametrize("name", ["file", "allow_pickle", "args"])
+def test_npz_keeps_a_field_named_like_a_savez_argument(tmp_path, name):
+    """`np.savez(f, **batch)` dropped a field called `allow_pickle` (taken as its flag) and
+    failed with a TypeError on one called `file`; every field reaches the file."""
+    from gyre_contract.cli.batch import write_npz
+
+    target = write_npz(tmp_path / "b.npz", {name: np.arange(3), "obs": {"x": np.ones((2, 2))}})
+    with np.load(target, allow_pickle=False) as loaded:
+        assert sorted(loaded.files) == sorted([name, "obs.x"])
+        assert loaded[name].tolist() == [0, 1, 2] and loaded["obs.x"].shape == (2, 2)

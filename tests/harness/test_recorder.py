@@ -390,6 +390,21 @@ def test_episodes_from_records_goes_through_the_one_io_loop() -> None:
                                                                 "field.not_null")]
 
 
+def test_a_failed_record_of_any_mapping_type_still_advances_its_episode() -> None:
+    """The records are `Mapping`s: a read-only one that fails validation advances its episode as
+    a dict does (it was left unread, and the next step was blamed for the gap)."""
+    from types import MappingProxyType
+
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(1))
+    assert len(records) >= 3
+    records[1] = dict(records[1], reward="bad")
+    for wrap in (dict, MappingProxyType):
+        with pytest.raises(ContractError) as info:
+            episodes_from_records([wrap(r) for r in records])
+        assert [p.path for p in info.value.problems] == ["records[1].reward"], wrap
+
+
 def test_iter_validated_steps_is_deprecated() -> None:
     from gyre_contract.core.validate import iter_validated_steps
 
