@@ -1,0 +1,226 @@
+"""A channel in a folder (`file://DIR` or a plain path): embedded, nothing to start.
+
+    DIR/channel.json              the manifest (replaced atomically, under DIR/.channel.lock)
+    DIR/segments/<id>.<crc>.arrow each put: written to a hidden temporary name, fsynced,
+                                  renamed, the folder fsynced; <crc> is the CRC-32 of its bytes
+    DIR/acks/<id>.json            the trainer's commit of a segment (the segment file then goes)
+    DIR/delivered/<id>.json       how often a segment not yet acked was handed to a trainer
+
+Works across hosts on a shared file system within reason: renames are atomic on POSIX file
+systems and on NFS; the manifest lock is `fcntl.flock`, which NFS (v4) and most cluster file
+systems honour. A folder is a channel when it holds `channel.json`. Opening an end on a path that
+does not exist, or on an empty folder (dot-files aside), makes it one; any other folder, or a
+file, is not a channel (`NotAChannelError`, exit 2 with the path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gyre_contract.channel import _contract as contract
+from gyre_contract.channel.backends import SEGMENT_ID, Backend, SegmentRef, checksum, verify
+from gyre_contract.channel.handshake import NotAChannelError, checked_manifest
+from gyre_contract.channel.segments import SegmentError, SegmentGone, SegmentMeta
+
+MANIFEST = "channel.json"
+LOCK = ".channel.lock"
+FOLDERS = ("segments", "acks", "delivered")
+_NAME = re.compile(r"^(?P<segment>.+)\.(?P<crc>[0-9a-f]{8})\.arrow$")
+
+
+class FileBackend(Backend):
+    """The folder layout above; see `backends.Backend` for what each method promises."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.root = Path(path)
+        self.uri = os.fspath(path)
+        self.segments = self.root / "segments"
+
+    def _manifest_path(self) -> Path:
+        return self.root / MANIFEST
+
+    def exists(self) -> bool:
+        return self._manifest_path().is_file()
+
+    def create(self, make: Callable[[], dict[str, Any]]) -> None:
+        if self.exists():
+            return
+        if self.root.exists() and not self.root.is_dir():
+            raise NotAChannelError(f"not a channel: {self.root} is a file")
+        if self.root.is_dir():
+            others = sorted(n for n in os.listdir(self.root)
+                            if not n.startswith(".") and n not in FOLDERS)
+            if others:
+                shown = ", ".join(others[:3]) + (", …" if len(others) > 3 else "")
+                raise NotAChannelError(f"not a channel: {self.root} holds other files ({shown}) "
+                                       f"and no {MANIFEST}")
+        try:
+            for folder in FOLDERS:
+                (self.root / folder).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise NotAChannelError(f"cannot make a channel at {self.root}: "
+                                   f"{err.strerror or err}") from None
+        with self._locked():
+            if not self.exists():
+                self._write_manifest(make())
+
+    def manifest(self) -> dict[str, Any]:
+        path = self._manifest_path()
+        if not self.root.is_dir():
+            raise NotAChannelError(f"not a channel: {self.root} (no such folder)")
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise NotAChannelError(f"not a channel: {self.root} (no {MANIFEST})") from None
+        except (OSError, ValueError) as err:
+            raise NotAChannelError(f"not a channel: {path} is unreadable ({err})") from None
+        return checked_manifest(data, str(path))
+
+    def update(self, change: Callable[[dict[str, Any]], Any]) -> Any:
+        with self._locked():
+            manifest = self.manifest()
+            result = change(manifest)
+            self._write_manifest(manifest)
+            return result
+
+    def _write_manifest(self, manifest: dict[str, Any]) -> None:
+        text = json.dumps(manifest, indent=1, ensure_ascii=False, allow_nan=False)
+        contract.write_atomic(self._manifest_path(), text.encode("utf-8"))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The channel's lock (`flock` on a file of its own), held for one manifest update."""
+        try:
+            fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise NotAChannelError(f"cannot lock the channel {self.root}: "
+                                   f"{err.strerror or err}") from None
+        try:
+            with contextlib.suppress(OSError):  # a file system without flock: atomic renames only
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    # -- segments ------------------------------------------------------------------------------
+
+    def write_segment(self, segment: str, data: Any, meta: SegmentMeta) -> SegmentRef:
+        crc = checksum(data)
+        name = f"{segment}.{crc:08x}.arrow"
+        contract.write_atomic(self.segments / name, data)
+        return SegmentRef(segment, crc, memoryview(data).nbytes, name)
+
+    def pending(self) -> list[SegmentRef]:
+        refs = []
+        for entry in self._entries(self.segments):
+            found = _parse(entry.name)
+            if found is None:
+                continue
+            segment, crc = found
+            if (self.root / "acks" / f"{segment}.json").exists():
+                self._drop(entry.name)  # an ack that stopped before removing the segment
+                continue
+            try:
+                size = entry.stat().st_size
+            except FileNotFoundError:
+                continue
+            refs.append(SegmentRef(segment, crc, size, entry.name))
+        refs.sort(key=lambda r: r.segment)
+        return refs
+
+    def pending_count(self) -> int:
+        return sum(1 for e in self._entries(self.segments) if _parse(e.name) is not None)
+
+    def read(self, ref: SegmentRef) -> Any:
+        path = self.segments / ref.key
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise SegmentGone(f"{path}: acked meanwhile") from None
+        except OSError as err:
+            raise SegmentError(f"{path}: cannot read it ({err.strerror or err})") from None
+        return verify(ref, data, str(path))
+
+    def ack(self, ref: SegmentRef, record: dict[str, Any]) -> None:
+        target = self.root / "acks" / f"{ref.segment}.json"
+        if not target.exists():
+            contract.write_atomic(target, json.dumps(record, allow_nan=False).encode("utf-8"))
+        self._drop(ref.key)
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / "delivered" / f"{ref.segment}.json").unlink()
+
+    def _drop(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.segments / name).unlink()
+
+    def acks(self) -> Iterator[dict[str, Any]]:
+        for entry in self._entries(self.root / "acks"):
+            if entry.name.endswith(".json"):
+                record = _read_json(entry.path)
+                if isinstance(record, dict):
+                    yield record
+
+    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float) -> None:
+        for ref in refs:
+            path = self.root / "delivered" / f"{ref.segment}.json"
+            mark = _read_json(str(path))
+            mark = mark if isinstance(mark, dict) else {"count": 0, "first": now}
+            mark.update(count=int(mark.get("count", 0)) + 1, epoch=epoch, last=now)
+            contract.write_atomic(path, json.dumps(mark).encode("utf-8"), fsync=False)
+
+    def delivered(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for entry in self._entries(self.root / "delivered"):
+            mark = _read_json(entry.path)
+            if entry.name.endswith(".json") and isinstance(mark, dict):
+                out[entry.name[:-5]] = mark
+        return out
+
+    def strays(self) -> list[str]:
+        found = []
+        unfinished = 0
+        for entry in self._entries(self.segments, hidden=True):
+            if entry.name.startswith("."):
+                unfinished += entry.name.endswith(".tmp")
+            elif _parse(entry.name) is None:
+                found.append(f"{entry.path}: not a segment (foreign file, never delivered)")
+        for entry in self._entries(self.root):
+            if entry.name not in (*FOLDERS, MANIFEST):
+                found.append(f"{entry.path}: not part of a channel")
+        if unfinished:
+            found.append(f"{self.segments}: {unfinished} unfinished put(s) (hidden temporary "
+                         f"files of a sampler killed or out of disk while writing; never "
+                         f"delivered, safe to delete)")
+        return found
+
+    @staticmethod
+    def _entries(folder: Path, hidden: bool = False) -> Iterator[os.DirEntry[str]]:
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    if hidden or not entry.name.startswith("."):
+                        yield entry
+        except FileNotFoundError:
+            return
+
+
+def _parse(name: str) -> tuple[str, int] | None:
+    match = _NAME.match(name)
+    if match is None or not SEGMENT_ID.match(match["segment"]):
+        return None
+    return match["segment"], int(match["crc"], 16)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
