@@ -1,9 +1,10 @@
 """Where a channel lives: a folder (`file://DIR` or a plain path) or a Ray actor (`ray://NS/NAME`).
 
-A backend stores four things and nothing else: the manifest (one JSON object, replaced
+A backend stores five things and nothing else: the manifest (one JSON object, replaced
 atomically under a lock), the segments (immutable bytes, each visible whole or not at all), an
 ack record per segment the trainer committed (idempotent: acking twice writes the same record),
-and a delivery mark per segment handed to a trainer (for `channel status`). The ends
+a delivery mark per segment handed to a trainer, and each sampler's own running count (for
+`channel status`). The ends
 (`ends.SamplerEnd`, `ends.TrainerEnd`) hold the semantics: validation, leases, staleness,
 backpressure; a backend only moves bytes and records.
 """
@@ -102,6 +103,15 @@ class Backend:
 
     def delivered(self) -> dict[str, dict[str, Any]]:
         """Segment id -> its delivery mark (`count`, `epoch`, `first`, `last`)."""
+        raise NotImplementedError
+
+    def note_writer(self, writer: str, ledger: dict[str, Any]) -> None:
+        """Keep a sampler's own count (`seq`, `steps`, `episodes` put so far), replaced after
+        each put: the only witness of a lost last segment."""
+        raise NotImplementedError
+
+    def writers(self) -> dict[str, dict[str, Any]]:
+        """Writer -> its last ledger."""
         raise NotImplementedError
 
     def strays(self) -> list[str]:

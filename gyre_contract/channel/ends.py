@@ -140,12 +140,25 @@ class SamplerEnd:
                                contract.arrow_layout(self.model, steps[0]), meta)
         self.backend.write_segment(segment, data, meta)
         self._blocks.commit()
+        self._note(seq, meta)
         self._seq = seq
         self.counts.segments += 1
         self.counts.steps += checked.n
         self.counts.episodes += episodes
         meta.bytes = memoryview(data).nbytes
         return meta
+
+    def _note(self, seq: int, meta: segments.SegmentMeta) -> None:
+        """Keep the sampler's own count in the channel (what shows a lost last segment); the
+        segment is there already, so a failure here is a warning, never a failed put."""
+        try:
+            self.backend.note_writer(self.writer, {
+                "seq": seq, "steps": meta.writer_steps, "episodes": meta.writer_episodes,
+                "at": meta.written})
+        except OSError as err:
+            warnings.warn(f"{self.uri}: segment {meta.segment} is in the channel, but the "
+                          f"sampler's count could not be kept: {err}", ChannelWarning,
+                          stacklevel=3)
 
     def _wait_for_room(self, timeout: float | None) -> None:
         if self.max_pending is None:

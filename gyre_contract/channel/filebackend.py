@@ -5,6 +5,7 @@
                                   renamed, the folder fsynced; <crc> is the CRC-32 of its bytes
     DIR/acks/<id>.json            the trainer's commit of a segment (the segment file then goes)
     DIR/delivered/<id>.json       how often a segment not yet acked was handed to a trainer
+    DIR/writers/<writer>.json     each sampler's own count, replaced after each of its puts
 
 Works across hosts on a shared file system within reason: renames are atomic on POSIX file
 systems and on NFS; the manifest lock is `fcntl.flock`, which NFS (v4) and most cluster file
@@ -31,7 +32,7 @@ from gyre_contract.channel.segments import SegmentError, SegmentGone, SegmentMet
 
 MANIFEST = "channel.json"
 LOCK = ".channel.lock"
-FOLDERS = ("segments", "acks", "delivered")
+FOLDERS = ("segments", "acks", "delivered", "writers")
 _NAME = re.compile(r"^(?P<segment>.+)\.(?P<crc>[0-9a-f]{8})\.arrow$")
 
 
@@ -181,6 +182,19 @@ class FileBackend(Backend):
             mark = _read_json(entry.path)
             if entry.name.endswith(".json") and isinstance(mark, dict):
                 out[entry.name[:-5]] = mark
+        return out
+
+    def note_writer(self, writer: str, ledger: dict[str, Any]) -> None:
+        # not fsynced: after a power cut a ledger may lag (fine), never run ahead of the segments
+        contract.write_atomic(self.root / "writers" / f"{writer}.json",
+                              json.dumps(ledger).encode("utf-8"), fsync=False)
+
+    def writers(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for entry in self._entries(self.root / "writers"):
+            ledger = _read_json(entry.path)
+            if entry.name.endswith(".json") and isinstance(ledger, dict):
+                out[entry.name[:-5]] = ledger
         return out
 
     def strays(self) -> list[str]:

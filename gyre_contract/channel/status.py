@@ -1,7 +1,9 @@
 """`channel_status(uri)`: both ends' fingerprints and counts, and whether they agree.
 
 The sampler's side is what each segment says about its writer (segments are numbered 1, 2, 3,
-... per writer, and each carries the steps its writer had put so far); the trainer's side is its
+... per writer, and each carries the steps its writer had put so far) and each writer's own
+count, kept after each put (the only witness of a lost last segment; one that lags by a put,
+a sampler killed between its segment and its count, is not a disagreement); the trainer's side is its
 ack records (steps kept, steps dropped as stale, the staleness of the kept ones) and delivery
 marks. The counts disagree (exit 1) when a writer's segment is missing (a gap in its numbers,
 or a segment that cannot be read), when a writer's running total differs from the steps of its
@@ -192,6 +194,11 @@ def _status(backend: Any, manifest: dict[str, Any]) -> ChannelStatus:
             pending.update(in_flight=1)
             delivered.update(segments=1, steps=meta.steps,
                              redelivered=int(int(mark.get("count", 1)) > 1))
+    for name, ledger in backend.writers().items():
+        w = writers.setdefault(name, _Writer())
+        said = int(ledger.get("seq", 0))
+        if said > w.last_seq:  # the sampler put more than the channel holds
+            w.last_seq, w.claimed_steps = said, int(ledger.get("steps", 0))
     for name, w in sorted(writers.items()):
         missing = sorted(set(range(1, w.last_seq + 1)) - w.seqs)
         if missing:
