@@ -235,7 +235,11 @@ class Delivery:
     """Steps (token rows, for a `"rows": "step"` map) kept in the batch."""
     episodes: int
     dropped_steps: int
+    """Steps dropped as stale by this `get`: in the segments delivered, and in
+    `dropped_segments`."""
     dropped_episodes: int
+    dropped_segments: tuple[str, ...]
+    """Segments this `get` found stale throughout: committed as dropped, not delivered."""
     staleness: dict[int, int]
     """current_version - policy_version -> how many kept steps are that old (empty without a
     current version)."""
@@ -248,6 +252,7 @@ class Delivery:
         """The delivery's facts (the batch itself left out)."""
         return {"segments": list(self.segments), "steps": self.steps, "episodes": self.episodes,
                 "dropped_steps": self.dropped_steps, "dropped_episodes": self.dropped_episodes,
+                "dropped_segments": list(self.dropped_segments),
                 "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
                 "policy_versions": self.policy_versions,
                 "current_version": self.current_version, "delivered_at": self.delivered_at}
@@ -272,6 +277,7 @@ class TrainerEnd:
         self._leased: set[str] = set()
         self._bad: set[str] = set()
         self._dropped: OrderedDict[str, None] = OrderedDict()
+        self._gone: list[_Part] = []
 
     @property
     def uri(self) -> str:
@@ -294,6 +300,7 @@ class TrainerEnd:
         self._check_epoch()
         deadline = None if timeout is None else time.monotonic() + timeout
         parts: list[_Part] = []
+        self._gone: list[_Part] = []  # segments of this get dropped whole as stale
         seen: set[str] = set()
         kept = 0
         pause = POLL_SECONDS[0]
@@ -346,6 +353,7 @@ class TrainerEnd:
         part = _Part(ref, meta, table, keep, dict(ages), dropped)
         if not keep.any():  # nothing to train on: committed as dropped at once
             self._commit(part, time.time(), time.time(), reason="stale")
+            self._gone.append(part)
             return None
         return part
 
@@ -396,10 +404,12 @@ class TrainerEnd:
         self.counts.segments += len(parts)
         self.counts.steps += steps
         self.counts.episodes += len(set(np.asarray(ids).tolist()))
+        dropped = [*parts, *self._gone]
         return Delivery(batch=batch, segments=tuple(r.segment for r in refs), steps=steps,
                         episodes=len(set(np.asarray(ids).tolist())),
-                        dropped_steps=int(sum((~p.keep).sum() for p in parts)),
-                        dropped_episodes=sum(p.dropped_episodes for p in parts),
+                        dropped_steps=int(sum((~p.keep).sum() for p in dropped)),
+                        dropped_episodes=sum(p.dropped_episodes for p in dropped),
+                        dropped_segments=tuple(p.ref.segment for p in self._gone),
                         staleness=dict(sorted(staleness.items())), policy_versions=versions,
                         current_version=current, delivered_at=now, parts=parts)
 

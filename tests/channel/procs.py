@@ -84,8 +84,6 @@ def say(**data: Any) -> None:
 def sampler(args: argparse.Namespace) -> int:
     from gyre_contract.channel import open_sampler
 
-    if args.slow_write:
-        _slow_writes()
     end = open_sampler(args.uri, model=MODELS[args.model], max_pending=args.max_pending)
     for i in range(args.puts):
         version = args.version + (i if args.versions else 0)
@@ -95,6 +93,8 @@ def sampler(args: argparse.Namespace) -> int:
             steps = episodes(f"{args.prefix}{i}", args.episodes, args.length, version, seed=i)
         if args.fsize is not None and i == args.puts - 1:
             _limit_file_size(args.fsize)
+        if args.slow_write and i == args.puts - 1:
+            _slow_writes()
         try:
             meta = end.put(steps)
         except OSError as err:
@@ -118,8 +118,7 @@ def trainer(args: argparse.Namespace) -> int:
         return 2
     got: list[str] = []
     episodes_seen: list[str] = []
-    steps = 0
-    while steps < args.steps:
+    while end.counts.acked_steps + end.counts.dropped_steps < args.steps:
         try:
             delivery = end.get(rows=args.rows, timeout=args.timeout,
                                current_version=args.current_version,
@@ -128,7 +127,6 @@ def trainer(args: argparse.Namespace) -> int:
             break
         got += delivery.segments
         episodes_seen += np.asarray(delivery.batch["episode_id"]).tolist()
-        steps += delivery.steps + delivery.dropped_steps
         if args.hold:
             say(ready=True, segments=list(delivery.segments))
             time.sleep(600)  # killed here, after get and before ack
@@ -138,8 +136,9 @@ def trainer(args: argparse.Namespace) -> int:
 
 
 def _slow_writes() -> None:
-    """Write each segment in small pieces with pauses, saying when it starts: the test kills
-    the process in the middle of a write (the temporary file half written)."""
+    """Write the next segment in small pieces with pauses, saying when the first is on disk:
+    the test kills the process in the middle of the write (the temporary file half written).
+    On Ray, where one actor call makes a segment visible, say so just before that call."""
     from gyre_contract.channel import _contract
     from gyre_contract.io import atomic
 
@@ -149,17 +148,28 @@ def _slow_writes() -> None:
 
         def write(f: Any) -> None:
             view = memoryview(data)
-            for start in range(0, len(view), 4096):
-                f.write(view[start:start + 4096])
+            for start in range(0, len(view), 1024):
+                f.write(view[start:start + 1024])
                 f.flush()
-                if start == 4096 * 4:
-                    say(writing=str(path))
-                time.sleep(0.01)
+                if start == 0:
+                    say(writing=str(path), size=len(view))
+                time.sleep(0.05)
 
         atomic.atomic_write(path, write, fsync=fsync)
         return None
 
     _contract.write_atomic = slow
+
+    from gyre_contract.channel.raybackend import RayBackend
+
+    real = RayBackend.write_segment
+
+    def slow_ray(self: Any, segment: str, data: Any, meta: Any) -> Any:
+        say(writing=segment)  # one actor call makes it visible: killed before it
+        time.sleep(60)
+        return real(self, segment, data, meta)
+
+    RayBackend.write_segment = slow_ray  # type: ignore[method-assign]
 
 
 def _limit_file_size(limit: int) -> None:

@@ -3,6 +3,7 @@ not a channel is refused with its name (exit 2 in the CLI)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -116,3 +117,31 @@ def _io():
     import io
 
     return io.StringIO(), io.StringIO()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC])
+def test_a_full_disk_mid_write_leaves_the_channel_readable(tmp_path, monkeypatch, code):
+    """The write of a segment fails half way with ENOSPC (tests/channel/test_channel_processes.py
+    has the kernel refuse a real write)."""
+    from gyre_contract.channel import _contract
+    from gyre_contract.io import atomic
+
+    sampler = open_sampler(tmp_path / "ch", model=CartStep)
+    sampler.put(episodes("ok", 2))
+
+    def full_disk(path, data, *, fsync=True):
+        def write(f):
+            f.write(memoryview(data)[:100])
+            raise OSError(code, os.strerror(code))
+
+        atomic.atomic_write(path, write, fsync=fsync)
+
+    monkeypatch.setattr(_contract, "write_atomic", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        sampler.put(episodes("lost", 2))
+    monkeypatch.undo()
+    assert not list((tmp_path / "ch" / "segments").glob(".*"))
+    status = channel_status(tmp_path / "ch")
+    assert status.ok and status.put["segments"] == 1
+    sampler.put(episodes("lost", 2))  # the disk has room again: the same steps go in whole
+    assert channel_status(tmp_path / "ch").put["steps"] == 20

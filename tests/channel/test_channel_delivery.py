@@ -85,7 +85,8 @@ def test_stale_rows_are_dropped_by_episode_and_counted(uri):
     sampler.put(mixed)
     got = trainer.get(current_version=4, max_staleness=1, timeout=5)
     assert ids_of(got) == ["mix-1"]  # mix-0 dropped whole: its steps are never split
-    assert (got.steps, got.dropped_steps, got.dropped_episodes) == (5, 5, 1)
+    assert (got.steps, got.dropped_steps, got.dropped_episodes) == (5, 15, 3)
+    assert len(got.dropped_segments) == 1 and len(got.segments) == 1
     assert got.staleness == {1: 5}
     trainer.ack(got)
     status = channel_status(uri)
