@@ -20,6 +20,7 @@ Delivery semantics (docs/channel.md):
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import socket
@@ -27,7 +28,7 @@ import time
 import uuid
 import warnings
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,15 +115,18 @@ class SamplerEnd:
         version = trainer.get("version")
         return None if version is None else int(version)
 
-    def put(self, steps: Iterable[Any], *, timeout: float | None = None) -> segments.SegmentMeta:
+    def put(self, steps: Iterable[Any], *, timeout: float | None = None,
+            note: Mapping[str, Any] | None = None) -> segments.SegmentMeta:
         """Validate `steps` (dicts or step models) in bulk and write them as one segment.
 
         Raises ContractError with every problem (nothing written) when a step breaks the
         contract; waits while `max_pending` segments are not acked, then TimeoutError after
         `timeout` (default: the end's); an OSError (a full disk) leaves the channel as it was.
-        Returns the segment's facts.
+        `note`: a small JSON object the segment carries to the trainer (`Delivery.notes`): the
+        sampler's own figures, such as its batch's mean reward. Returns the segment's facts.
         """
         started = time.time()
+        extra = _note(note)
         steps = list(steps)
         checked = self._blocks.check(steps)
         self._wait_for_room(self.timeout if timeout is None else timeout)
@@ -135,7 +139,7 @@ class SamplerEnd:
             policy_versions={str(k): v for k, v in sorted(
                 Counter(checked.policy_version.tolist()).items())},
             started=started, written=time.time(), writer_steps=self.counts.steps + checked.n,
-            writer_episodes=self.counts.episodes + episodes)
+            writer_episodes=self.counts.episodes + episodes, extra=extra)
         data = segments.encode(checked.columns, checked.n,
                                contract.arrow_layout(self.model, steps[0]), meta)
         self.backend.write_segment(segment, data, meta)
@@ -205,6 +209,24 @@ def open_sampler(uri: str | os.PathLike[str], model: type[BaseModel] | None = No
                       timeout=timeout, writer=writer)
 
 
+MAX_NOTE_BYTES = 65536
+"""A `put` note larger than this (as JSON) is refused: it travels in every segment's facts."""
+
+
+def _note(note: Mapping[str, Any] | None) -> dict[str, Any]:
+    if note is None:
+        return {}
+    if not isinstance(note, Mapping):
+        raise TypeError(f"note must be a mapping (a JSON object), got {type(note).__name__}")
+    try:
+        size = len(json.dumps(dict(note), allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"note must be plain JSON (finite numbers): {err}") from None
+    if size > MAX_NOTE_BYTES:
+        raise ValueError(f"note is {size} bytes as JSON; at most {MAX_NOTE_BYTES}")
+    return dict(note)
+
+
 def _writer_id() -> str:
     host = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:32] or "host"
     return f"{host}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
@@ -234,6 +256,8 @@ class Delivery:
     steps: int
     """Steps (token rows, for a `"rows": "step"` map) kept in the batch."""
     episodes: int
+    ended: int
+    """Episodes whose terminated or truncated step is in the batch."""
     dropped_steps: int
     """Steps dropped as stale by this `get`: in the segments delivered, and in
     `dropped_segments`."""
@@ -246,11 +270,14 @@ class Delivery:
     policy_versions: list[int]
     current_version: int | None
     delivered_at: float
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    """Each delivered segment's `put(note=...)`, in segment order ({} where none)."""
     parts: list[_Part] = field(repr=False, default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The delivery's facts (the batch itself left out)."""
         return {"segments": list(self.segments), "steps": self.steps, "episodes": self.episodes,
+                "ended": self.ended,
                 "dropped_steps": self.dropped_steps, "dropped_episodes": self.dropped_episodes,
                 "dropped_segments": list(self.dropped_segments),
                 "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
@@ -278,6 +305,9 @@ class TrainerEnd:
         self._bad: set[str] = set()
         self._dropped: OrderedDict[str, None] = OrderedDict()
         self._gone: list[_Part] = []
+        self.last: Delivery | None = None
+        """The last delivery this end made (what a `train_step` that only gets the batch can
+        look at: its notes, its staleness)."""
 
     @property
     def uri(self) -> str:
@@ -405,13 +435,18 @@ class TrainerEnd:
         self.counts.steps += steps
         self.counts.episodes += len(set(np.asarray(ids).tolist()))
         dropped = [*parts, *self._gone]
-        return Delivery(batch=batch, segments=tuple(r.segment for r in refs), steps=steps,
-                        episodes=len(set(np.asarray(ids).tolist())),
+        ended = int(np.count_nonzero(np.asarray(columns["terminated"], bool)
+                                     | np.asarray(columns["truncated"], bool)))
+        delivery = Delivery(batch=batch, segments=tuple(r.segment for r in refs), steps=steps,
+                        episodes=len(set(np.asarray(ids).tolist())), ended=ended,
                         dropped_steps=int(sum((~p.keep).sum() for p in dropped)),
                         dropped_episodes=sum(p.dropped_episodes for p in dropped),
                         dropped_segments=tuple(p.ref.segment for p in self._gone),
                         staleness=dict(sorted(staleness.items())), policy_versions=versions,
-                        current_version=current, delivered_at=now, parts=parts)
+                        current_version=current, delivered_at=now,
+                        notes=[dict(p.meta.extra) for p in parts], parts=parts)
+        self.last = delivery
+        return delivery
 
     def ack(self, delivery: Delivery) -> None:
         """Commit every segment of `delivery` (again: nothing changes)."""
