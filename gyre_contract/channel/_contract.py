@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.validate import validate_batch
-from gyre_contract.io.arrowschema import to_arrow_schema
+from gyre_contract.io.arrowschema import is_pinned, to_arrow_schema
 from gyre_contract.io.atomic import write_bytes_atomic
 from gyre_contract.io.blocks import CheckedBlock, RecordBlocks
 from gyre_contract.pinned import LLMStep
@@ -35,7 +35,7 @@ from gyre_contract.trainer.tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE
 __all__ = ["CONTRACT_VERSION", "CheckedBlock", "CompatReport", "FieldMap", "FieldTable",
            "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_model",
            "default_step_model",
-           "derived_sources", "field_table", "fingerprint", "load_map", "load_trainer",
+           "derived_sources", "field_table", "fingerprint", "fixed_layout", "load_map", "load_trainer",
            "schema_document", "step_schema", "token_sources", "trainer_batch",
            "write_atomic"]
 
@@ -60,6 +60,11 @@ def step_schema(model: type[BaseModel]) -> dict[str, Any]:
 def arrow_layout(model: type[BaseModel], sample: Any) -> Any:
     """The Arrow schema of a segment of `model` steps (`sample` settles an unpinned model)."""
     return to_arrow_schema(model, sample=sample)
+
+
+def fixed_layout(model: type[BaseModel]) -> Any:
+    """The Arrow schema of a pinned model (one layout for every segment), else None."""
+    return to_arrow_schema(model) if is_pinned(model) else None
 
 
 def default_step_model() -> type[BaseModel]:

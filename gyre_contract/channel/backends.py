@@ -31,7 +31,9 @@ class SegmentRef:
     crc: int
     size: int
     key: Any
-    """The backend's own handle: a file name, or an object reference."""
+    """The backend's own handle: a file name, or a segment id."""
+    deliveries: int = 0
+    """How often it was handed to a trainer so far."""
 
 
 def checksum(data: Any) -> int:
@@ -89,20 +91,24 @@ class Backend:
         """A segment's bytes, checked against its size and CRC (SegmentError otherwise)."""
         raise NotImplementedError
 
-    def ack(self, ref: SegmentRef, record: dict[str, Any]) -> None:
-        """Commit a segment: its ack record is kept, its data may go."""
+    def ack(self, refs: list[SegmentRef], records: list[dict[str, Any]], epoch: int) -> None:
+        """Commit segments (the trainer end of `epoch`'s): their ack records are kept, their
+        data may go."""
         raise NotImplementedError
 
     def acks(self) -> Iterator[dict[str, Any]]:
         """Every ack record, in no particular order."""
         raise NotImplementedError
 
-    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float) -> None:
-        """Note that these segments were handed to the trainer of `epoch` (for `status`)."""
+    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float
+                       ) -> list[SegmentRef]:
+        """Note that these segments were handed to the trainer of `epoch` (for `status`); the
+        refs to use from now on (`deliveries` counts this time)."""
         raise NotImplementedError
 
     def delivered(self) -> dict[str, dict[str, Any]]:
-        """Segment id -> its delivery mark (`count`, `epoch`, `first`, `last`)."""
+        """Segment id -> its delivery mark (`count`: how often handed over) for the segments
+        not acked yet."""
         raise NotImplementedError
 
     def note_writer(self, writer: str, ledger: dict[str, Any]) -> None:

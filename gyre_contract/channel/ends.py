@@ -103,6 +103,7 @@ class SamplerEnd:
         self.counts = EndCounts()
         self._blocks = contract.RecordBlocks(model)
         self._seq = 0
+        self._layout = contract.fixed_layout(model)  # None: each put's first step settles it
 
     @property
     def uri(self) -> str:
@@ -140,8 +141,8 @@ class SamplerEnd:
                 Counter(checked.policy_version.tolist()).items())},
             started=started, written=time.time(), writer_steps=self.counts.steps + checked.n,
             writer_episodes=self.counts.episodes + episodes, extra=extra)
-        data = segments.encode(checked.columns, checked.n,
-                               contract.arrow_layout(self.model, steps[0]), meta)
+        layout = self._layout or contract.arrow_layout(self.model, steps[0])
+        data = segments.encode(checked.columns, checked.n, layout, meta)
         self.backend.write_segment(segment, data, meta)
         self._blocks.commit()
         self._note(seq, meta)
@@ -382,7 +383,7 @@ class TrainerEnd:
         dropped = len(set(ids[stale].tolist()))
         part = _Part(ref, meta, table, keep, dict(ages), dropped)
         if not keep.any():  # nothing to train on: committed as dropped at once
-            self._commit(part, time.time(), time.time(), reason="stale")
+            self._commit([part], time.time(), time.time(), reason="stale")
             self._gone.append(part)
             return None
         return part
@@ -422,9 +423,10 @@ class TrainerEnd:
         batch = contract.trainer_batch(self.fmap, self.schema, source)
         now = time.time()
         refs = [p.ref for p in parts]
-        marks = self.backend.delivered()
-        self.counts.redelivered += sum(r.segment in marks for r in refs)
-        self.backend.mark_delivered(refs, self.epoch, now)
+        refs = self.backend.mark_delivered(refs, self.epoch, now)
+        for part, ref in zip(parts, refs):
+            part.ref = ref
+        self.counts.redelivered += sum(ref.deliveries > 1 for ref in refs)
         self._leased.update(r.segment for r in refs)
         staleness: Counter[int] = Counter()
         for p in parts:
@@ -450,9 +452,10 @@ class TrainerEnd:
 
     def ack(self, delivery: Delivery) -> None:
         """Commit every segment of `delivery` (again: nothing changes)."""
-        now = time.time()
-        for part in delivery.parts:
-            self._commit(part, delivery.delivered_at, now, reason="trained")
+        parts = [p for p in delivery.parts if p.ref.segment in self._leased]
+        if parts:
+            self._commit(parts, delivery.delivered_at, time.time(), reason="trained")
+        for part in parts:
             self._leased.discard(part.ref.segment)
 
     def release(self, delivery: Delivery) -> None:
@@ -461,22 +464,22 @@ class TrainerEnd:
         for part in delivery.parts:
             self._leased.discard(part.ref.segment)
 
-    def _commit(self, part: _Part, delivered: float, now: float, reason: str) -> None:
-        kept = int(part.keep.sum())
-        marks = self.backend.delivered().get(part.ref.segment, {})
-        record = {"segment": part.ref.segment, "meta": part.meta.to_json(),
-                  "bytes": part.ref.size, "reason": reason, "kept_steps": kept,
-                  "dropped_steps": int(part.meta.steps - kept),
-                  "dropped_episodes": part.dropped_episodes,
-                  "staleness": {str(k): v for k, v in sorted(part.staleness.items())},
-                  "delivered_at": delivered, "acked_at": now, "epoch": self.epoch,
-                  "deliveries": int(marks.get("count", 1 if reason == "trained" else 0)),
-                  "trainer": self.fingerprint}
-        self.backend.ack(part.ref, record)
-        self.counts.acked_segments += 1
-        self.counts.acked_steps += kept
-        self.counts.dropped_steps += part.meta.steps - kept
-        self.counts.dropped_episodes += part.dropped_episodes
+    def _commit(self, parts: list[_Part], delivered: float, now: float, reason: str) -> None:
+        records = []
+        for part in parts:
+            kept = int(part.keep.sum())
+            records.append({
+                "segment": part.ref.segment, "meta": part.meta.to_json(), "reason": reason,
+                "kept_steps": kept, "dropped_steps": int(part.meta.steps - kept),
+                "dropped_episodes": part.dropped_episodes,
+                "staleness": {str(k): v for k, v in sorted(part.staleness.items())},
+                "delivered_at": delivered, "acked_at": now, "epoch": self.epoch,
+                "deliveries": part.ref.deliveries, "trainer": self.fingerprint})
+            self.counts.acked_segments += 1
+            self.counts.acked_steps += kept
+            self.counts.dropped_steps += part.meta.steps - kept
+            self.counts.dropped_episodes += part.dropped_episodes
+        self.backend.ack([p.ref for p in parts], records, self.epoch)
 
     def set_version(self, version: int) -> None:
         """Publish the trainer's policy version (what `SamplerEnd.trainer_version` reads)."""

@@ -2,10 +2,12 @@
 
     DIR/channel.json              the manifest (replaced atomically, under DIR/.channel.lock)
     DIR/segments/<id>.<crc>.arrow each put: written to a hidden temporary name, fsynced,
-                                  renamed, the folder fsynced; <crc> is the CRC-32 of its bytes
-    DIR/acks/<id>.json            the trainer's commit of a segment (the segment file then goes)
-    DIR/delivered/<id>.json       how often a segment not yet acked was handed to a trainer
-    DIR/writers/<writer>.json     each sampler's own count, replaced after each of its puts
+                                  renamed, the folder fsynced; <crc> is the CRC-32 of its bytes;
+                                  renamed <id>.<crc>.d<k>.arrow when handed to a trainer the
+                                  k-th time (one rename: the delivery mark of `channel status`)
+    DIR/acks/trainer-<epoch>.jsonl each trainer end's commits, one JSON line per segment
+                                  (the segment's file then goes)
+    DIR/writers/<writer>.jsonl    each sampler's own count, one line appended per put
 
 Works across hosts on a shared file system within reason: renames are atomic on POSIX file
 systems and on NFS; the manifest lock is `fcntl.flock`, which NFS (v4) and most cluster file
@@ -17,6 +19,7 @@ file, is not a channel (`NotAChannelError`, exit 2 with the path).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -32,8 +35,8 @@ from gyre_contract.channel.segments import SegmentError, SegmentGone, SegmentMet
 
 MANIFEST = "channel.json"
 LOCK = ".channel.lock"
-FOLDERS = ("segments", "acks", "delivered", "writers")
-_NAME = re.compile(r"^(?P<segment>.+)\.(?P<crc>[0-9a-f]{8})\.arrow$")
+FOLDERS = ("segments", "acks", "writers")
+_NAME = re.compile(r"^(?P<segment>.+)\.(?P<crc>[0-9a-f]{8})(?:\.d(?P<count>[1-9][0-9]*))?\.arrow$")
 
 
 class FileBackend(Backend):
@@ -122,17 +125,9 @@ class FileBackend(Backend):
         refs = []
         for entry in self._entries(self.segments):
             found = _parse(entry.name)
-            if found is None:
-                continue
-            segment, crc = found
-            if (self.root / "acks" / f"{segment}.json").exists():
-                self._drop(entry.name)  # an ack that stopped before removing the segment
-                continue
-            try:
-                size = entry.stat().st_size
-            except FileNotFoundError:
-                continue
-            refs.append(SegmentRef(segment, crc, size, entry.name))
+            if found is not None:
+                segment, crc, deliveries = found
+                refs.append(SegmentRef(segment, crc, -1, entry.name, deliveries))
         refs.sort(key=lambda r: r.segment)
         return refs
 
@@ -149,52 +144,56 @@ class FileBackend(Backend):
             raise SegmentError(f"{path}: cannot read it ({err.strerror or err})") from None
         return verify(ref, data, str(path))
 
-    def ack(self, ref: SegmentRef, record: dict[str, Any]) -> None:
-        target = self.root / "acks" / f"{ref.segment}.json"
-        if not target.exists():
-            contract.write_atomic(target, json.dumps(record, allow_nan=False).encode("utf-8"))
-        self._drop(ref.key)
-        with contextlib.suppress(FileNotFoundError):
-            (self.root / "delivered" / f"{ref.segment}.json").unlink()
-
-    def _drop(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self.segments / name).unlink()
-
-    def acks(self) -> Iterator[dict[str, Any]]:
-        for entry in self._entries(self.root / "acks"):
-            if entry.name.endswith(".json"):
-                record = _read_json(entry.path)
-                if isinstance(record, dict):
-                    yield record
-
-    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float) -> None:
+    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float
+                       ) -> list[SegmentRef]:
+        """One rename per segment: its name counts its deliveries (`<id>.<crc>.d<k>.arrow`)."""
+        out = []
         for ref in refs:
-            path = self.root / "delivered" / f"{ref.segment}.json"
-            mark = _read_json(str(path))
-            mark = mark if isinstance(mark, dict) else {"count": 0, "first": now}
-            mark.update(count=int(mark.get("count", 0)) + 1, epoch=epoch, last=now)
-            contract.write_atomic(path, json.dumps(mark).encode("utf-8"), fsync=False)
-
-    def delivered(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for entry in self._entries(self.root / "delivered"):
-            mark = _read_json(entry.path)
-            if entry.name.endswith(".json") and isinstance(mark, dict):
-                out[entry.name[:-5]] = mark
+            count = ref.deliveries + 1
+            name = f"{ref.segment}.{ref.crc:08x}.d{count}.arrow"
+            try:
+                os.replace(self.segments / ref.key, self.segments / name)
+            except FileNotFoundError:
+                raise SegmentGone(f"{self.segments / ref.key}: acked meanwhile") from None
+            out.append(dataclasses.replace(ref, key=name, deliveries=count))
         return out
 
+    def delivered(self) -> dict[str, dict[str, Any]]:
+        return {r.segment: {"count": r.deliveries} for r in self.pending() if r.deliveries}
+
+    def ack(self, refs: list[SegmentRef], records: list[dict[str, Any]], epoch: int) -> None:
+        """One append to this trainer's ack log (`acks/trainer-<epoch>.jsonl`) for all the
+        segments, then their files go. Not fsynced: a power cut may lose the last acks, and
+        those segments are delivered again (at least once)."""
+        lines = b"".join(json.dumps(r, allow_nan=False).encode("utf-8") + b"\n"
+                         for r in records)
+        _append(self.root / "acks" / f"trainer-{epoch}.jsonl", lines)
+        for ref in refs:
+            with contextlib.suppress(FileNotFoundError):
+                (self.segments / ref.key).unlink()
+
+    def acks(self) -> Iterator[dict[str, Any]]:
+        """Every ack record once (a segment acked twice, by a trainer that stopped between its
+        ack and the segment's removal and the next one: its first record)."""
+        seen: set[str] = set()
+        for entry in self._entries(self.root / "acks"):
+            if entry.name.endswith(".jsonl"):
+                for record in _json_lines(entry.path):
+                    segment = record.get("segment")
+                    if isinstance(segment, str) and segment not in seen:
+                        seen.add(segment)
+                        yield record
+
     def note_writer(self, writer: str, ledger: dict[str, Any]) -> None:
-        # not fsynced: after a power cut a ledger may lag (fine), never run ahead of the segments
-        contract.write_atomic(self.root / "writers" / f"{writer}.json",
-                              json.dumps(ledger).encode("utf-8"), fsync=False)
+        _append(self.root / "writers" / f"{writer}.jsonl", json.dumps(ledger).encode() + b"\n")
 
     def writers(self) -> dict[str, dict[str, Any]]:
         out = {}
         for entry in self._entries(self.root / "writers"):
-            ledger = _read_json(entry.path)
-            if entry.name.endswith(".json") and isinstance(ledger, dict):
-                out[entry.name[:-5]] = ledger
+            if entry.name.endswith(".jsonl"):
+                last = _last_line(entry.path)
+                if last is not None:
+                    out[entry.name[:-6]] = last
         return out
 
     def strays(self) -> list[str]:
@@ -225,11 +224,57 @@ class FileBackend(Backend):
             return
 
 
-def _parse(name: str) -> tuple[str, int] | None:
+def _parse(name: str) -> tuple[str, int, int] | None:
+    """(segment id, CRC-32, deliveries so far) of a segment's file name, else None."""
     match = _NAME.match(name)
     if match is None or not SEGMENT_ID.match(match["segment"]):
         return None
-    return match["segment"], int(match["crc"], 16)
+    return match["segment"], int(match["crc"], 16), int(match["count"] or 0)
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append whole lines in one write (O_APPEND): a reader sees whole lines or a torn last
+    one, which it skips."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _json_lines(path: str) -> Iterator[dict[str, Any]]:
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line (a trainer cut off mid-write)
+                if isinstance(record, dict):
+                    yield record
+    except OSError:
+        return
+
+
+def _last_line(path: str) -> dict[str, Any] | None:
+    """The last whole JSON line of a writer's ledger (its latest count)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read()
+    except OSError:
+        return None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            return record
+    return None
 
 
 def _read_json(path: str) -> Any:

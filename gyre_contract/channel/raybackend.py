@@ -18,6 +18,7 @@ must be able to import gyre_contract (the same environment, or a runtime_env).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -67,8 +68,9 @@ class ChannelActor:
         if segment not in self.acked and segment not in self.segments:
             self.segments[segment] = (crc, size, meta, ray.put(data))
 
-    def pending(self) -> list[tuple[str, int, int]]:
-        return [(s, crc, size) for s, (crc, size, _, _) in sorted(self.segments.items())]
+    def pending(self) -> list[tuple[str, int, int, int]]:
+        return [(s, crc, size, self.marks.get(s, {}).get("count", 0))
+                for s, (crc, size, _, _) in sorted(self.segments.items())]
 
     def count(self) -> int:
         return len(self.segments)
@@ -81,18 +83,22 @@ class ChannelActor:
         found = self.segments.get(segment)
         return None if found is None else found[2]
 
-    def ack(self, segment: str, record: dict[str, Any]) -> None:
-        self.acked.setdefault(segment, record)
-        self.segments.pop(segment, None)  # the data goes with the last reference
-        self.marks.pop(segment, None)
+    def ack(self, segments: list[str], records: list[dict[str, Any]]) -> None:
+        for segment, record in zip(segments, records):
+            self.acked.setdefault(segment, record)
+            self.segments.pop(segment, None)  # the data goes with the last reference
+            self.marks.pop(segment, None)
 
     def acks(self) -> list[dict[str, Any]]:
         return list(self.acked.values())
 
-    def mark(self, segments: list[str], epoch: int, now: float) -> None:
+    def mark(self, segments: list[str], epoch: int, now: float) -> list[int]:
+        counts = []
         for segment in segments:
             mark = self.marks.setdefault(segment, {"count": 0, "first": now})
             mark.update(count=mark["count"] + 1, epoch=epoch, last=now)
+            counts.append(mark["count"])
+        return counts
 
     def delivered(self) -> dict[str, dict[str, Any]]:
         return dict(self.marks)
@@ -183,7 +189,8 @@ class RayBackend(Backend):
         return SegmentRef(segment, crc, size, segment)
 
     def pending(self) -> list[SegmentRef]:
-        return [SegmentRef(s, crc, size, s) for s, crc, size in self._call("pending")]
+        return [SegmentRef(s, crc, size, s, count)
+                for s, crc, size, count in self._call("pending")]
 
     def pending_count(self) -> int:
         return int(self._call("count"))
@@ -199,14 +206,16 @@ class RayBackend(Backend):
                                f"({type(err).__name__})") from None
         return verify(ref, data, f"{self.uri}: segment {ref.segment}")
 
-    def ack(self, ref: SegmentRef, record: dict[str, Any]) -> None:
-        self._call("ack", ref.segment, record)
+    def ack(self, refs: list[SegmentRef], records: list[dict[str, Any]], epoch: int) -> None:
+        self._call("ack", [r.segment for r in refs], records)
 
     def acks(self) -> Iterator[dict[str, Any]]:
         yield from self._call("acks")
 
-    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float) -> None:
-        self._call("mark", [r.segment for r in refs], epoch, now)
+    def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float
+                       ) -> list[SegmentRef]:
+        counts = self._call("mark", [r.segment for r in refs], epoch, now)
+        return [dataclasses.replace(r, deliveries=c) for r, c in zip(refs, counts)]
 
     def delivered(self) -> dict[str, dict[str, Any]]:
         return dict(self._call("delivered"))

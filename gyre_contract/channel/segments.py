@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -72,8 +72,10 @@ class SegmentMeta:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("bytes")
+        """The facts as the segment's metadata holds them (`bytes` is the reader's)."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__
+                if name != "bytes"}
+        data["policy_versions"], data["extra"] = dict(self.policy_versions), dict(self.extra)
         return data
 
     @classmethod

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from gyre_contract.core.errors import ContractError
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.io.binding import Binder, bindable
+from gyre_contract.io.binding import MAX_TRIES, Binder, bindable
 from gyre_contract.io.checking import ProblemList, StepChecker, bulk_plan_for
 from gyre_contract.io.fastfile import Block
 from gyre_contract.io.groups import GroupVersions
@@ -105,6 +105,9 @@ class RecordBlocks:
 
     def _bulk(self, trial: StepChecker, records: list[dict[str, Any]]) -> CheckedBlock | None:
         plan = bulk_plan_for(self.model)
+        binder = self._binder
+        if plan is None and (binder is None or binder.plan is None and binder.tries >= MAX_TRIES):
+            return None  # no plan and none will be bound (modalities, ragged tokens): skip
         try:
             lines = [orjson.dumps(r, option=_DUMPS) for r in records]
         except TypeError:
@@ -171,8 +174,12 @@ def _step_columns(steps: list[Any], model: type[BaseModel]) -> CheckedBlock:
 
 def _plain(value: Any) -> Any:
     """A validated value as the columns hold it: modalities as a dict of their values."""
-    if isinstance(value, BaseModel):
-        info = model_info(type(value))
-        return {wire: _plain(getattr(value, info.attr(wire))) for wire in info.wires
-                if getattr(value, info.attr(wire)) is not None}
-    return value
+    if not isinstance(value, BaseModel):
+        return value
+    info = model_info(type(value))
+    out = {}
+    for wire in info.wires:
+        item = getattr(value, info.attr(wire))
+        if item is not None:
+            out[wire] = _plain(item)
+    return out
