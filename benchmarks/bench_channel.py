@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from bench_tokens import records
 
 from gyre_contract.channel import open_sampler, open_trainer
 from gyre_contract.core.tensor import Tensor
@@ -85,19 +86,9 @@ def cartpole(n: int, length: int = 50, seed: int = 0) -> list[dict[str, Any]]:
              "truncated": False, "policy_version": 0} for i in range(n)]
 
 
-def log_uniform(rng: np.random.Generator, low: int, high: int, size: int) -> np.ndarray:
-    return np.exp(rng.uniform(np.log(low), np.log(high + 1), size)).astype(np.int64).clip(low, high)
-
-
-def completions(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(seed)
-    prompts, responses = log_uniform(rng, 32, 256, n), log_uniform(rng, 64, 1024, n)
-    return [{"observation": {"token_ids": rng.integers(0, 50_000, p)},
-             "action": rng.integers(0, 50_000, a),
-             "logprob": -rng.random(a, dtype=np.float32), "reward": float(i % 2), "step": 0,
-             "episode_id": f"c{seed}-{i}", "terminated": True, "truncated": False,
-             "policy_version": 0}
-            for i, (p, a) in enumerate(zip(prompts.tolist(), responses.tolist()))]
+def completions(n: int) -> list[dict[str, Any]]:
+    """`benchmarks/bench_tokens.py`'s completions: prompt 32-256, response 64-1,024 tokens."""
+    return records(n)
 
 
 def chunks(items: list[Any], size: int) -> list[list[Any]]:
@@ -106,17 +97,21 @@ def chunks(items: list[Any], size: int) -> list[list[Any]]:
 
 # -- ours ----------------------------------------------------------------------------------------
 
-def ours(folder: Path, segments: list[list[dict[str, Any]]], kind: str) -> int:
-    """Put every segment, then get and ack them one by one; the rows delivered."""
+def open_ends(folder: Path, kind: str) -> tuple[Any, Any]:
+    """A fresh channel's sampler and trainer ends for a corpus (`ChannelWarning`s ignored:
+    CartPoleStep marks fields optional that nothing here reads)."""
     shutil.rmtree(folder, ignore_errors=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "cartpole":
-            sampler = open_sampler(folder, model=CartPoleStep)
-            trainer = open_trainer(folder, map=CARTPOLE_MAP, trainer=CARTPOLE_TRAINER)
-        else:
-            sampler = open_sampler(folder, model=Completion)
-            trainer = open_trainer(folder, map=TOKEN_MAP)
+            return (open_sampler(folder, model=CartPoleStep),
+                    open_trainer(folder, map=CARTPOLE_MAP, trainer=CARTPOLE_TRAINER))
+        return open_sampler(folder, model=Completion), open_trainer(folder, map=TOKEN_MAP)
+
+
+def ours(folder: Path, segments: list[list[dict[str, Any]]], kind: str) -> int:
+    """Put every segment, then get and ack them one by one; the rows delivered."""
+    sampler, trainer = open_ends(folder, kind)
     for steps in segments:
         sampler.put(steps)
     rows = 0
@@ -290,12 +285,7 @@ def rss_mb() -> float:
 
 def memory(segments: int, tmp: Path) -> dict[str, Any]:
     before = load()
-    folder = tmp / "memory"
-    shutil.rmtree(folder, ignore_errors=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sampler = open_sampler(folder, model=CartPoleStep)
-        trainer = open_trainer(folder, map=CARTPOLE_MAP, trainer=CARTPOLE_TRAINER)
+    sampler, trainer = open_ends(tmp / "memory", "cartpole")
     marks = {}
     for i in range(segments):
         sampler.put(cartpole(100, length=50, seed=i))
@@ -327,11 +317,7 @@ print(json.dumps(done))
 def latency(n: int, tmp: Path) -> dict[str, Any]:
     before = load()
     folder = tmp / "latency"
-    shutil.rmtree(folder, ignore_errors=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        open_sampler(folder, model=CartPoleStep)
-        trainer = open_trainer(folder, map=CARTPOLE_MAP, trainer=CARTPOLE_TRAINER)
+    _, trainer = open_ends(folder, "cartpole")
     code = LATENCY_SAMPLER.format(here=str(Path(__file__).parent), uri=str(folder), n=n)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     got = {}

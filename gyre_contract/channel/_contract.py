@@ -22,19 +22,17 @@ from gyre_contract.core.validate import validate_batch
 from gyre_contract.io.arrowschema import is_pinned, to_arrow_schema
 from gyre_contract.io.atomic import write_bytes_atomic
 from gyre_contract.io.blocks import CheckedBlock, RecordBlocks
-from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.compatibility import CompatReport, compat
 from gyre_contract.schema.export import json_schema
 from gyre_contract.schema.fieldtable import FieldTable, field_table
 from gyre_contract.schema.loading import load_schema
 from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
 from gyre_contract.trainer.collation import DERIVED_FIELDS
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer.fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer.tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE
 
 __all__ = ["CONTRACT_VERSION", "CheckedBlock", "CompatReport", "FieldMap", "FieldTable",
-           "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_model",
-           "default_step_model",
+           "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_step_model",
            "derived_sources", "field_table", "fingerprint", "fixed_layout", "load_map", "load_trainer",
            "schema_document", "step_schema", "token_sources", "trainer_batch",
            "write_atomic"]
@@ -72,18 +70,9 @@ def default_step_model() -> type[BaseModel]:
     return RolloutStep
 
 
-def default_model(fmap: FieldMap) -> type[BaseModel]:
-    """The step model a map's rows are read as by default: `LLMStep` for token rows."""
-    return LLMStep if fmap.rows == "step" else RolloutStep
-
-
 def load_map(source: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
     """A field map from a `FieldMap`, its JSON data or a `map.json` path."""
-    if isinstance(source, FieldMap):
-        return source
-    if isinstance(source, Mapping):
-        return FieldMap.from_dict(source)
-    return FieldMap.load(source)
+    return as_field_map(source)
 
 
 def schema_document(source: Any) -> dict[str, Any]:
@@ -113,7 +102,9 @@ def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, episodes: list[A
                   ) -> dict[str, Any]:
     """The trainer's own batch from episodes (mappings of columns): the map's collation and
     ops, then the trainer's schema (or `TrainBatch` / `TokenBatch`) check — what
-    `gyre-contract batch --map M --trainer T` does (`harness.half_way`)."""
+    `gyre-contract batch --map M --trainer T` does (`harness.half_way`). The one call
+    `FieldMap.batch(source, trainer=...)` gives the same arrays: when it exists, this body is
+    that call."""
     columns = fmap.collated(episodes)
     arrays = fmap.apply(columns)
     if schema is None:

@@ -87,9 +87,28 @@ def _wait(deadline: float | None, pause: float) -> float:
     return min(pause * 2, POLL_SECONDS[1])
 
 
+class _End:
+    """What both ends share: their backend, its URI, closing (also as a context manager)."""
+
+    backend: Backend
+
+    @property
+    def uri(self) -> str:
+        return self.backend.uri
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 # -- the sampler's end -------------------------------------------------------------------------
 
-class SamplerEnd:
+class SamplerEnd(_End):
     """A sampler's end of a channel: `put` blocks of steps; read the trainer's version."""
 
     def __init__(self, backend: Backend, model: type[BaseModel], fingerprint: str, *,
@@ -104,10 +123,6 @@ class SamplerEnd:
         self._blocks = contract.RecordBlocks(model)
         self._seq = 0
         self._layout = contract.fixed_layout(model)  # None: each put's first step settles it
-
-    @property
-    def uri(self) -> str:
-        return self.backend.uri
 
     @property
     def trainer_version(self) -> int | None:
@@ -175,15 +190,6 @@ class SamplerEnd:
                 raise TimeoutError(f"put: {pending} segments of {self.uri} not acked "
                                    f"(max_pending {self.max_pending}) for {timeout} s")
             pause = _wait(deadline, pause)
-
-    def close(self) -> None:
-        self.backend.close()
-
-    def __enter__(self) -> SamplerEnd:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def open_sampler(uri: str | os.PathLike[str], model: type[BaseModel] | None = None, *,
@@ -286,7 +292,7 @@ class Delivery:
                 "current_version": self.current_version, "delivered_at": self.delivered_at}
 
 
-class TrainerEnd:
+class TrainerEnd(_End):
     """A trainer's end of a channel: `get` batches, `ack` them, publish the version."""
 
     def __init__(self, backend: Backend, fmap: Any, schema: Any, fingerprint: str,
@@ -309,10 +315,6 @@ class TrainerEnd:
         self.last: Delivery | None = None
         """The last delivery this end made (what a `train_step` that only gets the batch can
         look at: its notes, its staleness)."""
-
-    @property
-    def uri(self) -> str:
-        return self.backend.uri
 
     def get(self, rows: int | None = None, *, current_version: int | None = None,
             max_staleness: int | None = None, timeout: float | None = None,
@@ -499,15 +501,6 @@ class TrainerEnd:
         trainer = self.backend.manifest().get("trainer") or {}
         if trainer.get("epoch") != self.epoch:
             raise _taken_over(self.uri, self.epoch, trainer.get("epoch"))
-
-    def close(self) -> None:
-        self.backend.close()
-
-    def __enter__(self) -> TrainerEnd:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def _taken_over(uri: str, mine: int, theirs: Any) -> RuntimeError:

@@ -35,7 +35,7 @@ from gyre_contract.io import read_episodes, read_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.fieldtable import SchemaInput
 from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer.fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
 
 
@@ -252,11 +252,7 @@ def _trainer(trainer: SchemaInput | TrainerSchema | None, batch_dims: Any,
 
 
 def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
-    if isinstance(field_map, FieldMap):
-        return field_map
-    if isinstance(field_map, Mapping):
-        return FieldMap.from_dict(field_map)
-    return FieldMap.load(field_map)
+    return as_field_map(field_map)
 
 
 def _step_model(fmap: Any) -> Any:
