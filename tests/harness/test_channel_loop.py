@@ -10,13 +10,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "channel"))
 
-from procs import CARTPOLE_MAP, CartStep, episodes  # noqa: E402
+from procs import CARTPOLE_MAP, CartStep, episodes
 
-from gyre_contract.channel import channel_status, open_sampler  # noqa: E402
-from gyre_contract.core.errors import ContractError  # noqa: E402
-from gyre_contract.harness.channelloop import CHANNEL_CHECKS  # noqa: E402
-from gyre_contract.harness.runlog import RunLog  # noqa: E402
-from gyre_contract.harness.stages import full_loop  # noqa: E402
+from gyre_contract.channel import channel_status, open_sampler
+from gyre_contract.core.errors import ContractError
+from gyre_contract.harness.channelloop import CHANNEL_CHECKS
+from gyre_contract.harness.runlog import RunLog
+from gyre_contract.harness.stages import full_loop
 
 
 def train(batch):
