@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,12 @@ from gyre_contract.channel.handshake import NotAChannelError, checked_manifest
 from gyre_contract.channel.segments import SegmentError, SegmentGone, SegmentMeta
 
 MANIFEST = "channel.json"
+MAX_MANIFEST_BYTES = 64 * 2**20
+"""A larger `channel.json` is refused unread (it holds a few schemas and a map)."""
+MAX_SEGMENT_BYTES = 16 * 2**30
+"""A larger file in `segments/` is refused unread: reported and skipped, never delivered."""
+MAX_LOG_LINE_BYTES = 16 * 2**20
+"""A longer line in an ack log or a ledger is skipped (one record is a few hundred bytes)."""
 LOCK = ".channel.lock"
 FOLDERS = ("segments", "acks", "writers")
 _NAME = re.compile(r"^(?P<segment>.+)\.(?P<crc>[0-9a-f]{8})(?:\.d(?P<count>[1-9][0-9]*))?\.arrow$")
@@ -58,6 +66,9 @@ class FileBackend(Backend):
             return
         if self.root.exists() and not self.root.is_dir():
             raise NotAChannelError(f"not a channel: {self.root} is a file")
+        if os.path.lexists(self._manifest_path()):
+            raise NotAChannelError(f"not a channel: {self._manifest_path()} is not a regular "
+                                   "file")
         if self.root.is_dir():
             others = sorted(n for n in os.listdir(self.root)
                             if not n.startswith(".") and n not in FOLDERS)
@@ -80,7 +91,7 @@ class FileBackend(Backend):
         if not self.root.is_dir():
             raise NotAChannelError(f"not a channel: {self.root} (no such folder)")
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(_read_regular(path, MAX_MANIFEST_BYTES))
         except FileNotFoundError:
             raise NotAChannelError(f"not a channel: {self.root} (no {MANIFEST})") from None
         except (OSError, ValueError) as err:
@@ -137,7 +148,7 @@ class FileBackend(Backend):
     def read(self, ref: SegmentRef) -> Any:
         path = self.segments / ref.key
         try:
-            data = path.read_bytes()
+            data = _read_regular(path, MAX_SEGMENT_BYTES)
         except FileNotFoundError:
             raise SegmentGone(f"{path}: acked meanwhile") from None
         except OSError as err:
@@ -232,6 +243,25 @@ def _parse(name: str) -> tuple[str, int, int] | None:
     return match["segment"], int(match["crc"], 16), int(match["count"] or 0)
 
 
+def _read_regular(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most `limit` of them (OSError otherwise): a FIFO, a device or
+    a huge file placed in the channel is refused unread, never a hang or unbounded memory."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {limit}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes")
+    return data
+
+
 def _append(path: Path, data: bytes) -> None:
     """Append whole lines in one write (O_APPEND): a reader sees whole lines or a torn last
     one, which it skips."""
@@ -245,9 +275,17 @@ def _append(path: Path, data: bytes) -> None:
 
 
 def _json_lines(path: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a log, one a line; a torn or overlong line is skipped; a file that
+    is not a regular one is not opened."""
     try:
+        if not stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode):
+            return
         with open(path, "rb") as f:
-            for line in f:
+            while line := f.readline(MAX_LOG_LINE_BYTES + 1):
+                if len(line) > MAX_LOG_LINE_BYTES:
+                    while line and not line.endswith(b"\n"):  # skip the rest of it
+                        line = f.readline(MAX_LOG_LINE_BYTES)
+                    continue
                 try:
                     record = json.loads(line)
                 except ValueError:
@@ -261,6 +299,8 @@ def _json_lines(path: str) -> Iterator[dict[str, Any]]:
 def _last_line(path: str) -> dict[str, Any] | None:
     """The last whole JSON line of a writer's ledger (its latest count)."""
     try:
+        if not stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode):
+            return None
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))

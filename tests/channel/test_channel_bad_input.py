@@ -80,6 +80,34 @@ def test_a_segment_of_another_contract_is_refused_with_both_fingerprints(tmp_pat
         trainer.get(timeout=0.2)
 
 
+def test_a_fifo_or_a_huge_file_in_the_channel_is_refused_unread(tmp_path, monkeypatch):
+    """Never a hang (a FIFO has no writer) or unbounded memory (a file over the limit)."""
+    from gyre_contract.channel import filebackend
+
+    folder = tmp_path / "ch"
+    sampler = open_sampler(folder, model=CartStep)
+    trainer = open_trainer(folder, map=CARTPOLE_MAP)
+    sampler.put(episodes("a", 1))
+    os.mkfifo(folder / "segments" / "00000000000000000001-fifo-00000001.0badc0de.arrow")
+    monkeypatch.setattr(filebackend, "MAX_SEGMENT_BYTES", 10)  # every real segment is larger
+    with pytest.warns(ChannelWarning) as seen, pytest.raises(TimeoutError):
+        trainer.get(timeout=0.2)
+    texts = sorted(str(w.message) for w in seen)
+    assert len(texts) == 2
+    assert "not a regular file" in texts[0] + texts[1] and "more than 10" in texts[0] + texts[1]
+    assert not channel_status(folder).ok
+
+
+def test_a_manifest_that_is_not_a_regular_file_is_not_a_channel(tmp_path):
+    folder = tmp_path / "ch"
+    folder.mkdir()
+    os.mkfifo(folder / "channel.json")
+    with pytest.raises(NotAChannelError, match="channel.json is not a regular file"):
+        open_sampler(folder, model=CartStep)
+    code = run(["channel", "status", str(folder)], *_io())
+    assert code == 2
+
+
 @pytest.mark.parametrize("make", ["file", "folder with files", "bad manifest"])
 def test_a_path_that_is_not_a_channel_is_refused_with_its_name(tmp_path, make):
     target = tmp_path / "x"
