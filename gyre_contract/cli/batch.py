@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from gyre_contract.cli.common import OPS_HELP, import_named, import_ops
+from gyre_contract.cli.conventions import non_negative_int
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
@@ -58,10 +59,11 @@ def add_parser(sub: Any) -> None:
                    help="a pinned step model used to read the rollouts (default: RolloutStep, or "
                    "LLMStep for a map with \"rows\": \"step\"); "
                    "imported, so its module's top-level code runs, as for validate --model")
-    p.add_argument("--current-version", type=int, metavar="V",
-                   help="the trainer's policy version (default: the newest in the batch)")
-    p.add_argument("--max-staleness", type=int, metavar="K",
-                   help="fail when a row's policy version is older than current - K")
+    p.add_argument("--current-version", type=non_negative_int, metavar="V",
+                   help="the trainer's policy version, a whole number >= 0 (default: the newest "
+                   "in the batch)")
+    p.add_argument("--max-staleness", type=non_negative_int, metavar="K",
+                   help="fail when a row's policy version is older than current - K (K >= 0)")
     p.add_argument("--trainer", metavar="T.json",
                    help="validate the batch against this trainer schema (ours or foreign) instead "
                    "of TrainBatch, and write it under the trainer's own keys (nested names "

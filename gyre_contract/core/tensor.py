@@ -18,6 +18,7 @@ from gyre_contract.core.dims import (
     DTYPES,
     EMPTY_STRING,
     FLOAT_DTYPES,
+    FLOAT_EXACT_INT,
     FLOAT_MAX,
     INT_RANGES,
     NON_EMPTY,
@@ -255,8 +256,22 @@ def _strict_scalar(dtype: str) -> core_schema.CoreSchema:
     if dtype in INT_RANGES:
         lo, hi = INT_RANGES[dtype]
         return core_schema.int_schema(strict=True, ge=lo, le=hi)
+    return _exact_float(dtype)
+
+
+def _exact_float(dtype: str) -> core_schema.CoreSchema:
+    """A finite float within the dtype's range, or an integer the dtype holds exactly
+    (|i| <= 2**24 for float32) as that float. pydantic-core's strict float takes any int, and
+    `reward: 16777217` would be 16777216.0 in float32: `dims.scalar_reason` says why not."""
     top = FLOAT_MAX[dtype]
-    return core_schema.float_schema(strict=True, allow_inf_nan=False, ge=-top, le=top)
+    exact = FLOAT_EXACT_INT[dtype]
+    floats = core_schema.chain_schema([core_schema.is_instance_schema(float),
+                                       core_schema.float_schema(strict=True, allow_inf_nan=False,
+                                                                ge=-top, le=top)])
+    ints = core_schema.chain_schema([
+        core_schema.int_schema(strict=True, ge=-exact, le=exact),
+        core_schema.float_schema(strict=True)])
+    return core_schema.union_schema([floats, ints], mode="left_to_right")
 
 
 def shape_text(spec: TensorSpec) -> str:

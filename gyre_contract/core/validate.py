@@ -120,7 +120,35 @@ def _field_problem(kind: str, loc: tuple[Any, ...], value: Any, ctx: Mapping[str
         return Problem(path, expected, describe(value), "unknown field")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return Problem(path, "an object", describe(value), "not an object")
-    return Problem(path, expected, describe(value), item["msg"])
+    if value is None:
+        return Problem(path, expected, "null", "null is not allowed")
+    return Problem(path, expected, describe(value), _reason(kind, ctx, item["msg"]))
+
+
+_REASONS = {
+    "string_type": "not a string", "string_sub_type": "not a string",
+    "string_unicode": "not a string", "int_type": "not an integer",
+    "int_parsing": "not an integer", "int_from_float": "not an integer",
+    "float_type": "not a number", "float_parsing": "not a number", "bool_type": "not a bool",
+    "bool_parsing": "not a bool", "finite_number": "not finite", "list_type": "not a list",
+    "tuple_type": "not a list",
+}
+"""pydantic's error types on plain fields (`text: str` of a `Modalities`) in the reasons a
+`Tensor` field gives (`dims.scalar_reason`): one wording whatever declared the field."""
+
+
+def _reason(kind: str, ctx: Mapping[str, Any], msg: str) -> str:
+    """The reason of a pydantic error on a plain field, in the project's words."""
+    reason = _REASONS.get(kind)
+    if reason is not None:
+        return reason
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return EMPTY_STRING
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])  # a model's own validator: its own message, without the prefix
+    if msg.startswith("Input should be "):
+        return "not " + msg[len("Input should be "):]  # "not greater than 0", "not 'a' or 'b'"
+    return msg[:1].lower() + msg[1:]
 
 
 def _dotted(loc: Iterable[Any]) -> str:
@@ -155,8 +183,11 @@ def _expected(spec: Any) -> str:
     if isinstance(spec, type) and issubclass(spec, BaseModel):
         return f"an object ({spec.__name__})"
     if isinstance(spec, type):
-        return spec.__name__
+        return _PLAIN_EXPECTED.get(spec, spec.__name__)
     return "a valid value"
+
+
+_PLAIN_EXPECTED = {str: "string", bool: "bool", int: "integer", float: "number"}
 
 
 def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:

@@ -175,6 +175,8 @@ def half_way(
     dtype, stale policy versions), when `loss_fn` raises, or when the loss is not one finite
     number; SchemaError when the trainer schema cannot describe a batch.
     """
+    if max_staleness is not None and max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
@@ -197,7 +199,8 @@ def half_way(
                                          max_staleness=max_staleness)
         batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows)
+        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows,
+                             episode_id=columns.get("episode_id"))
         if max_staleness is not None:
             stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
             if stale:
@@ -477,7 +480,8 @@ def full_loop(
                     columns = fmap.collated(episodes, max_len=max_len)
                     batch = _row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns), columns.get("mask"), rows=fmap.rows)
+                    arrays = schema.check(fmap.apply(columns), columns.get("mask"),
+                                          rows=fmap.rows, episode_id=columns.get("episode_id"))
                 metrics = _metrics(train_fn(arrays))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)

@@ -347,7 +347,7 @@ def _mismatch(spec: Any, arrow_type: Any) -> str | None:
         if pa.types.is_struct(arrow_type):
             for child in arrow_type:
                 leaf, _ = peel(child.type)
-                if _leaf_kind(leaf) not in ("b", "i", "u", "f", "U"):
+                if _leaf_kind(leaf) not in ("b", "i", "u", "f", "U", "null"):
                     return f"has modality {child.name!r} of an unsupported type"
             return None
         return _tensor_mismatch(spec.spec, arrow_type)
@@ -373,6 +373,8 @@ def _tensor_mismatch(spec: TensorSpec, arrow_type: Any) -> str | None:
         if dim is not None and dim.size is not None and size is not None and size != dim.size:
             return "has the wrong size"
     kind = _leaf_kind(leaf)
+    if kind == "null" and sizes:
+        return None  # lists of no type hold only `[]` (the field's dtype, as in JSON) or nulls
     wanted = {_kind(d) for d in spec.dtypes}
     if kind in wanted or (kind in "iu" and "f" in wanted) or (kind == "u" and "i" in wanted):
         return None
@@ -407,6 +409,8 @@ def _leaf_kind(arrow_type: Any) -> str:
         return "f"
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return "U"
+    if pa.types.is_null(arrow_type):
+        return "null"
     return "?"
 
 
@@ -485,6 +489,62 @@ def layout_problems(records: list[dict[str, Any]], schema: Any, start: int) -> l
                 f"{layout} as settled by steps[0]; write {column.name} in one form in the "
                 f"whole file (or pin the model), or use JSON Lines"))
     return sorted(problems, key=lambda p: _row_of(p.path))
+
+
+def dtype_problems(records: list[dict[str, Any]], schema: Any, start: int,
+                   model: type[BaseModel]) -> list[Problem]:
+    """Rows `start`.. of `records` whose integers would go into a float column of a field whose
+    dtype `model` leaves open: the unpinned action (`int64` or `float32`) or a free modality.
+
+    JSON Lines keeps each value's own dtype (the episode rule `episode.dtype_fixed` compares
+    them); a Parquet column has one, settled by the first record (`steps[0]`), and an integer
+    written into a float column would come back a float, a record the JSON Lines file does not
+    hold. (A float into an integer column is refused by `parquet._changed_by_arrow`.)"""
+    import pyarrow as pa
+
+    specs = field_specs(model)
+    problems = []
+    for column in schema:
+        spec = specs.get(column.name)
+        if isinstance(spec, TensorSpec) and len(spec.dtypes) > 1:
+            children = [("", column.type)]
+        elif isinstance(spec, AnyObservation) and pa.types.is_struct(column.type):
+            children = [(f".{child.name}", child.type) for child in column.type]
+        else:
+            continue
+        for suffix, arrow_type in children:
+            leaf, _ = peel(arrow_type)
+            if not pa.types.is_floating(leaf):
+                continue
+            for i, record in enumerate(records):
+                value = record.get(column.name)
+                if suffix and isinstance(value, dict):
+                    value = value.get(suffix[1:])
+                if _integers_only(value):
+                    problems.append(Problem(
+                        f"steps[{start + i}].{column.name}{suffix}", type_text(arrow_type),
+                        describe(value),
+                        f"cannot be written as this column: a Parquet column has one dtype, here "
+                        f"{type_text(leaf)} as settled by steps[0]; write {column.name}{suffix} "
+                        f"in one dtype in the whole file (or pin the model), or use JSON Lines"))
+    return sorted(problems, key=lambda p: _row_of(p.path))
+
+
+def _integers_only(value: Any) -> bool:
+    """Whether a value is integers and nothing else (at least one): an int, an integer array,
+    nested lists of ints."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.dtype.kind in "iu" and value.size > 0
+    stack, seen = [value], False
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            seen = True
+        else:
+            return False
+    return seen
 
 
 def _row_of(path: str) -> int:

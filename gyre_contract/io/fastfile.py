@@ -9,9 +9,10 @@ are ruled out on the whole block at once, and the episode rules run vectorised
 (`EpisodeTracker.add_columns`).
 
 Like the fast path of `validate_step`, this only ever accepts: a block holding anything unusual
-(any error, a duplicate key, an escape sequence, a float tensor element beyond the range where
-an integer is exact, ...) gets None and is checked line by line by the normal path, which decides
-and explains. `tests/io/test_fast_file.py` pins that reports are identical either way.
+(any error, a duplicate key, an escape sequence, an integer literal in a float field beyond the
+range where the float holds it exactly, ...) gets None and is checked line by line by the
+normal path, which decides and explains. `tests/io/test_fast_file.py` pins that reports are
+identical either way.
 
 It implements the registry's `field` and `step` rules listed in `FAST_PATH` (the episode rules
 are `EpisodeTracker.add_columns`'s); while a rule of those kinds is registered that it does not
@@ -45,9 +46,6 @@ from gyre_contract.io.episodes import Episode
 _COLON = ord(":")
 MAX_INFO_KEYS = 1000
 """Far below the reader's per-record key limit, whatever the model's own fields."""
-_FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
-"""The normal reader takes integer literals within int64/uint64 and reports any beyond; a float
-field strictly inside these bounds cannot have been such a literal."""
 _EPISODE_FIELDS = ("episode_id", "step", "policy_version", "terminated", "truncated")
 
 
@@ -484,7 +482,9 @@ def build_plan(model: type[BaseModel], no_ints: frozenset[str] = frozenset()
 
 
 _INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
+_INFO_FLOAT = Annotated[float, msgspec.Meta(gt=-(2.0**63), lt=2.0**64)]
+"""The normal reader takes integer literals within int64/uint64 and reports any beyond; an `info`
+float strictly inside these bounds cannot have been such a literal."""
 _CROSS = "_cross_field_rules"
 
 
@@ -535,7 +535,7 @@ def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> Bul
 
 def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
     """The msgspec type that accepts exactly a subset of what the normal path accepts;
-    `ints_too`: a float leaf also takes an integer literal, as an int (see `_has_int`)."""
+    `ints_too`: a float leaf also takes any integer literal, as an int (see `_has_int`)."""
     if not isinstance(spec.dtype, str) or spec.dtype in ("bfloat16", "string") and spec.shape:
         return None
     if any(d.size is None or d.size == 0 for d in spec.shape):
@@ -544,16 +544,10 @@ def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
         return Annotated[str, msgspec.Meta(min_length=1)]
     if not spec.finite:
         return None
-    if spec.shape:  # a float element beyond the exact-int range may have been written as an int
-        leaf = _number(spec.dtype, exact_ints=True)
-        if ints_too and spec.dtype in FLOAT_DTYPES:
-            leaf = leaf | _any_int()
-        for dim in reversed(spec.shape):
-            leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
-        return leaf
-    if ints_too and spec.dtype in FLOAT_DTYPES:
-        return _number(spec.dtype, exact_ints=False) | _any_int()
-    return _number(spec.dtype, exact_ints=False)
+    leaf = _number(spec.dtype, any_int=ints_too)
+    for dim in reversed(spec.shape):
+        leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
+    return leaf
 
 
 def _any_int() -> Any:
@@ -561,10 +555,11 @@ def _any_int() -> Any:
     return Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-def _number(dtype: str, exact_ints: bool) -> Any:
-    """A number of `dtype`. msgspec reads an integer literal into a float field, so a float is
-    bounded where any integer literal it could be is one the normal path takes as it is:
-    within 64 bits, and within the exactly representable range inside a tensor."""
+def _number(dtype: str, any_int: bool = False) -> Any:
+    """A number of `dtype`. A float field reads a float literal within the dtype's range, and an
+    integer literal (decoded as an int: msgspec would round it into a float field) only where
+    the dtype holds it exactly, as the normal path does (`dims.FLOAT_EXACT_INT`; `any_int`:
+    any integer literal within 64 bits)."""
     if dtype == "bool":
         return bool
     if dtype in INT_RANGES:
@@ -572,8 +567,6 @@ def _number(dtype: str, exact_ints: bool) -> Any:
         return Annotated[int, msgspec.Meta(ge=lo, le=hi)] if hi < 2**63 else None
     if dtype not in FLOAT_DTYPES:
         return None
-    if exact_ints:
-        top = min(FLOAT_MAX[dtype], FLOAT_EXACT_INT[dtype])
-        return Annotated[float, msgspec.Meta(ge=-top, le=top)]
-    top = FLOAT_MAX[dtype]
-    return Annotated[float, msgspec.Meta(gt=max(-top, _FLOAT_LO), lt=min(top, _FLOAT_HI))]
+    top, exact = FLOAT_MAX[dtype], FLOAT_EXACT_INT[dtype]
+    ints = _any_int() if any_int else Annotated[int, msgspec.Meta(ge=-exact, le=exact)]
+    return Annotated[float, msgspec.Meta(ge=-top, le=top)] | ints

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from gyre_contract.core.errors import SchemaError
-from gyre_contract.schema.converters import Converters, derived_output
+from gyre_contract.schema.converters import Converters, derived_output, followed_observation, next_conversion
 from gyre_contract.schema.diffreport import (
     DEFAULT_GAMMA,
     DEFAULT_LAM,
@@ -268,9 +268,14 @@ class _Engine:
         self.notes.optional_source(t, s)
         conversion = self._conversion(t, s.name, fit_d, fit_s, t_step, stripped,
                                       s_step=s_step)
+        notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
+        if obs := followed_observation(t, s, self.s_tab, self.layout, self._s_shape):
+            self.used.add(obs.name)  # recorded on an episode's last step only: `next`
+            conversion, why = next_conversion(obs, s, conversion)
+            return Entry("needs_conversion", t.name, (obs.name, s.name), conversion=conversion,
+                         reason="; ".join([why, *notes]), **base)
         self.notes.open_shape(t, s, s_step if fit_s.op is None else None, t_step)
         rename = s.name != t.name
-        notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
         if conversion is None:
             tier = "renamed" if rename else "same"
             reason = f"same role ({t.role}), dtype and shape" if rename else SAME_REASON
@@ -552,8 +557,6 @@ class _Engine:
                      None, t.shape, conversion, "; ".join(filter(None, [reason, note])))
 
 
-
-
 def _optional(entry: Entry, t: Field) -> Entry:
     """A missing trainer field its schema marks optional is reported, not breaking."""
     if entry.tier != "missing" or t.required:
@@ -580,7 +583,6 @@ def _name_likeness(a: str, b: str) -> float:
 
 def _tokens(name: str) -> set[str]:
     return {w.rstrip("s") for w in re.split(r"[._\-\s]+", name.lower()) if w}
-
 
 
 def _row_note(t: Field, stripped: int, layout: Layout) -> str:
