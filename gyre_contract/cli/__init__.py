@@ -27,7 +27,8 @@ __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser
 EXIT_OK, EXIT_VIOLATED, EXIT_INPUT = 0, 1, 2
 
 # Each command lives in gyre_contract/cli/<name>.py with add_parser(subparsers) and run(args, out, err).
-COMMANDS = ("export", "validate", "show", "diff", "compat", "infer", "batch", "runs", "demo")
+COMMANDS = ("export", "validate", "show", "diff", "compat", "infer", "batch", "runs", "demo",
+            "channel")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +86,9 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     except SystemExit as exc:  # --help and --version exit through argparse
         return int(exc.code or 0)
     except (UsageError, GyreError, OSError) as exc:
-        code = EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT
+        # an error may carry its own code: a refused channel handshake is unusable input (2)
+        code = getattr(exc, "exit_code", None) or (
+            EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT)
         if args is not None and getattr(args, "format", None) == "json":  # the command's, as JSON
             if debug:
                 traceback.print_exception(exc, file=err)

@@ -30,6 +30,9 @@ EXIT_CODES: dict[str, str] = {
     "runs": "0 the run log reads; 1 a bad line of the run log (named); 2 usage or an "
             "unreadable or empty file",
     "demo": "0 every stage passes; 1 a stage fails; 2 usage or a missing extra",
+    "channel": "0 the two ends' counts agree (status), the map runs on the sampler's records "
+               "(check); 1 the counts disagree (a segment missing or unreadable); 2 usage, not "
+               "a channel, or the handshake refuses the map (check)",
     "show": "0 the episode holds; 1 it breaks a rule (marked); 2 usage, an unreadable file or "
             "no such episode",
 }
