@@ -33,6 +33,16 @@ EXIT_CODES: dict[str, str] = {
     "show": "0 the episode holds; 1 it breaks a rule (marked); 2 usage, an unreadable file or "
             "no such episode",
 }
+OUTPUTS: dict[str, str] = {"out": "-o", "write_map": "--write-map", "plot": "--plot",
+                           "out_dir": "--out-dir"}
+"""The dests of the options that name what a command writes (with the option a message names).
+Every other file a command line names is an input, which no output may replace
+(`common.outputs_guarded`)."""
+
+TO_STDOUT: dict[str, str] = {"infer": "out"}
+"""The outputs that `-` sends to stdout: text the command would print anyway. Everywhere else
+stdout carries the report (or the output is binary, or a folder), so `-` is refused."""
+
 DEFAULT_EXIT_CODES = "0 the contract holds; 1 it is violated; 2 usage or unusable input"
 
 FORMAT_HELP = {

@@ -19,7 +19,9 @@ def add_parser(sub: Any) -> None:
         "batch) and print a JSON Schema with x-gyre keys, ready to diff. Review it: JSON numbers "
         "carry no width, so floats are `number` and ints `integer`.")
     p.add_argument("file", help="ROLLOUTS.jsonl or BATCH.npz")
-    p.add_argument("-o", "--out", metavar="S.json", help="write the schema here, not stdout")
+    p.add_argument("-o", "--out", metavar="S.json",
+                   help="write the schema here (atomically; never onto the input), not stdout; "
+                   "- is stdout")
     p.set_defaults(run=run)
 
 
@@ -28,7 +30,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with file_progress(args.file, err) if reads_lines else nullcontext():
         doc = infer_schema(args.file)
     text = json.dumps(doc, indent=2) + "\n"
-    if args.out:
+    if args.out and args.out != "-":
         write_text_atomic(args.out, text)  # the previous file stays whole if this fails
         err.write(f"wrote {args.out} ({len(doc['properties'])} fields)\n")
     else:
