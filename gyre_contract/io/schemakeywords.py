@@ -74,15 +74,94 @@ def check_patterns(schema: Any) -> None:
 
 _UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 
+MAX_EXPANDED_SUBSCHEMAS = 200_000
+"""Most subschemas one place of a record may be checked against once local `$ref`s are
+expanded: as many as a schema may hold written out (`MAX_NODES`). `$defs` whose schemas each
+`allOf` two `$ref`s to the next double the work per definition (20 of them, 1.5 KB: 25 s for one
+record); the written size says nothing about it."""
 
-def unevaluated_nesting(schema: Any) -> int:
-    """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
-    schema, following local `$ref`s (a `$ref` cycle is walked once)."""
+_DATA_KEYS = ("const", "enum", "default", "examples")
+"""Keywords that hold data, not subschemas."""
+
+
+def check_expansion(schema: Any) -> None:
+    """SchemaError when checking one record against `schema` could visit more than
+    `MAX_EXPANDED_SUBSCHEMAS` subschemas (`expanded_size`), with the numbers."""
+    expanded, written, heaviest = expanded_size(schema)
+    if expanded > MAX_EXPANDED_SUBSCHEMAS:
+        where = f"; {heaviest[0]} alone expands to {_count(heaviest[1])}" if heaviest else ""
+        raise SchemaError(
+            f"schema: its $refs expand to {_count(expanded)} subschemas ({_count(written)} "
+            f"written), more than {MAX_EXPANDED_SUBSCHEMAS:,} (MAX_EXPANDED_SUBSCHEMAS): each "
+            f"record would be checked against all of them{where}")
+
+
+def expanded_size(schema: Any) -> tuple[int, int, tuple[str, int] | None]:
+    """(expanded, written, heaviest): how many subschemas the schema holds with every local
+    `$ref` replaced by what it points to, how many it holds as written, and the `$ref` target
+    that expands most (with its size), or None when there is no `$ref`.
+
+    Memoised per subschema, so the count takes time linear in the written schema even when
+    the expansion is exponential. A `$ref` back to a subschema being expanded (recursion, as in
+    a tree) counts once: the record's own nesting pays for each further level. `$defs` count
+    only where a `$ref` uses them."""
+    resolve = _resolver(schema)
     memo: dict[int, int] = {}
+    targets: dict[str, int] = {}
+
+    def size(node: Any, path: frozenset[int]) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in path:
+            return 1
+        path = path | {id(node)}
+        total = int(isinstance(node, Mapping))
+        for child in _applied(node):
+            total += size(child, path)
+        ref = node.get("$ref") if isinstance(node, Mapping) else None
+        if isinstance(ref, str):
+            target = resolve(ref)
+            if isinstance(target, (dict, list)):
+                targets[ref] = size(target, path)
+                total += targets[ref]
+        memo[id(node)] = total
+        return total
+
+    try:
+        expanded = size(schema, frozenset())
+    except RecursionError:
+        raise SchemaError("schema: $ref chain too long to check") from None
+    heaviest = max(targets.items(), key=lambda item: item[1], default=None)
+    written = sum(1 for _ in _subschemas(schema))
+    return expanded, written, heaviest
+
+
+def _applied(node: Any) -> list[Any]:
+    """The subschemas (and lists of them) directly inside `node` that validation applies: not
+    data (`const`, ...) and not `$defs`, which apply only through a `$ref`."""
+    if isinstance(node, list):
+        return [v for v in node if isinstance(v, (dict, list))]
+    if isinstance(node, Mapping):
+        return [v for k, v in node.items() if k not in _DATA_KEYS and k not in ("$defs",
+                "definitions") and isinstance(v, (dict, list))]
+    return []
+
+
+def _count(n: int) -> str:
+    """`1,048,575`, or `about 10^301` for a number too long to read."""
+    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
+
+
+def _resolver(schema: Any) -> Any:
+    """A function from a local `$ref` (`#/$defs/a`, `#`) to the node it names, or None."""
 
     def resolve(ref: str) -> Any:
+        if ref == "#":
+            return schema
+        if not ref.startswith("#/"):
+            return None
         node = schema
-        for part in ref[2:].split("/") if ref.startswith("#/") else []:
+        for part in ref[2:].split("/"):
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping) and part in node:
                 node = node[part]
@@ -90,7 +169,16 @@ def unevaluated_nesting(schema: Any) -> int:
                 node = node[int(part)]
             else:
                 return None
-        return node if ref.startswith("#/") or ref == "#" else None
+        return node
+
+    return resolve
+
+
+def unevaluated_nesting(schema: Any) -> int:
+    """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
+    schema, following local `$ref`s (a `$ref` cycle is walked once)."""
+    memo: dict[int, int] = {}
+    resolve = _resolver(schema)
 
     def depth(node: Any, path: frozenset[int]) -> int:
         if id(node) in memo:
@@ -103,8 +191,7 @@ def unevaluated_nesting(schema: Any) -> int:
             children = node
         elif isinstance(node, Mapping):
             children = [v for k, v in node.items()
-                        if k not in ("const", "enum", "default", "examples")
-                        and isinstance(v, (dict, list))]
+                        if k not in _DATA_KEYS and isinstance(v, (dict, list))]
             if isinstance(node.get("$ref"), str):
                 target = resolve(node["$ref"])
                 if isinstance(target, (dict, list)):
@@ -131,8 +218,7 @@ def _subschemas(schema: Any) -> Iterator[Mapping[str, Any]]:
         elif isinstance(node, Mapping):
             yield node
             todo += (v for k, v in node.items()
-                     if k not in ("const", "enum", "default", "examples")
-                     and isinstance(v, (dict, list)))
+                     if k not in _DATA_KEYS and isinstance(v, (dict, list)))
 
 
 def _search(pattern: str, text: str) -> bool:

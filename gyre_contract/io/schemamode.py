@@ -16,7 +16,11 @@ from typing import Any
 from gyre_contract.core.errors import Problem, SchemaError, describe
 from gyre_contract.io.lines import Lines, join_path, numbered
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
-from gyre_contract.io.schemakeywords import check_patterns, linear_validator_class
+from gyre_contract.io.schemakeywords import (
+    check_expansion,
+    check_patterns,
+    linear_validator_class,
+)
 
 
 def check_with_schema(
@@ -96,6 +100,7 @@ def _schema_validator(schema: Mapping[str, Any]) -> Any:
     except JsonSchemaError as err:
         raise SchemaError(f"not a valid Draft 2020-12 schema: {err.message}") from None
     check_patterns(schema)
+    check_expansion(schema)  # before any record: $refs that multiply never reach a record
     return linear_validator_class()(schema, registry=Registry(retrieve=refuse))
 
 
