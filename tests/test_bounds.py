@@ -25,7 +25,8 @@ SAFETY_NET_S = 600
 """Only a hang reaches this; the commands below finish in seconds."""
 
 
-def gyre(*argv: str | Path, memory_gb: float | None = None) -> subprocess.CompletedProcess[str]:
+def gyre(*argv: str | Path, memory_gb: float | None = None,
+         timeout: float = SAFETY_NET_S) -> subprocess.CompletedProcess[str]:
     """Run `python -m gyre_contract ARGV` in a subprocess, optionally under RLIMIT_AS."""
     code = "import sys; from gyre_contract.cli import main; sys.exit(main(sys.argv[1:]))"
     if memory_gb is not None:
@@ -33,7 +34,7 @@ def gyre(*argv: str | Path, memory_gb: float | None = None) -> subprocess.Comple
         code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, "
                 f"({limit}, {limit})); " + code)
     return subprocess.run([sys.executable, "-c", code, *map(str, argv)], capture_output=True,
-                          text=True, timeout=SAFETY_NET_S, cwd=ROOT, env=os.environ.copy())
+                          text=True, timeout=timeout, cwd=ROOT, env=os.environ.copy())
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
@@ -409,6 +410,60 @@ def test_a_pipe_is_still_a_rollout_source(tmp_path: Path) -> None:
     finally:
         writer.wait(timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def shard_folder(tmp_path: Path) -> Path:
+    """A folder of shards: one rollout file and a FIFO that nobody writes (it blocked forever)."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(ROLLOUTS.read_bytes())
+    os.mkfifo(folder / "b.jsonl")
+    return folder
+
+
+@pytest.mark.parametrize("listing", ["folder", "glob"])
+def test_a_fifo_found_by_listing_is_skipped_with_a_warning(tmp_path: Path, listing: str) -> None:
+    folder = shard_folder(tmp_path)
+    source = folder if listing == "folder" else folder / "*.jsonl"
+    # the timeout only turns the old hang into a failure; it is not a timing assertion
+    proc = gyre("validate", source, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout + proc.stderr
+    assert f"warnings: 1\n  skipped {folder / 'b.jsonl'}: not a regular file (a FIFO); a pipe " \
+        "is read only when named itself\n" in proc.stdout
+    assert "1 shards checked" in proc.stdout and "holds: no problems" in proc.stdout
+    out = io.StringIO()
+    assert run(["validate", str(source), "--format", "json", "--strict"], out, io.StringIO()) == 1
+    report = json.loads(out.getvalue())
+    assert report["skipped"] == [{"code": "skipped_not_a_regular_file", "kind": "a FIFO",
+                                  "path": str(folder / "b.jsonl"), "message": report["skipped"][0]
+                                  ["message"]}]
+    assert [s["path"] for s in report["shards"]] == [str(folder / "a.jsonl")]
+
+
+def test_devices_and_sockets_found_by_listing_are_skipped(tmp_path: Path) -> None:
+    import socket
+
+    folder = shard_folder(tmp_path)
+    os.unlink(folder / "b.jsonl")
+    (folder / "zero.jsonl").symlink_to("/dev/zero")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(folder / "s.jsonl"))
+        out, err = io.StringIO(), io.StringIO()
+        assert run(["validate", str(folder)], out, err) == 0, out.getvalue() + err.getvalue()
+    finally:
+        sock.close()
+    assert f"skipped {folder / 's.jsonl'}: not a regular file (a socket)\n" in out.getvalue()
+    assert f"skipped {folder / 'zero.jsonl'}: not a regular file (a character device)\n" in \
+        out.getvalue()
+
+
+def test_a_glob_that_finds_only_a_fifo_is_one_line(tmp_path: Path) -> None:
+    folder = shard_folder(tmp_path)
+    proc = gyre("validate", folder / "b*", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert one_line_error(proc) == (f"error: no shard matches '{folder / 'b*'}' (skipped: "
+                                    f"{folder / 'b.jsonl'}, not regular files)")
 
 
 def test_a_small_pipe_is_read_whole(tmp_path: Path) -> None:
