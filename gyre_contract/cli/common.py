@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from gyre_contract.cli.conventions import OUTPUTS, TO_STDOUT
 from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, printable, shorten
 from gyre_contract.io.atomic import output_target, protect_inputs
 
 
@@ -31,7 +31,8 @@ def error_text(exc: BaseException) -> str:
         text = f"{exc.strerror}: {exc.filename}"
     if not (isinstance(exc, ContractError) and len(exc.problems) > 1):
         text = printable(text)
-    return text
+    # a message that echoes a long name from the data stays readable (`core.text`)
+    return "\n".join(shorten(line, MAX_MESSAGE_CHARS) for line in text.split("\n"))
 
 
 def write_json_error(out: TextIO, exc: BaseException, code: int, command: str,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gyre_contract.core.errors import Problem, SchemaError, describe
+from gyre_contract.core.text import shorten
 from gyre_contract.io.lines import Lines, join_path, numbered
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
 from gyre_contract.io.schemakeywords import (
@@ -60,7 +61,7 @@ def check_with_schema(
             groups.add(_schema_problem(e, n) for e in errors)
         else:
             steps += 1
-    title = schema.get("title") or schema.get("$id") or "a JSON Schema"
+    title = shorten(str(schema.get("title") or schema.get("$id") or "a JSON Schema"))
     report = FileReport(path="", checked_against=f"JSON Schema {title}", records=records,
                         steps=steps)
     return finish_report(report, groups, stats, path=path, lines=lines.lines,

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from gyre_contract.core.errors import GyreError, InputError, Problem
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import printable, quoted
 from gyre_contract.io.checking import check_items
 from gyre_contract.io.filekind import path_kind
 from gyre_contract.io.groups import FileWarning
@@ -278,7 +278,7 @@ def merge(source: str, checked_against: str, results: Sequence[ShardResult]) -> 
             if earlier[0] != shard:
                 cross.append(Problem(
                     "episode_id", "each episode in one shard",
-                    f"episode {eid!r} in {earlier[0]} (line {earlier[1]}) and {shard} "
+                    f"episode {quoted(eid)} in {earlier[0]} (line {earlier[1]}) and {shard} "
                     f"(line {line})", "episode id appears in two shards"))
     return ShardsReport(source, checked_against, [r.report for r in results], cross)
 
