@@ -16,8 +16,9 @@ from typing import Any
 from gyre_contract.core.deprecation import REMOVAL
 
 EXIT_CODES: dict[str, str] = {
-    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted; "
-              "2 usage, or a folder that cannot be written",
+    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted "
+              "or is missing; 2 usage, a folder that cannot be written, or (--check) no such "
+              "folder",
     "validate": "0 the contract holds; 1 any problem (each with its line); 2 usage, a missing "
                 "or unreadable file, a directory, a bad --model or --schema",
     "diff": "0 nothing missing; 1 something missing (--strict: or any conversion); 2 usage or "

@@ -111,3 +111,62 @@ def test_a_megabyte_name_or_value_is_echoed_shortened(hostile, command, fmt) -> 
         echoed = out + err
         assert "k" * 100 not in echoed and "v" * 100 not in echoed, echoed
         assert "…" in echoed and ("(1,048,576 chars)" in echoed or "(524,288 chars)" in echoed)
+
+
+# -- infer: fields only some lines carry ----------------------------------------------------------
+
+def test_infer_warns_about_fields_only_some_lines_carry(tmp_path) -> None:
+    """`trunctaed` on one line of three entered the schema silently (exit 0, nothing said)."""
+    typo = ROOT / "tests" / "data" / "rollouts" / "typo_key.jsonl"
+    code, out, err = cli("infer", typo)
+    assert code == 0 and "trunctaed" in json.loads(out)["properties"]
+    assert err.splitlines() == [
+        "warning: field 'truncated' is on 2 of 3 lines: optional in the schema",
+        "warning: field 'trunctaed' is on 1 of 3 lines: optional in the schema; a typo of "
+        "'truncated'?"]
+    code, out, err = cli("infer", typo, "-o", tmp_path / "s.json")
+    assert code == 0 and out == "" and err.splitlines()[-1] == f"wrote {tmp_path / 's.json'} " \
+        "(9 fields)" and err.count("warning: ") == 2
+
+
+def test_infer_names_a_rarely_carried_field_but_not_every_optional_one_as_a_typo() -> None:
+    """The example file carries `next_observation` and `next_value` on last steps only: each is
+    named with its count, none is called a typo of `observation` (which every line carries)."""
+    code, _, err = cli("infer", ROLLOUTS)
+    assert code == 0
+    assert err.splitlines() == [
+        "warning: field 'next_observation' is on 8 of 263 lines: optional in the schema",
+        "warning: field 'next_value' is on 4 of 263 lines: optional in the schema"]
+    steady = ROOT / "tests" / "data" / "rollouts" / "crlf_line_ends.jsonl"
+    assert cli("infer", steady)[2] == ""  # every line carries every field: nothing to say
+
+
+# -- export --check outside a checkout --------------------------------------------------------------
+
+def test_export_check_says_a_missing_folder_is_missing(tmp_path, monkeypatch) -> None:
+    """Outside a checkout there is no `schemas/`: once every file was "drifted" (exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("export", "--check")
+    assert (code, out) == (2, "")
+    assert err == ("error: no such folder: schemas (export --check compares the schemas "
+                   "committed there with the models; run it in the repository's root, or name "
+                   "the folder with --out-dir DIR)\n")
+    code, out, err = cli("export", "--check", "--format", "json")
+    assert code == 2 and err == "" and json.loads(out)["error"].startswith("no such folder")
+    (tmp_path / "afile").write_text("x")
+    assert cli("export", "--check", "--out-dir", "afile")[2].startswith("error: not a folder: afile")
+
+
+def test_export_check_names_a_missing_file_apart_from_a_drifted_one(tmp_path) -> None:
+    assert cli("export", "--out-dir", tmp_path)[0] == 0
+    (tmp_path / "token_batch.v1.json").unlink()
+    (tmp_path / "train_batch.v1.json").write_text("{}")
+    code, out, _ = cli("export", "--check", "--out-dir", tmp_path)
+    assert code == 1
+    assert f"missing: {tmp_path / 'token_batch.v1.json'} (run" in out
+    assert f"drifted: {tmp_path / 'train_batch.v1.json'} (run" in out
+    code, out, _ = cli("export", "--check", "--out-dir", tmp_path, "--format", "json")
+    report = json.loads(out)
+    assert code == 1 and report["missing"] == [str(tmp_path / "token_batch.v1.json")]
+    assert sorted(report["drifted"]) == sorted(map(str, (tmp_path / "token_batch.v1.json",
+                                                         tmp_path / "train_batch.v1.json")))
