@@ -32,12 +32,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     warnings: list[str] = []
     with file_progress(args.file, err) if reads_lines else nullcontext():
         doc = infer_schema(args.file, warnings=warnings)
-    for warning in warnings:  # not fatal: the schema is written, review it
-        err.write(printable(f"warning: {warning}") + "\n")
     text = json.dumps(doc, indent=2) + "\n"
     if args.out and args.out != "-":
         write_text_atomic(args.out, text)  # the previous file stays whole if this fails
-        err.write(f"wrote {args.out} ({len(doc['properties'])} fields)\n")
     else:
         out.write(text)
+    for warning in warnings:  # not fatal, and after the write: a failed write is one line
+        err.write(printable(f"warning: {warning}") + "\n")
+    if args.out and args.out != "-":
+        err.write(f"wrote {args.out} ({len(doc['properties'])} fields)\n")
     return 0

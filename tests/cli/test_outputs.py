@@ -171,8 +171,8 @@ def test_an_output_onto_a_folder_is_one_line(files, monkeypatch) -> None:
 def test_dash_is_stdout_for_infer(files, monkeypatch) -> None:
     monkeypatch.chdir(files)
     code, out, err = cli("infer", "r.jsonl", "-o", "-")
-    assert code == 0 and err == ""
-    assert json.loads(out) == json.loads(cli("infer", "r.jsonl")[1])
+    assert code == 0 and "wrote" not in err
+    assert (out, err) == cli("infer", "r.jsonl")[1:]
     assert not (files / "-").exists()
 
 
