@@ -10,7 +10,7 @@ back-references) makes the schema unusable (`SchemaError`, exit 2), never silent
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -105,46 +105,57 @@ def expanded_size(schema: Any) -> tuple[int, int, tuple[str, int] | None]:
     the expansion is exponential. A `$ref` back to a subschema being expanded (recursion, as in
     a tree) counts once: the record's own nesting pays for each further level. `$defs` count
     only where a `$ref` uses them."""
+    expanded, memo = _fold(schema, lambda node: int(isinstance(node, Mapping)), sum, cycle=1,
+                           skip=("$defs", "definitions"))
+    resolve = _resolver(schema)
+    refs = {node["$ref"] for node in _subschemas(schema) if isinstance(node.get("$ref"), str)}
+    targets = {ref: memo[id(resolve(ref))] for ref in refs if id(resolve(ref)) in memo}
+    heaviest = max(targets.items(), key=lambda item: item[1], default=None)
+    return expanded, sum(1 for _ in _subschemas(schema)), heaviest
+
+
+def unevaluated_nesting(schema: Any) -> int:
+    """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
+    schema, following local `$ref`s (a `$ref` cycle is walked once)."""
+    return _fold(schema, lambda node: int(isinstance(node, Mapping) and any(
+        k in node for k in _UNEVALUATED)), lambda values: max(values, default=0), cycle=0)[0]
+
+
+def _fold(schema: Any, own: Callable[[Any], int], join: Callable[[list[int]], int], *,
+          cycle: int, skip: tuple[str, ...] = ()) -> tuple[int, dict[int, int]]:
+    """`own(node) + join(values of its children)` over the schema, a local `$ref` counting as a
+    child of the object that holds it; a `$ref` back to a node being walked is worth `cycle`.
+    Memoised per node (returned, by `id`), so linear in the written schema; keys in `skip`
+    (and data keywords) are not walked."""
     resolve = _resolver(schema)
     memo: dict[int, int] = {}
-    targets: dict[str, int] = {}
 
-    def size(node: Any, path: frozenset[int]) -> int:
+    def walk(node: Any, path: frozenset[int]) -> int:
         if id(node) in memo:
             return memo[id(node)]
         if id(node) in path:
-            return 1
+            return cycle
         path = path | {id(node)}
-        total = int(isinstance(node, Mapping))
-        for child in _applied(node):
-            total += size(child, path)
-        ref = node.get("$ref") if isinstance(node, Mapping) else None
-        if isinstance(ref, str):
-            target = resolve(ref)
+        if isinstance(node, list):
+            children = [v for v in node if isinstance(v, (dict, list))]
+        elif isinstance(node, Mapping):
+            children = [v for k, v in node.items() if k not in _DATA_KEYS and k not in skip
+                        and isinstance(v, (dict, list))]
+            target = resolve(node["$ref"]) if isinstance(node.get("$ref"), str) else None
             if isinstance(target, (dict, list)):
-                targets[ref] = size(target, path)
-                total += targets[ref]
-        memo[id(node)] = total
-        return total
+                children.append(target)
+        else:
+            children = []
+        values = []
+        for child in children:  # a loop, not a comprehension: one frame less per level
+            values.append(walk(child, path))
+        memo[id(node)] = own(node) + join(values)
+        return memo[id(node)]
 
     try:
-        expanded = size(schema, frozenset())
+        return walk(schema, frozenset()), memo
     except RecursionError:
         raise SchemaError("schema: $ref chain too long to check") from None
-    heaviest = max(targets.items(), key=lambda item: item[1], default=None)
-    written = sum(1 for _ in _subschemas(schema))
-    return expanded, written, heaviest
-
-
-def _applied(node: Any) -> list[Any]:
-    """The subschemas (and lists of them) directly inside `node` that validation applies: not
-    data (`const`, ...) and not `$defs`, which apply only through a `$ref`."""
-    if isinstance(node, list):
-        return [v for v in node if isinstance(v, (dict, list))]
-    if isinstance(node, Mapping):
-        return [v for k, v in node.items() if k not in _DATA_KEYS and k not in ("$defs",
-                "definitions") and isinstance(v, (dict, list))]
-    return []
 
 
 def _count(n: int) -> str:
@@ -172,39 +183,6 @@ def _resolver(schema: Any) -> Any:
         return node
 
     return resolve
-
-
-def unevaluated_nesting(schema: Any) -> int:
-    """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
-    schema, following local `$ref`s (a `$ref` cycle is walked once)."""
-    memo: dict[int, int] = {}
-    resolve = _resolver(schema)
-
-    def depth(node: Any, path: frozenset[int]) -> int:
-        if id(node) in memo:
-            return memo[id(node)]
-        if id(node) in path:
-            return 0
-        path = path | {id(node)}
-        children: list[Any] = []
-        if isinstance(node, list):
-            children = node
-        elif isinstance(node, Mapping):
-            children = [v for k, v in node.items()
-                        if k not in _DATA_KEYS and isinstance(v, (dict, list))]
-            if isinstance(node.get("$ref"), str):
-                target = resolve(node["$ref"])
-                if isinstance(target, (dict, list)):
-                    children.append(target)
-        own = int(isinstance(node, Mapping) and any(k in node for k in _UNEVALUATED))
-        result = own + max((depth(c, path) for c in children), default=0)
-        memo[id(node)] = result
-        return result
-
-    try:
-        return depth(schema, frozenset())
-    except RecursionError:
-        raise SchemaError("schema: $ref chain too long to check") from None
 
 
 def _subschemas(schema: Any) -> Iterator[Mapping[str, Any]]:

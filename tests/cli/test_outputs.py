@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"
 CARTPOLE_MAP = ROOT / "examples" / "cartpole_map.json"
 STEP_SCHEMA = ROOT / "schemas" / "rollout_step.v1.json"
-RUN = {"run_id": "a", "config": "small", "rollout_s": 1.0, "train_s": 2.0, "total_s": 3.5,
-       "n_steps": 10, "n_episodes": 1, "batch_shape": [1, 10], "policy_version": 0,
-       "started_at": "2026-11-29T10:00:00Z"}
+ONE_RUN = dict(run_id="a", config="small", rollout_s=1.0, train_s=2.0, total_s=3.5, n_steps=10,
+               n_episodes=1, batch_shape=[1, 10], policy_version=0,
+               started_at="2026-11-29T10:00:00Z")
 
 
 def cli(*argv: str | Path) -> tuple[int, str, str]:
@@ -65,7 +65,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "s.json").write_bytes(STEP_SCHEMA.read_bytes())
     (tmp_path / "t.json").write_bytes(STEP_SCHEMA.read_bytes())
     np.savez(tmp_path / "b.npz", obs=np.zeros((2, 3, 4), np.float32))
-    (tmp_path / "runs.jsonl").write_text(json.dumps(RUN) + "\n")
+    (tmp_path / "runs.jsonl").write_text(json.dumps(ONE_RUN) + "\n")
     (tmp_path / "link.jsonl").symlink_to("r.jsonl")
     os.link(tmp_path / "s.json", tmp_path / "hard.json")
     return tmp_path
