@@ -111,13 +111,13 @@ def test_a_writer_killed_mid_write_leaves_the_previous_npz(tmp_path) -> None:
         import numpy as np
         from gyre_contract.cli import run
 
-        def slow_savez(file, **arrays):
-            file.write(b"PK partial zip")  # half a file on disk, then the kill
-            file.flush()
+        def slow_write_array(member, array, **kwargs):
+            member.write(b"partial")  # half a zip member on disk, then the kill
+            member.flush()
             print("writing", flush=True)
             time.sleep(120)
 
-        np.savez = slow_savez
+        np.lib.format.write_array = slow_write_array
         run(["batch", {str(ROLLOUTS)!r}, "--map", {str(CARTPOLE_MAP)!r}, "-o", {str(target)!r}])
     """)
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,

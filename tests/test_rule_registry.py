@@ -116,9 +116,10 @@ def batch_cases() -> list[Any]:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def broken(name: str, model: type, record: str) -> Any:
-    """The rule's broken input under `model` from a clean record, or None (cannot break it)."""
-    return registry.get_rule(name).violate(dict(CLEAN[record]), model)
+def broken(name: str, model: type, record: str) -> list[Any]:
+    """The rule's broken inputs under `model` from a clean record (its builder's and its
+    variants'; none when `model` cannot break it)."""
+    return registry.get_rule(name).violations(dict(CLEAN[record]), model)
 
 
 def as_file_records(rule: Rule, bad: Any, record: str) -> list[dict[str, Any]]:
@@ -155,7 +156,10 @@ def build_parquet_file(path: Path, records: list[dict[str, Any]], model: type) -
     record leaves the whole column out (a row cannot lack a column; its null is `field.not_null`);
     a key only some records have is null elsewhere. When the clean records do not fit the broken
     value's column type (reward `true` after floats), the file holds the broken record(s) alone.
-    Fields laid out as JSON text (`info`) are written as their JSON text.
+    Fields laid out as JSON text (`info`) are written as their JSON text. A table whose columns
+    do not give the records' values back as they are (pyarrow reads `[16777217, 1.5]` or an int
+    among float rewards as floats) is not the same data: the broken records alone are tried, then
+    None (Parquet cannot carry it as JSON does).
     """
     import orjson
     import pyarrow as pa
@@ -181,6 +185,8 @@ def build_parquet_file(path: Path, records: list[dict[str, Any]], model: type) -
                 values = [None if v is None else orjson.dumps(v).decode() for v in values]
             first = values[len(clean):] + values[:len(clean)] if rows is records else values
             columns[name] = pa.array(values, type=pa.array(first).type)
+            if orjson.dumps(columns[name].to_pylist()) != orjson.dumps(values):
+                raise TypeError(f"column {name} does not hold the values as they are")
         return pa.table(columns)
 
     try:
@@ -212,8 +218,7 @@ def step_problems(bad: dict[str, Any], model: type) -> list[Problem]:
 
 
 def applicable(name: str) -> list[tuple[type, str, Any]]:
-    out = [(m, rec, broken(name, m, rec)) for m, rec in STEP_MODELS]
-    return [(m, rec, bad) for m, rec, bad in out if bad is not None]
+    return [(m, rec, bad) for m, rec in STEP_MODELS for bad in broken(name, m, rec)]
 
 
 # -- the registry itself -----------------------------------------------------------------------

@@ -16,7 +16,8 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TextIO
+from types import ModuleType
+from typing import NoReturn, TextIO
 
 from gyre_contract import __version__
 from gyre_contract.cli.common import UsageError, error_text, outputs_guarded, write_json_error
@@ -35,7 +36,7 @@ COMMANDS = ("export", "validate", "show", "diff", "compat", "infer", "batch", "r
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as exit 2 without raising SystemExit into callers."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command(name: str):
+def _command(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"gyre_contract.cli.{name}")
     except ModuleNotFoundError as err:
@@ -90,7 +91,7 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         return int(exc.code or 0)
     except (UsageError, GyreError, OSError) as exc:
         code = EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT
-        if getattr(args, "format", None) == "json":  # the command's own error, as JSON
+        if args is not None and getattr(args, "format", None) == "json":  # the command's, as JSON
             if debug:
                 traceback.print_exception(exc, file=err)
             write_json_error(out, exc, code, args.command, getattr(args, "json_error", None))
@@ -147,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     atomically (`io.atomic`), so the previous file is still whole and the temporary one gone."""
     out = ReaderGoneStdout(sys.stdout)
     try:
+        # it writes, flushes and says whether it is a terminal: all that the commands ask of stdout
         code = run(argv, stdout=out)  # type: ignore[arg-type]
         out.flush()
     except KeyboardInterrupt:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import zipfile
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
 from gyre_contract.cli.common import OPS_HELP, import_named, import_ops
+from gyre_contract.cli.conventions import non_negative_int
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.cli.validate import load_model
 from gyre_contract.core.errors import InputError
@@ -58,10 +60,11 @@ def add_parser(sub: Any) -> None:
                    help="a pinned step model used to read the rollouts (default: RolloutStep, or "
                    "LLMStep for a map with \"rows\": \"step\"); "
                    "imported, so its module's top-level code runs, as for validate --model")
-    p.add_argument("--current-version", type=int, metavar="V",
-                   help="the trainer's policy version (default: the newest in the batch)")
-    p.add_argument("--max-staleness", type=int, metavar="K",
-                   help="fail when a row's policy version is older than current - K")
+    p.add_argument("--current-version", type=non_negative_int, metavar="V",
+                   help="the trainer's policy version, a whole number >= 0 (default: the newest "
+                   "in the batch)")
+    p.add_argument("--max-staleness", type=non_negative_int, metavar="K",
+                   help="fail when a row's policy version is older than current - K (K >= 0)")
     p.add_argument("--trainer", metavar="T.json",
                    help="validate the batch against this trainer schema (ours or foreign) instead "
                    "of TrainBatch, and write it under the trainer's own keys (nested names "
@@ -104,8 +107,18 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     target = os.fspath(path)
     if not target.endswith(".npz"):
         target += ".npz"  # what np.savez would do silently; say it
-    atomic_write(target, lambda f: np.savez(f, **flat))  # never half a file, old one kept
+    atomic_write(target, lambda f: _savez(f, flat))  # never half a file, old one kept
     return target
+
+
+def _savez(f: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
+    """What `np.savez(f, **arrays)` writes (one `.npy` per key in an uncompressed zip), for any
+    key: `np.savez` would take a field named `allow_pickle` as its flag and drop it, and fail
+    on one named `file`."""
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, arr in arrays.items():
+            with zf.open(f"{key}.npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
 
 
 def load_function(spec: str, option: str) -> Callable[..., Any]:

@@ -73,6 +73,19 @@ def finish_parser(command: str, parser: argparse.ArgumentParser) -> None:
                 f"{c}: {FORMAT_HELP.get(c, c)}" for c in choices)
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (a policy version, a staleness bound), so that a
+    negative one stops at the flag (usage, exit 2) instead of running into a window such as
+    `expected 3..2` that nothing can meet."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
 class ParagraphFormatter(argparse.HelpFormatter):
     """argparse's help layout, but a description or epilog keeps its paragraphs (blank lines):
     an example and the exit codes stay apart."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from pydantic import BaseModel
-
 from gyre_contract.cli.common import import_named
 from gyre_contract.cli.progress import file_progress
 from gyre_contract.core.errors import InputError, SchemaError
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
-from gyre_contract.io.shards import is_shard_source, validate_shards
+from gyre_contract.io.report import FileReport
+from gyre_contract.io.shards import ShardsReport, is_shard_source, validate_shards
 from gyre_contract.io.validation import validate_file
 from gyre_contract.schema.fieldtable import load_schema
 
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              "(--model)")
         if args.address and args.engine != "ray":
             raise InputError("--address needs --engine ray")
-        report = validate_shards(
+        report: ShardsReport | FileReport = validate_shards(
             args.rollouts, model, engine=args.engine or "local", address=args.address,
             require_complete=args.require_complete, allow_partial_tail=args.allow_partial_tail,
             max_examples_per_group=args.max_examples)
@@ -94,7 +93,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return report.exit_code(strict=args.strict)
 
 
-def load_model(spec: str) -> type[BaseModel]:
+def load_model(spec: str) -> type[RolloutStepV1]:
     """Import the step model the user named: `module:Class` or `file.py:Class`, nothing else."""
     model = import_named(spec, "--model", "CLASS")
     if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):

@@ -2,8 +2,10 @@
 
 A dim is an int (fixed), a name (symbolic, bound on first use) or `*name` (zero or more dims bound
 together). A value is cast to a dtype only when nothing is lost: 1.5 is not an int64, 300 is not a
-uint8, `true` is not a number, `"1"` is not an int. Floats must be finite; a float is rounded to a
-narrower float width (0.1 is a float32) but must not overflow it.
+uint8, `true` is not a number, `"1"` is not an int, an integer beyond 2**24 is not a float32 (nor
+beyond 2**53 a float64), alone or in a list beside floats. Floats must be finite; a float is
+rounded to a narrower float width (0.1 and 16777217.0 are float32 values) but must not overflow
+it. An empty list holds no value to lose: it takes the declared dtype.
 """
 
 from __future__ import annotations
@@ -182,8 +184,15 @@ def to_array(value: Any, dtype: str, finite: bool = True) -> np.ndarray:
         dtype = _auto_dtype(arr, keep=isinstance(value, (np.ndarray, np.generic)))
     else:
         arr = value if isinstance(value, np.ndarray) else _as_array(value)
-    if not isinstance(value, np.ndarray) and arr.dtype.kind in "iuf" and dtype != "string":
-        _reject_hidden_bools(value, arr)
+    if not isinstance(value, np.ndarray):
+        if arr.dtype.kind in "iuf" and dtype != "string":
+            _reject_hidden_bools(value, arr)
+        if isinstance(value, (list, tuple)) and arr.dtype.kind == "f":
+            if not arr.size and dtype not in FLOAT_DTYPES:
+                # `[]` holds no value to lose: it takes the declared dtype (numpy says float64)
+                return np.empty(arr.shape, np.str_ if dtype == "string" else numpy_dtype(dtype))
+            if dtype in FLOAT_DTYPES:
+                _reject_inexact_ints(value, arr, dtype)
     return _cast(arr, dtype, finite)
 
 
@@ -203,6 +212,25 @@ def _as_array(value: Any) -> np.ndarray:
         except OverflowError:
             raise CastError("integer out of range", describe(value)) from None
     return arr
+
+
+def _reject_inexact_ints(value: list[Any] | tuple[Any, ...], arr: np.ndarray, dtype: str) -> None:
+    """numpy reads `[16777217, 1.5]` as float64, and the cast to float32 would round the integer:
+    an integer beyond the float's exact range is refused wherever it stands in a list, as it is
+    in a list of integers alone. (A float is rounded to the width: only integers are exact.)"""
+    limit = FLOAT_EXACT_INT[dtype]
+    with np.errstate(invalid="ignore"):  # >=: float64 itself reads 2**53 + 1 as 2**53
+        if not arr.size or not np.abs(arr).max() >= limit:
+            return  # the usual case: one vectorised look, no walk over the list
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool) \
+                and abs(int(item)) > limit:
+            raise CastError(f"integer too large to be exact in {dtype}",
+                            f"{describe(int(item))} in {describe(arr)}")
 
 
 def _only_ints(value: list[Any] | tuple[Any, ...]) -> bool:
@@ -315,8 +343,12 @@ def _cast_float(arr: np.ndarray, dtype: str, finite: bool = True) -> np.ndarray:
     target = np.dtype("float32" if dtype == "bfloat16" else dtype)
     if kind in "iu" and arr.size:
         limit = FLOAT_EXACT_INT[dtype]
-        if int(arr.max()) > limit or int(arr.min()) < -limit:
-            raise CastError(f"integer too large to be exact in {dtype}", describe_elements(arr))
+        top, bottom = arr.max(), arr.min()
+        if int(top) > limit or int(bottom) < -limit:
+            bad = top if int(top) > limit else bottom
+            got = describe_elements(arr) if not arr.ndim else \
+                f"{describe(int(bad))} in {describe_elements(arr)}"
+            raise CastError(f"integer too large to be exact in {dtype}", got)
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr if arr.dtype == target else arr.astype(target)
     if not finite:
@@ -367,7 +399,10 @@ def scalar_reason(value: Any, dtype: str) -> str:
         return "" if lo <= value <= hi else f"out of range for {dtype}"
     if not isinstance(value, (int, float)):
         return "not a number"
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+    if isinstance(value, int):  # exact, or refused: a float rounds, an integer must not
+        return "" if abs(value) <= FLOAT_EXACT_INT[dtype] else \
+            f"integer too large to be exact in {dtype}"
+    if value != value or value in (float("inf"), float("-inf")):
         return "not finite"
     return "" if abs(value) <= FLOAT_MAX[dtype] else f"out of range for {dtype}"
 

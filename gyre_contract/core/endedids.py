@@ -71,7 +71,7 @@ class EndedEpisodes:
         return self._count
 
     def __contains__(self, episode_id: object) -> bool:
-        return self._find(self._key(episode_id)) is not None  # type: ignore[arg-type]
+        return isinstance(episode_id, str) and self._find(self._key(episode_id)) is not None
 
     def line(self, episode_id: str) -> int | None:
         """The line the episode ended on (None when not given or when it has not ended)."""
@@ -138,7 +138,8 @@ class EndedEpisodes:
                 if len(run[0]) == 1:
                     del self._runs[i]  # no empty run is kept
                 else:
-                    self._runs[i] = tuple(np.delete(a, at) for a in run)  # type: ignore[assignment]
+                    hi, lo, lines = run
+                    self._runs[i] = (np.delete(hi, at), np.delete(lo, at), np.delete(lines, at))
                 self._count -= 1
                 return
 

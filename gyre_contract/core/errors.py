@@ -108,22 +108,31 @@ class ContractError(GyreError, ValueError):
 class MissingFieldError(ContractError, KeyError):
     """A source field that a map or batch needs is absent. Never filled with a default."""
 
-    def __init__(self, name: str, have: Iterable[str], reason: str = "") -> None:
+    def __init__(self, name: str, have: Iterable[str], reason: str = "", *, where: str = "",
+                 line: int | None = None) -> None:
         self.name = name
         self.have = sorted(have)
         self.reason = reason
         """Who needs the field and why ("op kl reads it: ..."), or ""."""
+        self.where = where
+        """Where it is absent ("on step 3 of episode 'e'"), or "" (absent altogether)."""
+        self.line = line
+        """The file line (Parquet: row) of the step that lacks it, when known."""
         problem = Problem(
-            path=name, expected="a field named " + repr(name), got="no such field",
+            path=name, expected="a field named " + repr(name),
+            got=f"none {where}" if where else "no such field",
             message=f"missing sample field ({reason})" if reason else "missing sample field",
+            line=line,
         )
         self.problems = [problem]
         Exception.__init__(self, self._render())
 
     def _render(self) -> str:
         why = f" ({self.reason})" if self.reason else ""
+        at = f" {shorten_path(self.where)}" if self.where else ""
+        line = f" (line {self.line})" if self.line is not None else ""
         have = shorten(", ".join(map(shorten, self.have)), MAX_MESSAGE_CHARS)
-        return f"missing sample field: {shorten(self.name)}{why}, have [{have}]"
+        return f"missing sample field: {shorten(self.name)}{at}{line}{why}, have [{have}]"
 
 
 class SchemaError(GyreError, ValueError):

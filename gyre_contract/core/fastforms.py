@@ -31,6 +31,7 @@ normal path's (`tests/core/test_fast_paths.py` runs random records through both)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -67,7 +68,7 @@ class GiveUp(Exception):
     """Raised inside a fast validation: let the normal path decide and explain."""
 
 
-def leaf_schema(dtype: str, nonpositive: bool = False) -> dict[str, Any]:
+def leaf_schema(dtype: str, nonpositive: bool = False) -> cs.CoreSchema:
     """One element, strictly: a float tensor refuses ints here (their exactness rule is the
     normal path's), and every float must be finite and within the dtype's range."""
     if dtype == "bool":
@@ -81,22 +82,23 @@ def leaf_schema(dtype: str, nonpositive: bool = False) -> dict[str, Any]:
         strict=True, allow_inf_nan=False, ge=-top, le=0.0 if nonpositive else top)])
 
 
-def nested_lists(leaf: dict[str, Any], max_rank: int = MAX_RANK, nonempty: bool = False
-                 ) -> list[dict[str, Any]]:
+def nested_lists(leaf: cs.CoreSchema, max_rank: int = MAX_RANK, nonempty: bool = False
+                 ) -> list[cs.CoreSchema]:
     """Strict nested lists of `leaf`, one schema per rank 1..max_rank (for a union of choices).
 
     `fail_fast`: a list of the wrong element type or depth is refused at its first element, so
     trying the ranks and dtypes one after another costs little. `nonempty`: no list may be empty
     (numpy reads `[]` as float64, so an empty list of another dtype is the normal path's).
     """
-    out, body = [], leaf
+    out: list[cs.CoreSchema] = []
+    body = leaf
     for _ in range(max_rank):
         body = cs.list_schema(body, strict=True, fail_fast=True, min_length=1 if nonempty else None)
         out.append(body)
     return out
 
 
-def as_array(dtype: np.dtype, lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def as_array(dtype: np.dtype, lists: list[cs.CoreSchema]) -> list[cs.CoreSchema]:
     """Each list schema followed by `np.array(value, dtype)`, called from pydantic-core.
 
     numpy raises ValueError on ragged lists: pydantic-core then tries the next choice (in the
@@ -125,12 +127,12 @@ def _array_of(dtype: np.dtype) -> Converter:
     return ints
 
 
-def then(function: Callable[[Any], Any], schema: dict[str, Any]) -> dict[str, Any]:
+def then(function: Callable[[Any], Any], schema: cs.CoreSchema) -> cs.CoreSchema:
     """`schema`, then `function` on its result (called from pydantic-core)."""
     return cs.no_info_after_validator_function(function, schema)
 
 
-def bounded_int(dtype: str) -> dict[str, Any]:
+def bounded_int(dtype: str) -> cs.CoreSchema:
     """A strict int within the dtype's range: numpy's conversion cannot overflow. (For a scalar:
     on each element of a list the range check costs more than the rest of the validation.)"""
     lo, hi = INT_RANGES[dtype]
@@ -147,7 +149,7 @@ def all_finite(arr: np.ndarray) -> bool:
 
 # -- the observation of the generic models ------------------------------------------------------
 
-def observation_schema(normal: dict[str, Any]) -> dict[str, Any]:
+def observation_schema(normal: cs.CoreSchema) -> cs.CoreSchema:
     """A float tensor (array or nested float lists), an object of modalities, else `normal`.
 
     The choices are disjoint; the usual ones come first (a failed choice costs an error object).
@@ -210,7 +212,7 @@ def choice_dtypes(dtypes: tuple[str, ...]) -> tuple[str, str] | None:
     return ints[0], floats[0]
 
 
-def choice_schema(int_name: str, float_name: str, normal: dict[str, Any]) -> dict[str, Any]:
+def choice_schema(int_name: str, float_name: str, normal: cs.CoreSchema) -> cs.CoreSchema:
     """For a `[*name]` tensor of an int or a float dtype: an array, a numpy scalar of either
     dtype, a Python int or float, nested lists of ints or of floats, else `normal`. Lists of
     ints become the int dtype, every other list (`[]` too) the float one, as on the normal path."""
@@ -228,7 +230,7 @@ def choice_schema(int_name: str, float_name: str, normal: dict[str, Any]) -> dic
         mode="left_to_right")
 
 
-class _NumpyInts(dict):  # type: ignore[type-arg]
+class _NumpyInts(dict[int, Any]):
     """Python int -> numpy scalar of one dtype; small ones made once (numpy scalars are
     immutable, so sharing one is safe), the others on demand."""
 
@@ -268,7 +270,8 @@ def float_scalar(dtype: np.dtype) -> Converter:
 
 
 def _finite_scalar(value: Any) -> Any:
-    if value - value != 0:
+    # math.isfinite, not `value - value != 0`: inf - inf on a numpy scalar warns (RuntimeWarning)
+    if not math.isfinite(value):
         raise GiveUp  # NaN or infinity
     return value
 
@@ -302,8 +305,8 @@ def _choice_array(int_dtype: np.dtype, float_dtype: np.dtype) -> Converter:
 
 # -- a tensor of one dtype and shape [*name] (the generic logprob) --------------------------------
 
-def lone_schema(dtype: str, leaf: dict[str, Any], check_array: Converter,
-                normal: dict[str, Any], raw_scalar: bool = False) -> dict[str, Any]:
+def lone_schema(dtype: str, leaf: cs.CoreSchema, check_array: Converter,
+                normal: cs.CoreSchema, raw_scalar: bool = False) -> cs.CoreSchema:
     """A scalar (`leaf`, as the dtype's numpy scalar; left a Python scalar with `raw_scalar`, for
     the model's finisher to check and convert), nested lists of `leaf` of any rank, an array
     (`check_array`), else `normal`."""
@@ -322,8 +325,8 @@ def lone_schema(dtype: str, leaf: dict[str, Any], check_array: Converter,
 
 # -- the tensor fields of any model: schema, then conversion by the model's finisher ----------------
 
-def tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = False,
-                   raw_scalar: bool = False) -> dict[str, Any]:
+def tensor_schema(spec: TensorSpec, normal: cs.CoreSchema, nonpositive: bool = False,
+                   raw_scalar: bool = False) -> cs.CoreSchema:
     """A numpy array (checked later), strict nested lists of the dtype, else the normal function.
 
     Only single-dtype tensors get the list forms; the normal function (last choice) handles every
@@ -333,22 +336,22 @@ def tensor_schema(spec: TensorSpec, normal: dict[str, Any], nonpositive: bool = 
         pair = choice_dtypes(spec.dtypes)
         if pair is not None:
             return choice_schema(*pair, normal)  # int64 | float32 [*act]
-        leaf = leaf_schema(spec.dtype, nonpositive)  # type: ignore[arg-type]
-        return lone_schema(spec.dtype, leaf, TensorForms("", spec).from_array, normal,  # type: ignore
-                           raw_scalar)
+        dtype = spec.dtypes[0]  # one dtype (`lone_tensor`)
+        leaf = leaf_schema(dtype, nonpositive)
+        return lone_schema(dtype, leaf, TensorForms("", spec).from_array, normal, raw_scalar)
     if final_in_schema(spec, nonpositive):  # fixed dims ([4], [A]): the lists, then an array
-        np_dtype = numpy_dtype(spec.dtype)  # type: ignore[arg-type]
-        lists = nested_fixed(leaf_schema(spec.dtype, nonpositive), spec.shape,  # type: ignore
+        dtype = spec.dtypes[0]  # one dtype (`final_in_schema`)
+        np_dtype = numpy_dtype(dtype)
+        lists = nested_fixed(leaf_schema(dtype, nonpositive), spec.shape,
                              nonempty=np_dtype.kind != "f")
         return cs.union_schema(
             [*as_array(np_dtype, [lists]),
              then(TensorForms("", spec).from_array, cs.is_instance_schema(np.ndarray)), normal],
             mode="left_to_right")
-    choices: list[dict[str, Any]] = [cs.is_instance_schema(np.ndarray)]
-    if isinstance(spec.dtype, str) and not any(d.variadic for d in spec.shape):
-        choices.append(nested_fixed(leaf_schema(spec.dtype, nonpositive), spec.shape))
-    choices.append(normal)
-    return cs.union_schema(choices, mode="left_to_right")
+    fixed = [nested_fixed(leaf_schema(spec.dtype, nonpositive), spec.shape)] \
+        if isinstance(spec.dtype, str) and not any(d.variadic for d in spec.shape) else []
+    return cs.union_schema([cs.is_instance_schema(np.ndarray), *fixed, normal],
+                           mode="left_to_right")
 
 
 def final_in_schema(spec: Any, nonpositive: bool = False) -> bool:
@@ -375,7 +378,7 @@ def lone_tensor(spec: Any) -> bool:
     return isinstance(spec.dtype, str) and spec.dtype != "bfloat16"
 
 
-def nested_fixed(leaf: dict[str, Any], shape: Shape, nonempty: bool = False) -> dict[str, Any]:
+def nested_fixed(leaf: cs.CoreSchema, shape: Shape, nonempty: bool = False) -> cs.CoreSchema:
     """Strict nested lists of `leaf` of exactly `shape`'s rank and fixed sizes. `nonempty`: no
     list may be empty (numpy reads `[]` as float64: an empty list of another dtype is the normal
     path's)."""
@@ -463,9 +466,6 @@ def _fixed_positions(shape: Shape) -> tuple[tuple[int, int], ...]:
         if dim.size is not None:
             out.append((i if at is None or i < at else i - len(shape), dim.size))
     return tuple(out)
-
-
-Converter = Callable[[Any], Any]
 
 
 def field_converters(model: type[BaseModel], nonpositive: frozenset[int] | set[int] = frozenset()

@@ -34,7 +34,7 @@ array of another float width is cast once. Scalars may be Python or numpy scalar
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -135,7 +135,7 @@ PLANS = derived_table(PLAN_KEY, compile_plan)
 one dict lookup, for `validate_step`. Emptied when the registry changes (`modelinfo`)."""
 
 
-def _root_model(schema: dict[str, Any]) -> dict[str, Any]:
+def _root_model(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     node = schema
     while node.get("type") in ("definitions", "function-after"):
         node = node["schema"]
@@ -151,13 +151,13 @@ class _Compiler:
     builds the instance: pydantic-core would otherwise reuse the class's own, normal validator.
     """
 
-    def __init__(self, config: dict[str, Any] | None, nonpositive: set[int],
+    def __init__(self, config: Mapping[str, Any] | None, nonpositive: set[int],
                  raw: TensorSpec | None = None) -> None:
         self.config = _config_key(config)
         self.nonpositive = nonpositive  # ids of the specs whose list elements must be <= 0
         self.raw = raw  # the [*name] logprob whose Python float the finisher checks, converts
 
-    def node(self, node: dict[str, Any]) -> dict[str, Any]:
+    def node(self, node: Mapping[str, Any]) -> cs.CoreSchema:
         kind = node.get("type")
         if kind in _PLAIN_NODES:
             return node
@@ -186,7 +186,7 @@ class _Compiler:
             return {**node, key: [self.node(c) for c in node[key]]}
         raise Unsupported(f"schema node {kind!r}")
 
-    def _plain(self, node: dict[str, Any]) -> dict[str, Any]:
+    def _plain(self, node: Mapping[str, Any]) -> cs.CoreSchema:
         function = node["function"]["function"]
         owner = getattr(function, "__self__", None)
         if isinstance(owner, TensorSpec):
@@ -197,7 +197,7 @@ class _Compiler:
             return node  # validated by the normal function; its result is final
         raise Unsupported(f"validator {function!r}")
 
-    def _after(self, node: dict[str, Any]) -> dict[str, Any]:
+    def _after(self, node: Mapping[str, Any]) -> cs.CoreSchema:
         if node["function"]["function"] is not _CROSS or node["schema"].get("type") != "model":
             raise Unsupported("an after-validator of the project's own")
         inner = node["schema"]
@@ -214,7 +214,7 @@ class _Compiler:
         finish = _step_finisher(inner["cls"])
         return _wrap(finish, self._model_body(inner), node.get("ref"))
 
-    def _model(self, node: dict[str, Any]) -> dict[str, Any]:
+    def _model(self, node: Mapping[str, Any]) -> cs.CoreSchema:
         cls = node["cls"]
         if not issubclass(cls, Modalities):
             raise Unsupported(f"nested model {cls.__name__}")
@@ -223,17 +223,17 @@ class _Compiler:
         fields = self._model_body(node)["schema"]  # validated under the same configuration
         return _wrap(modalities_finisher(cls), fields, node.get("ref"))
 
-    def _model_body(self, node: dict[str, Any]) -> dict[str, Any]:
+    def _model_body(self, node: Mapping[str, Any]) -> dict[str, Any]:
         if node.get("custom_init") or node.get("post_init") or node.get("root_model"):
             raise Unsupported("custom __init__, post-init or root model")
         return {**node, "schema": self.node(node["schema"])}
 
 
-def _config_key(config: dict[str, Any] | None) -> dict[str, Any]:
+def _config_key(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (config or {}).items() if k != "title"}
 
 
-def _wrap(finish: Callable[[Any], Any], schema: dict[str, Any], ref: str | None) -> dict:
+def _wrap(finish: Callable[[Any], Any], schema: cs.CoreSchema, ref: str | None) -> cs.CoreSchema:
     out = cs.no_info_after_validator_function(finish, schema)
     if ref is not None:
         out["ref"] = ref
@@ -277,7 +277,7 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
         or final_in_schema(logprob_spec, id(logprob_spec) in nonpositive) \
         else converter(logprob_spec)
     raw = _raw_logprob(model)
-    raw_float = None if raw is None else float_scalar(numpy_dtype(raw.dtype))  # type: ignore[arg-type]
+    raw_float = None if raw is None else float_scalar(numpy_dtype(raw.dtypes[0]))  # one float
     binds = _shared_locations(model)
     free_logprob = any(d.variadic for d in logprob_spec.shape)
     # A scalar int action is always a Python int here: a Python float logprob needs its sign only
@@ -285,6 +285,7 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
     int_action = action_spec.is_scalar and action_spec.dtype in INT_DTYPES
     # Under an int action, list elements of logprob were checked <= 0 in pydantic-core.
     checked_lists = id(logprob_spec) in _nonpositive_specs(model) and not free_logprob
+    convert_checked = convert_logprob if checked_lists else None
     has_tokens, tokens_ok = _token_checker(model)
 
     def finish(step: Any) -> Any:
@@ -300,8 +301,8 @@ def _step_finisher(model: type[BaseModel]) -> Callable[[Any], Any]:
                 raise GiveUp
             if raw_float is not None:
                 values["logprob"] = raw_float(logprob)
-        elif logprob.__class__ is list and checked_lists:
-            values["logprob"] = convert_logprob(logprob)  # type: ignore[misc]
+        elif logprob.__class__ is list and convert_checked is not None:
+            values["logprob"] = convert_checked(logprob)
         elif logprob is not None:
             if convert_logprob is not None:
                 logprob = values["logprob"] = convert_logprob(logprob)
@@ -325,7 +326,7 @@ FieldCheck = Callable[[Any, Any], Any]
 
 
 def _field_checks(model: type[BaseModel]
-                  ) -> dict[str, tuple[FieldCheck, list[dict[str, Any]]]] | None:
+                  ) -> dict[str, tuple[FieldCheck, list[cs.CoreSchema]]] | None:
     """attribute -> (check, a choice tried first) for a step model whose fields all get their
     final values inside pydantic-core and share no named dim (the generic `RolloutStep`): each
     cross-field rule runs as a validator of its field, with the fields before it at hand
@@ -341,7 +342,7 @@ def _field_checks(model: type[BaseModel]
 
 
 def _build_field_checks(model: type[BaseModel]
-                        ) -> dict[str, tuple[FieldCheck, list[dict[str, Any]]]] | None:
+                        ) -> dict[str, tuple[FieldCheck, list[cs.CoreSchema]]] | None:
     specs = field_specs(model)
     logprob, action = specs.get("logprob"), specs.get("action")
     if not isinstance(logprob, TensorSpec) or not isinstance(action, TensorSpec) \
@@ -367,8 +368,9 @@ def _build_field_checks(model: type[BaseModel]
             raise GiveUp
         return value
 
-    checks = {info.attr("logprob"): (check_logprob, _nonpositive_first(logprob)),
-              info.attr("next_observation"): (check_next, [])}
+    checks: dict[str, tuple[FieldCheck, list[cs.CoreSchema]]] = {
+        info.attr("logprob"): (check_logprob, _nonpositive_first(logprob)),
+        info.attr("next_observation"): (check_next, [])}
     for wire in tokens:
         spec = specs[wire]
         checks[info.attr(wire)] = (_token_check(wire, spec),
@@ -384,16 +386,16 @@ def _check_shape(value: np.ndarray, validation: Any) -> Any:
     return value
 
 
-def _nonpositive_first(spec: TensorSpec) -> list[dict[str, Any]]:
+def _nonpositive_first(spec: TensorSpec) -> list[cs.CoreSchema]:
     """For a `[*name]` float log-prob: a float <= 0 (as the dtype's scalar, no check needed
     whatever the action) and nested lists of floats <= 0 (their shape checked), tried first.
     For a `[]` one: a Python float <= 0."""
     if spec.is_scalar and spec.dtype in FLOAT_DTYPES:
-        return [leaf_schema(spec.dtype, nonpositive=True)]  # type: ignore[arg-type]
+        return [leaf_schema(spec.dtype, nonpositive=True)]
     if not lone_tensor(spec) or spec.dtype not in FLOAT_DTYPES:
         return []
-    np_dtype = numpy_dtype(spec.dtype)  # type: ignore[arg-type]
-    nonpositive = leaf_schema(spec.dtype, nonpositive=True)  # type: ignore[arg-type]
+    np_dtype = numpy_dtype(spec.dtype)
+    nonpositive = leaf_schema(spec.dtype, nonpositive=True)
     return [cs.no_info_after_validator_function(float_scalar(np_dtype), nonpositive),
             *(cs.with_info_after_validator_function(_check_shape, lists)
               for lists in as_array(np_dtype, nested_lists(nonpositive)))]
@@ -424,8 +426,8 @@ def _token_check(wire: str, spec: TensorSpec) -> FieldCheck:
     return check
 
 
-def _checked(schema: dict[str, Any], check: FieldCheck, first: list[dict[str, Any]]
-             ) -> dict[str, Any]:
+def _checked(schema: cs.CoreSchema, check: FieldCheck, first: list[cs.CoreSchema]
+             ) -> cs.CoreSchema:
     """A field's schema (inside its `default`, if optional) followed by `check`, and the
     choices `first` tried before both."""
     if schema.get("type") == "default":
@@ -532,7 +534,7 @@ def _token_checker(model: type[BaseModel]
     checker = _token_ok(model)
     present = [w for w in TOKEN_FIELDS if isinstance(field_specs(model).get(w), TensorSpec)]
     if checker is None:
-        return (lambda values: False), checker  # type: ignore[return-value]
+        return (lambda values: False), (lambda values: True)
     if len(present) == 3:  # every step model: one expression, no loop
         a, b, c = present
         return (lambda v: v[a] is not None or v[b] is not None or v[c] is not None), checker

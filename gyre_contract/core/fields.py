@@ -23,7 +23,7 @@ from gyre_contract.core.dims import (
 )
 from gyre_contract.core.errors import Problem, describe
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.tensor import TensorSpec, gyre_error, tensor_spec_of
+from gyre_contract.core.tensor import TensorSpec, check_annotation, gyre_error, tensor_spec_of
 from gyre_contract.core.text import quoted
 
 F32 = "float32"
@@ -47,6 +47,18 @@ class GyreModel(BaseModel):
     gyre_version: ClassVar[str] = ""
     varying_dims: ClassVar[tuple[str, ...]] = ()
     batch_dims: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Each tensor field's type is checked against its spec (`check_annotation`). A bare
+        `field: Tensor(...)` annotation (the spelling before 0.3, which type checkers cannot
+        read) runs as `Annotated[<the type it yields>, Tensor(...)]`."""
+        super().__pydantic_init_subclass__(**kwargs)
+        for name, info in cls.model_fields.items():
+            if isinstance(info.annotation, TensorSpec):
+                info.metadata = [info.annotation, *info.metadata]
+                info.annotation = info.annotation.python_type
+            check_annotation(name, info.annotation, info.metadata)
 
     def to_record(self) -> dict[str, Any]:
         """The record as a plain dict keyed by wire names, absent optional fields left out."""
@@ -192,7 +204,8 @@ def _observation_spec(info: Any) -> Any:
     return None
 
 
-def record_bindings(model: type[GyreModel], values: dict[str, Any]) -> tuple[dict, list[Problem]]:
+def record_bindings(model: type[GyreModel], values: dict[str, Any]
+                    ) -> tuple[dict[str, Any], list[Problem]]:
     """Bind every named dim across the tensor fields of one record; conflicts become problems."""
     bindings: dict[str, Any] = {}
     problems: list[Problem] = []
@@ -203,7 +216,8 @@ def record_bindings(model: type[GyreModel], values: dict[str, Any]) -> tuple[dic
     return bindings, problems
 
 
-def _bind_value(path: str, spec: Any, value: Any, bindings: dict, problems: list) -> None:
+def _bind_value(path: str, spec: Any, value: Any, bindings: dict[str, Any],
+                problems: list[Problem]) -> None:
     if isinstance(spec, AnyObservation):
         if isinstance(value, dict):
             lead = spec.spec.shape[: len(spec.lead)]

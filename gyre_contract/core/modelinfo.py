@@ -48,7 +48,7 @@ class ModelInfo:
         return derived_table(key, build)[self.model]
 
 
-class DerivedTable(dict):
+class DerivedTable(dict[type[BaseModel], Any]):
     """Model class -> `build(model)` for one key, built on a miss: what `ModelInfo.derived`
     reads. A hot path (`validate_step`) may hold the table and index it (one dict lookup);
     `forget` and `forget_derived` empty it like every other derived value."""
@@ -79,7 +79,7 @@ def derived_table(key: str, build: Callable[[type[BaseModel]], Any]) -> DerivedT
     return table
 
 
-class _Infos(dict):
+class _Infos(dict[type[BaseModel], ModelInfo]):
     """Model class -> its info; a miss builds it. A plain dict: `validate_step` asks it on every
     call, and a hit must cost one dict lookup (a weak dict costs several times more). Model
     classes live as long as the program in practice; `forget` drops one explicitly."""

@@ -3,8 +3,8 @@
 Pin a project's shapes by subclassing, Pydantic-style::
 
     class CartPoleStep(RolloutStep):
-        observation: Tensor("float32", [4], role="observation")
-        action: Tensor("int64", [], role="action")
+        observation: Annotated[np.ndarray, Tensor("float32", [4], role="observation")]
+        action: Annotated[int, Tensor("int64", [], role="action")]
 
 `next_observation` follows a pinned `observation` unless the subclass pins it too. The rules
 the validators apply are those of the registry (`core.rules`), each once.
@@ -13,8 +13,9 @@ the validators apply are those of the registry (`core.rules`), each once.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
+import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
 from gyre_contract.core import modelinfo
@@ -40,44 +41,61 @@ class RolloutStepV1(GyreModel):
     gyre_kind: ClassVar[str] = "rollout_step"
     gyre_version: ClassVar[str] = "1.1.0"
 
+    # The type before each Tensor is what a validated value is (docs/contract.md §3): a plain
+    # Python scalar for shape [], else an ndarray; `Any` where a pinned subclass decides
+    # (`*act` is a scalar int for CartPole, an ndarray of token ids for an LLM).
     observation: Annotated[Any, AnyObservation("observation")] = Field(
         description="s_t: a float32 tensor, or an object of named modalities")
-    action: Tensor(("int64", F32), ["*act"], role="action",
-                   description="the action actually executed (LLM: the generated token ids)")
-    logprob: Tensor(F32, ["*logp"], role="logprob",
-                    description="log pi(a|s) under policy_version; [] or the action's dims") = None
-    ref_logprob: Tensor(F32, ["*ref_logprob"], role="ref_logprob",
-                        description="log-prob under the frozen reference policy (KL); [] or the "
-                                    "action's dims; never a behaviour logprob") = None
-    entropy: Tensor(F32, [], role="entropy", description="policy entropy at s_t") = None
-    value: Tensor(F32, [], role="value", description="critic estimate V(s_t)") = None
-    next_value: Tensor(F32, [], role="next_value",
-                       description="V(s_{t+1}); needed on a truncated or unfinished last step"
-                       ) = None
+    action: Annotated[Any, Tensor(
+        ("int64", F32), ["*act"], role="action",
+        description="the action actually executed (LLM: the generated token ids)")]
+    logprob: Annotated[Any, Tensor(
+        F32, ["*logp"], role="logprob",
+        description="log pi(a|s) under policy_version; [] or the action's dims")] = None
+    ref_logprob: Annotated[Any, Tensor(
+        F32, ["*ref_logprob"], role="ref_logprob",
+        description="log-prob under the frozen reference policy (KL); [] or the action's dims; "
+                    "never a behaviour logprob")] = None
+    entropy: Annotated[float | None, Tensor(
+        F32, [], role="entropy", description="policy entropy at s_t")] = None
+    value: Annotated[float | None, Tensor(
+        F32, [], role="value", description="critic estimate V(s_t)")] = None
+    next_value: Annotated[float | None, Tensor(
+        F32, [], role="next_value",
+        description="V(s_{t+1}); needed on a truncated or unfinished last step")] = None
     next_observation: Annotated[Any, AnyObservation("next_observation")] = Field(
         None, description="s_{t+1}; on a truncated last step the true final observation")
-    reward: Tensor(F32, [], role="reward", description="immediate reward r_t")
-    return_: Tensor(F32, [], role="return",
-                    description="discounted return G_t, never merged with reward") = Field(
-        None, alias="return")
-    step: Tensor("int64", [], role="step", description="0-based index within the episode")
-    episode_id: Tensor("string", [], role="episode_id", description="non-empty episode id")
-    terminated: Tensor("bool", [], role="terminated",
-                       description="the MDP reached a terminal state: no bootstrap")
-    truncated: Tensor("bool", [], role="truncated",
-                      description="cut short (time limit, budget): bootstrap from next_value")
-    policy_version: Tensor("int64", [], role="policy_version",
-                           description="version of the weights that produced this step")
-    group_id: Tensor("string", [], role="group_id",
-                     description="steps sampled for the same prompt or state (GRPO, RLOO, "
-                                 "best-of-n); never the episode id") = None
-    loss_mask: Tensor("bool", ["*loss_mask"], role="loss_mask",
-                      description="the action's dims: False on tokens the policy did not "
-                                  "generate (tool output spliced into a turn)") = None
-    token_reward: Tensor(F32, ["*token_reward"], role="token_reward",
-                         description="the action's dims: per-token reward (a process reward "
-                                     "model), beside the scalar reward") = None
-    info: Annotated[dict, JsonScalars()] = Field(None, description="free-form JSON scalars")
+    reward: Annotated[float, Tensor(F32, [], role="reward", description="immediate reward r_t")]
+    return_: Annotated[float | None, Tensor(
+        F32, [], role="return", description="discounted return G_t, never merged with reward"
+    )] = Field(None, alias="return")
+    step: Annotated[int, Tensor(
+        "int64", [], role="step", description="0-based index within the episode")]
+    episode_id: Annotated[str, Tensor(
+        "string", [], role="episode_id", description="non-empty episode id")]
+    terminated: Annotated[bool, Tensor(
+        "bool", [], role="terminated",
+        description="the MDP reached a terminal state: no bootstrap")]
+    truncated: Annotated[bool, Tensor(
+        "bool", [], role="truncated",
+        description="cut short (time limit, budget): bootstrap from next_value")]
+    policy_version: Annotated[int, Tensor(
+        "int64", [], role="policy_version",
+        description="version of the weights that produced this step")]
+    group_id: Annotated[str | None, Tensor(
+        "string", [], role="group_id",
+        description="steps sampled for the same prompt or state (GRPO, RLOO, best-of-n); "
+                    "never the episode id")] = None
+    loss_mask: Annotated[Any, Tensor(
+        "bool", ["*loss_mask"], role="loss_mask",
+        description="the action's dims: False on tokens the policy did not generate (tool "
+                    "output spliced into a turn)")] = None
+    token_reward: Annotated[Any, Tensor(
+        F32, ["*token_reward"], role="token_reward",
+        description="the action's dims: per-token reward (a process reward model), beside the "
+                    "scalar reward")] = None
+    info: Annotated[dict[str, Any] | None, JsonScalars()] = Field(
+        None, description="free-form JSON scalars")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A pinned `observation` pins `next_observation` too, unless the subclass says otherwise."""
@@ -85,7 +103,7 @@ class RolloutStepV1(GyreModel):
         if "observation" in annotations and "next_observation" not in annotations:
             annotations["next_observation"] = annotations["observation"]
             if "next_observation" not in cls.__dict__:
-                cls.next_observation = Field(  # type: ignore[assignment]
+                cls.next_observation = Field(
                     None, description="s_{t+1}; on a truncated last step the true final observation")
         super().__init_subclass__(**kwargs)
 
@@ -131,6 +149,10 @@ class BatchModel(GyreModel):
 
     model_config = ConfigDict(extra="allow")
 
+    if TYPE_CHECKING:  # every batch model has these fields (declared by each, for pydantic)
+        policy_version: np.ndarray
+        episode_id: np.ndarray | None
+
     def rule_problems(self) -> list[Problem]:
         """The registry's rules for this kind of batch (each batch model says which)."""
         raise NotImplementedError
@@ -163,28 +185,39 @@ class TrainBatchV1(BatchModel):
 
     obs: Annotated[Any, AnyObservation("observation", ("B", "T"))] = Field(
         description="observations [B, T, *obs], or an object of modalities each [B, T, ...]")
-    action: Tensor(("int64", F32), ["B", "T", "*act"], role="action", finite=False,
-                   description="actions taken")
-    reward: Tensor(F32, ["B", "T"], role="reward", finite=False, description="immediate rewards")
-    done: Tensor("bool", ["B", "T"], role="done", description="terminated OR truncated")
-    terminated: Tensor("bool", ["B", "T"], role="terminated",
-                       description="terminal state reached: no bootstrap") = None
-    truncated: Tensor("bool", ["B", "T"], role="truncated",
-                      description="cut short: bootstrap from the next value") = None
-    advantage: Tensor(F32, ["B", "T"], role="advantage", finite=False,
-                      description="advantage estimates")
-    return_: Tensor(F32, ["B", "T"], role="return", finite=False,
-                    description="return targets") = Field(None, alias="return")
-    value: Tensor(F32, ["B", "T"], role="value", finite=False, description="critic values") = None
-    logprob: Tensor(F32, ["B", "T"], role="logprob", finite=False,
-                    description="behaviour log-probabilities")
-    mask: Tensor("bool", ["B", "T"], role="mask",
-                 description="True on real steps; padding only at a row's end")
-    policy_version: Tensor("int64", ["B"], role="policy_version",
-                           description="version of the weights that produced each row")
-    episode_id: Tensor("string", ["B"], role="episode_id", description="episode of each row") = None
-    step: Tensor("int64", ["B", "T"], role="step", description="step index within the episode"
-                 ) = None
+    action: Annotated[np.ndarray, Tensor(
+        ("int64", F32), ["B", "T", "*act"], role="action", finite=False,
+        description="actions taken")]
+    reward: Annotated[np.ndarray, Tensor(
+        F32, ["B", "T"], role="reward", finite=False, description="immediate rewards")]
+    done: Annotated[np.ndarray, Tensor(
+        "bool", ["B", "T"], role="done", description="terminated OR truncated")]
+    terminated: Annotated[np.ndarray | None, Tensor(
+        "bool", ["B", "T"], role="terminated",
+        description="terminal state reached: no bootstrap")] = None
+    truncated: Annotated[np.ndarray | None, Tensor(
+        "bool", ["B", "T"], role="truncated",
+        description="cut short: bootstrap from the next value")] = None
+    advantage: Annotated[np.ndarray, Tensor(
+        F32, ["B", "T"], role="advantage", finite=False, description="advantage estimates")]
+    return_: Annotated[np.ndarray | None, Tensor(
+        F32, ["B", "T"], role="return", finite=False, description="return targets"
+    )] = Field(None, alias="return")
+    value: Annotated[np.ndarray | None, Tensor(
+        F32, ["B", "T"], role="value", finite=False, description="critic values")] = None
+    logprob: Annotated[np.ndarray, Tensor(
+        F32, ["B", "T"], role="logprob", finite=False,
+        description="behaviour log-probabilities")]
+    mask: Annotated[np.ndarray, Tensor(
+        "bool", ["B", "T"], role="mask",
+        description="True on real steps; padding only at a row's end")]
+    policy_version: Annotated[np.ndarray, Tensor(
+        "int64", ["B"], role="policy_version",
+        description="version of the weights that produced each row")]
+    episode_id: Annotated[np.ndarray | None, Tensor(
+        "string", ["B"], role="episode_id", description="episode of each row")] = None
+    step: Annotated[np.ndarray | None, Tensor(
+        "int64", ["B", "T"], role="step", description="step index within the episode")] = None
 
     def rule_problems(self) -> list[Problem]:
         """The `batch` rules of the `shape` phase, then (once the shapes hold) `values`."""

@@ -38,9 +38,12 @@ class Rule:
     finds those per field and `rules.field_rule` names them). `violate(clean, model)` turns a
     clean input (a step record, or a batch for `batch` rules) into one that breaks exactly this
     rule under `model` — a list of records for an `episode` rule — or returns None when `model`
-    cannot break it. `phase` orders rules of one kind (`episode`: "step" or "end"; `batch`:
-    "shape", "values" or "staleness"). `options` are the keyword arguments a path needs to apply
-    the rule at all (`require_complete=True`, `max_staleness=...`).
+    cannot break it. `variants` are more such builders, for a rule that can be broken in ways a
+    path may decide separately (an integer a float32 cannot hold exactly, alone or in a list of
+    floats: `field.dtype`); the registry test tries every path with each (`violations`). `phase`
+    orders rules of one kind (`episode`: "step" or "end"; `batch`: "shape", "values" or
+    "staleness"). `options` are the keyword arguments a path needs to apply the rule at all
+    (`require_complete=True`, `max_staleness=...`).
     """
 
     name: str
@@ -51,6 +54,7 @@ class Rule:
     phase: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     doc: str = ""
+    variants: tuple[Builder, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or not self.name.startswith(self.kind + "."):
@@ -61,6 +65,11 @@ class Rule:
     def message(self) -> str:
         """The message of its problems (the first one when it has several)."""
         return self.messages[0]
+
+    def violations(self, clean: Any, model: Any) -> list[Any]:
+        """Every input `violate` and `variants` build from `clean` under `model` (not None)."""
+        built = [build(clean, model) for build in (self.violate, *self.variants)]
+        return [b for b in built if b is not None]
 
     def problems(self, subject: Any) -> list[Problem]:
         """Its problems in `subject`, each naming this rule."""

@@ -58,6 +58,29 @@ def _bad_shape(record: dict[str, Any], model: Any) -> dict[str, Any]:
     return dict(record, action=[[1, 2], [3]])  # free dims: a ragged action
 
 
+INEXACT = 2**24 + 1
+"""The first integer a float32 cannot hold: it would be read as 16777216.0."""
+
+
+def _inexact_reward(record: dict[str, Any], model: Any) -> dict[str, Any]:
+    return dict(record, reward=INEXACT)
+
+
+def _inexact_in_floats(record: dict[str, Any], model: Any) -> dict[str, Any] | None:
+    """A float tensor's first element an integer beyond float32's exact range, beside floats
+    (numpy reads the list as float64: the integer is not seen as one unless looked for)."""
+    specs = field_specs(model)
+    for wire in ("observation", "logprob"):
+        value, spec = record.get(wire), specs.get(wire)
+        floats = isinstance(spec, AnyObservation) or isinstance(spec, TensorSpec) \
+            and spec.dtype == "float32"
+        if floats and isinstance(value, list) and len(value) > 1 \
+                and all(isinstance(v, float) for v in value):
+            return dict(record, **{wire: [-INEXACT if wire == "logprob" else INEXACT,
+                                          *value[1:]]})
+    return None
+
+
 FIELD_RULES = [
     Rule("field.required", "field", ("missing required field",), None,
          lambda r, m: _drop(r, "reward"), doc="every required field is present"),
@@ -72,7 +95,8 @@ FIELD_RULES = [
           "not a string", "integer out of range", "out of range for {dtype}",
           "integer too large to be exact in {dtype}", "not a number, bool or string array",
           "mixed"), None,
-         lambda r, m: dict(r, reward=True), doc="a value becomes the dtype without loss"),
+         lambda r, m: dict(r, reward=True), doc="a value becomes the dtype without loss",
+         variants=(_inexact_reward, _inexact_in_floats)),
     Rule("field.finite", "field", ("not finite",), None,
          lambda r, m: dict(r, reward=float("inf")), doc="float fields are finite"),
     Rule("field.shape", "field", ("wrong rank", "wrong shape", "ragged or mixed nested list"),

@@ -1,14 +1,21 @@
-"""The tensor field type for Pydantic v2: `Tensor("float32", ["*obs"], role="observation")`.
+"""The tensor field for Pydantic v2, written as `Annotated` metadata (the `pydantic.Field` idiom)::
 
-Scalars (shape `[]`) are checked inside pydantic-core and yield plain Python values; anything with
+    observation: Annotated[np.ndarray, Tensor("float32", [4], role="observation")]
+    reward: Annotated[float, Tensor("float32", [], role="reward")]
+
+`Tensor(...)` returns the field's `TensorSpec`, which validates and describes the value; the type
+before it is what a type checker sees: what a validated value is. Scalars (shape `[]`) are checked
+inside pydantic-core and yield plain Python values (`bool`, `int`, `float`, `str`); anything with
 dims yields a numpy array of the declared dtype. Both reject lossy casts (see `dims`).
+`check_annotation` holds the two together when a model class is built.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from types import NoneType, UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import numpy as np
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -18,6 +25,7 @@ from gyre_contract.core.dims import (
     DTYPES,
     EMPTY_STRING,
     FLOAT_DTYPES,
+    FLOAT_EXACT_INT,
     FLOAT_MAX,
     INT_RANGES,
     NON_EMPTY,
@@ -71,6 +79,16 @@ class TensorSpec:
     def expected(self) -> str:
         return expected_text(self.dtype, self.shape)
 
+    @property
+    def python_type(self) -> type:
+        """What a validated value is: `bool`, `int`, `float` or `str` for a scalar, else an
+        ndarray (a numpy scalar where the shape allows zero dims: `*act` given a scalar)."""
+        if not isinstance(self.dtype, str) or self.shape:
+            return np.ndarray
+        if self.dtype in ("bool", "string"):
+            return bool if self.dtype == "bool" else str
+        return float if self.dtype in FLOAT_DTYPES else int
+
     def validate(self, value: Any) -> np.ndarray:
         """Lossless conversion to the declared dtype, then rank and fixed-dim checks."""
         arr = self._convert(value)
@@ -92,8 +110,8 @@ class TensorSpec:
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        if self.is_scalar:
-            return scalar_core_schema(self.dtype, self.expected)  # type: ignore[arg-type]
+        if not self.shape and isinstance(self.dtype, str):
+            return scalar_core_schema(self.dtype, self.expected)
         return core_schema.no_info_plain_validator_function(
             self.validate,
             serialization=core_schema.plain_serializer_function_ser_schema(
@@ -170,7 +188,8 @@ def _array_of(items: dict[str, Any], dim: Dim) -> dict[str, Any]:
     return out
 
 
-def _nested_any_depth(spec: TensorSpec, leaf: dict[str, Any], defs: dict[str, Any]) -> dict:
+def _nested_any_depth(spec: TensorSpec, leaf: dict[str, Any], defs: dict[str, Any]
+                      ) -> dict[str, Any]:
     """`*name` admits any depth: a recursive `$defs` entry of leaf-or-array-of-itself."""
     name = "nested_" + "_or_".join(spec.dtypes)
     defs.setdefault(name, {"anyOf": [leaf, {"type": "array",
@@ -191,24 +210,64 @@ def Tensor(
     role: str | None = None,
     description: str = "",
     finite: bool = True,
-) -> Any:
-    """An annotation for a pydantic field holding a tensor of `dtype` and `shape`.
+) -> TensorSpec:
+    """The spec of a tensor field of `dtype` and `shape`, for `Annotated[<type>, Tensor(...)]`.
 
     `finite=False` admits NaN/inf (batch padding); the batch rules then check finiteness
     under the mask instead.
     """
     dtypes = dtype if isinstance(dtype, str) else tuple(dtype)
-    spec = TensorSpec(dtypes, parse_shape(shape), role, description, finite)
-    python_type = _python_type(spec)
-    return Annotated[python_type, spec]
+    return TensorSpec(dtypes, parse_shape(shape), role, description, finite)
 
 
-def _python_type(spec: TensorSpec) -> type:
-    if not spec.is_scalar:
-        return np.ndarray
-    return {"bool": bool, "string": str}.get(
-        spec.dtype, float if spec.dtype in FLOAT_DTYPES else int  # type: ignore[arg-type]
-    )
+def tensor_annotation(spec: TensorSpec) -> Any:
+    """`Annotated[<python type>, spec]`: the annotation of a field built in code."""
+    return Annotated[spec.python_type, spec]
+
+
+def check_annotation(name: str, annotation: Any, metadata: Sequence[Any]) -> TensorSpec | None:
+    """The field's TensorSpec, once its annotation is known to say what the spec yields.
+
+    Raises SchemaError where a type checker would be told something false: a scalar spec under
+    `np.ndarray`, an array spec under `float`, or `Annotated[...] | None` (the union hides the
+    spec from pydantic: the field would take null and lose its dtype and shape).
+    """
+    spec = tensor_spec_of(metadata)
+    if spec is None:
+        for member in _members(annotation):
+            if get_origin(member) is Annotated and tensor_spec_of(member.__metadata__):
+                raise SchemaError(
+                    f"field {name!r}: `Annotated[...] | None` hides the Tensor from pydantic; "
+                    "write the None inside: `Annotated[np.ndarray | None, Tensor(...)] = None`")
+        return None
+    wanted = spec.python_type
+    for member in _members(annotation):
+        if not _fits(member, wanted):
+            shown = getattr(member, "__name__", None) or repr(member)
+            raise SchemaError(
+                f"field {name!r}: Tensor({spec.expected}) yields {wanted.__name__} values, "
+                f"annotated {shown}; write Annotated[{_spelled(wanted)}, Tensor(...)]")
+    return spec
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The members of a union (`X | None`, `Optional[X]`) other than None; else the annotation."""
+    if isinstance(annotation, UnionType) or get_origin(annotation) is Union:
+        return [m for m in get_args(annotation) if m is not NoneType]
+    return [annotation]
+
+
+def _fits(member: Any, wanted: type) -> bool:
+    if member is Any or member is object:
+        return True
+    if wanted is not np.ndarray:
+        return member is wanted
+    origin = get_origin(member) or member  # npt.NDArray[np.float32] is an ndarray[...]
+    return isinstance(origin, type) and issubclass(origin, (np.ndarray, np.generic))
+
+
+def _spelled(wanted: type) -> str:
+    return "np.ndarray" if wanted is np.ndarray else wanted.__name__
 
 
 def tensor_spec_of(metadata: Sequence[Any]) -> TensorSpec | None:
@@ -255,8 +314,22 @@ def _strict_scalar(dtype: str) -> core_schema.CoreSchema:
     if dtype in INT_RANGES:
         lo, hi = INT_RANGES[dtype]
         return core_schema.int_schema(strict=True, ge=lo, le=hi)
+    return _exact_float(dtype)
+
+
+def _exact_float(dtype: str) -> core_schema.CoreSchema:
+    """A finite float within the dtype's range, or an integer the dtype holds exactly
+    (|i| <= 2**24 for float32) as that float. pydantic-core's strict float takes any int, and
+    `reward: 16777217` would be 16777216.0 in float32: `dims.scalar_reason` says why not."""
     top = FLOAT_MAX[dtype]
-    return core_schema.float_schema(strict=True, allow_inf_nan=False, ge=-top, le=top)
+    exact = FLOAT_EXACT_INT[dtype]
+    floats = core_schema.chain_schema([core_schema.is_instance_schema(float),
+                                       core_schema.float_schema(strict=True, allow_inf_nan=False,
+                                                                ge=-top, le=top)])
+    ints = core_schema.chain_schema([
+        core_schema.int_schema(strict=True, ge=-exact, le=exact),
+        core_schema.float_schema(strict=True)])
+    return core_schema.union_schema([floats, ints], mode="left_to_right")
 
 
 def shape_text(spec: TensorSpec) -> str:

@@ -14,8 +14,9 @@ the token rules of `core.tokenrules`.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
+import numpy as np
 from pydantic import Field
 
 from gyre_contract.core.errors import Problem
@@ -39,37 +40,47 @@ class TokenBatchV1(BatchModel):
     gyre_version: ClassVar[str] = "1.0.0"
     batch_dims: ClassVar[tuple[str, ...]] = ("B",)
 
-    prompt_ids: Tensor("int64", ["B", "P"], role="observation",
-                       description="prompt token ids, left-padded")
-    prompt_mask: Tensor("bool", ["B", "P"], role="mask",
-                        description="True on real prompt tokens (padding only at the start)")
-    response_ids: Tensor("int64", ["B", "R"], role="action",
-                         description="generated token ids, right-padded")
-    response_mask: Tensor("bool", ["B", "R"], role="mask",
-                          description="True on generated tokens the loss counts (loss_mask True)")
-    response_length: Tensor("int64", ["B"], role="other",
-                            description="number of real response tokens of each row")
-    logprob: Tensor(F32, ["B", "R"], role="logprob", finite=False,
-                    description="per-token log-probabilities under the sampling policy")
-    ref_logprob: Tensor(F32, ["B", "R"], role="ref_logprob", finite=False,
-                        description="per-token log-probabilities under the reference policy"
-                        ) = None
-    value: Tensor(F32, ["B", "R"], role="value", finite=False,
-                  description="per-token critic values") = None
-    token_reward: Tensor(F32, ["B", "R"], role="token_reward", finite=False,
-                         description="per-token rewards (process reward model)") = None
-    return_: Tensor(F32, ["B", "R"], role="return", finite=False,
-                    description="per-token return targets") = Field(None, alias="return")
-    advantage: Tensor(F32, ["B", "*adv"], role="advantage", finite=False,
-                      description="advantages: [B] (one per row) or [B, R] (one per token)")
-    reward: Tensor(F32, ["B"], role="reward", finite=False,
-                   description="the sequence reward of each row")
-    group_id: Tensor("string", ["B"], role="group_id",
-                     description="the group of each row (samples of one prompt)") = None
-    episode_id: Tensor("string", ["B"], role="episode_id", description="episode of each row")
-    policy_version: Tensor("int64", ["B"], role="policy_version",
-                           description="version of the weights that produced each row")
-    step: Tensor("int64", ["B"], role="step", description="turn index within the episode")
+    prompt_ids: Annotated[np.ndarray, Tensor(
+        "int64", ["B", "P"], role="observation", description="prompt token ids, left-padded")]
+    prompt_mask: Annotated[np.ndarray, Tensor(
+        "bool", ["B", "P"], role="mask",
+        description="True on real prompt tokens (padding only at the start)")]
+    response_ids: Annotated[np.ndarray, Tensor(
+        "int64", ["B", "R"], role="action", description="generated token ids, right-padded")]
+    response_mask: Annotated[np.ndarray, Tensor(
+        "bool", ["B", "R"], role="mask",
+        description="True on generated tokens the loss counts (loss_mask True)")]
+    response_length: Annotated[np.ndarray, Tensor(
+        "int64", ["B"], role="other", description="number of real response tokens of each row")]
+    logprob: Annotated[np.ndarray, Tensor(
+        F32, ["B", "R"], role="logprob", finite=False,
+        description="per-token log-probabilities under the sampling policy")]
+    ref_logprob: Annotated[np.ndarray | None, Tensor(
+        F32, ["B", "R"], role="ref_logprob", finite=False,
+        description="per-token log-probabilities under the reference policy")] = None
+    value: Annotated[np.ndarray | None, Tensor(
+        F32, ["B", "R"], role="value", finite=False, description="per-token critic values")] = None
+    token_reward: Annotated[np.ndarray | None, Tensor(
+        F32, ["B", "R"], role="token_reward", finite=False,
+        description="per-token rewards (process reward model)")] = None
+    return_: Annotated[np.ndarray | None, Tensor(
+        F32, ["B", "R"], role="return", finite=False, description="per-token return targets"
+    )] = Field(None, alias="return")
+    advantage: Annotated[np.ndarray, Tensor(
+        F32, ["B", "*adv"], role="advantage", finite=False,
+        description="advantages: [B] (one per row) or [B, R] (one per token)")]
+    reward: Annotated[np.ndarray, Tensor(
+        F32, ["B"], role="reward", finite=False, description="the sequence reward of each row")]
+    group_id: Annotated[np.ndarray | None, Tensor(
+        "string", ["B"], role="group_id",
+        description="the group of each row (samples of one prompt)")] = None
+    episode_id: Annotated[np.ndarray, Tensor(
+        "string", ["B"], role="episode_id", description="episode of each row")]
+    policy_version: Annotated[np.ndarray, Tensor(
+        "int64", ["B"], role="policy_version",
+        description="version of the weights that produced each row")]
+    step: Annotated[np.ndarray, Tensor(
+        "int64", ["B"], role="step", description="turn index within the episode")]
 
     def rule_problems(self) -> list[Problem]:
         """The shared `shape` rules and the `token_shape` ones, then `token_values`."""

@@ -55,14 +55,16 @@ def action_bound_dims(model: Any) -> frozenset[str]:
         for dim in getattr(inner, "shape", ()):
             if dim.name:
                 counts[dim.name] = counts.get(dim.name, 0) + 1
-    out = set()
+    out: set[str] = set()
     for wire in TOKEN_FIELDS:
         spec = specs.get(wire)
-        if not isinstance(spec, TensorSpec) or len(spec.shape) != 1 \
-                or not spec.shape[0].variadic or counts[spec.shape[0].name] != 1:
+        if not isinstance(spec, TensorSpec) or len(spec.shape) != 1 or not spec.shape[0].variadic:
+            continue
+        name = spec.shape[0].name
+        if name is None or counts[name] != 1:
             continue
         if wire != "ref_logprob" or not action.shape:
-            out.add(spec.shape[0].name)
+            out.add(name)
     return frozenset(out)
 
 

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import ne
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -25,6 +25,7 @@ from gyre_contract.core.fields import kind_fields, step_kinds
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import (
     AnyObservation,
+    BatchModel,
     GyreModel,
     RolloutStep,
     RolloutStepV1,
@@ -46,10 +47,18 @@ from gyre_contract.core.switches import FAST, fast_paths_enabled
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.core.tokenfields import action_bound_dims
 
-M = TypeVar("M", bound=GyreModel)
+S = TypeVar("S", bound=RolloutStepV1)
+B = TypeVar("B", bound=BatchModel)
 
 
-def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = RolloutStep) -> M:
+@overload
+def validate_step(record: Mapping[str, Any] | RolloutStepV1) -> RolloutStepV1: ...
+@overload
+def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[S]) -> S: ...
+
+
+def validate_step(record: Mapping[str, Any] | RolloutStepV1,
+                  model: type[RolloutStepV1] = RolloutStep) -> RolloutStepV1:
     """Validate one step record; return the model instance or raise ContractError with all problems.
 
     Arrays may be given as nested lists or numpy arrays. The fast path for samplers: give each
@@ -58,7 +67,7 @@ def validate_step(record: Mapping[str, Any] | RolloutStepV1, model: type[M] = Ro
     """
     if record.__class__ is not dict:
         if type(record) is model:
-            return record  # type: ignore[return-value]
+            return record
         if isinstance(record, BaseModel):
             record = record.model_dump(by_alias=True, exclude_none=True)
     on = FAST.on
@@ -109,7 +118,8 @@ def _field_problem(kind: str, loc: tuple[Any, ...], value: Any, ctx: Mapping[str
     spec = _spec_at(model, loc)
     expected = _expected(spec)
     if kind == "gyre_scalar":
-        why = scalar_reason(value, spec.dtype) if isinstance(spec, TensorSpec) else ""
+        why = scalar_reason(value, spec.dtype) \
+            if isinstance(spec, TensorSpec) and isinstance(spec.dtype, str) else ""
         if why == EMPTY_STRING:
             expected = NON_EMPTY
         return Problem(path, expected, describe(value), why or "invalid value")
@@ -120,7 +130,35 @@ def _field_problem(kind: str, loc: tuple[Any, ...], value: Any, ctx: Mapping[str
         return Problem(path, expected, describe(value), "unknown field")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return Problem(path, "an object", describe(value), "not an object")
-    return Problem(path, expected, describe(value), item["msg"])
+    if value is None:
+        return Problem(path, expected, "null", "null is not allowed")
+    return Problem(path, expected, describe(value), _reason(kind, ctx, item["msg"]))
+
+
+_REASONS = {
+    "string_type": "not a string", "string_sub_type": "not a string",
+    "string_unicode": "not a string", "int_type": "not an integer",
+    "int_parsing": "not an integer", "int_from_float": "not an integer",
+    "float_type": "not a number", "float_parsing": "not a number", "bool_type": "not a bool",
+    "bool_parsing": "not a bool", "finite_number": "not finite", "list_type": "not a list",
+    "tuple_type": "not a list",
+}
+"""pydantic's error types on plain fields (`text: str` of a `Modalities`) in the reasons a
+`Tensor` field gives (`dims.scalar_reason`): one wording whatever declared the field."""
+
+
+def _reason(kind: str, ctx: Mapping[str, Any], msg: str) -> str:
+    """The reason of a pydantic error on a plain field, in the project's words."""
+    reason = _REASONS.get(kind)
+    if reason is not None:
+        return reason
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return EMPTY_STRING
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])  # a model's own validator: its own message, without the prefix
+    if msg.startswith("Input should be "):
+        return "not " + msg[len("Input should be "):]  # "not greater than 0", "not 'a' or 'b'"
+    return msg[:1].lower() + msg[1:]
 
 
 def _dotted(loc: Iterable[Any]) -> str:
@@ -155,8 +193,11 @@ def _expected(spec: Any) -> str:
     if isinstance(spec, type) and issubclass(spec, BaseModel):
         return f"an object ({spec.__name__})"
     if isinstance(spec, type):
-        return spec.__name__
+        return _PLAIN_EXPECTED.get(spec, spec.__name__)
     return "a valid value"
+
+
+_PLAIN_EXPECTED = {str: "string", bool: "bool", int: "integer", float: "number"}
 
 
 def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
@@ -284,10 +325,10 @@ class EpisodeTracker:
             return False
         n = len(episode_id)
         changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
-        starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+        run_starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
         index: dict[str, int] = {}  # episode id -> code, in order of first appearance
-        codes = [index.setdefault(episode_id[i], len(index)) for i in starts]
-        code = np.repeat(codes, np.diff([*starts, n]))
+        codes = [index.setdefault(episode_id[i], len(index)) for i in run_starts]
+        code = np.repeat(codes, np.diff([*run_starts, n]))
         order = np.argsort(code, kind="stable")
         code, step, version = code[order], step[order], policy_version[order]
         done = (terminated | truncated)[order]
@@ -412,8 +453,9 @@ def tracks_dims(model: type[GyreModel]) -> bool:
     return model_info(model).derived("tracks_dims", _tracked_dims)
 
 
-def _tracked_dims(model: type[GyreModel], varying: frozenset[str] | None = None) -> bool:
-    varying = frozenset(model.varying_dims) | (varying or frozenset())
+def _tracked_dims(model: type[BaseModel], varying: frozenset[str] | None = None) -> bool:
+    own = model.varying_dims if issubclass(model, GyreModel) else ()
+    varying = frozenset(own) | (varying or frozenset())
     for spec in field_specs(model).values():
         if isinstance(spec, AnyObservation):
             return True
@@ -425,7 +467,7 @@ def _tracked_dims(model: type[GyreModel], varying: frozenset[str] | None = None)
     return False
 
 
-def _named_dims(model: type[GyreModel]) -> bool:
+def _named_dims(model: type[BaseModel]) -> bool:
     bound = action_bound_dims(model)  # fixed by the action's shape: nothing to track
     return any(_named(spec) for wire, spec in field_specs(model).items()
                if not (isinstance(spec, TensorSpec) and spec.shape
@@ -440,15 +482,23 @@ def _named(spec: Any) -> bool:
     return isinstance(spec, type) and has_named_dims(spec)
 
 
+@overload
+def validate_episode(steps: Iterable[Mapping[str, Any] | RolloutStepV1], *,
+                     require_complete: bool = False) -> list[RolloutStepV1]: ...
+@overload
+def validate_episode(steps: Iterable[Mapping[str, Any] | RolloutStepV1], model: type[S], *,
+                     require_complete: bool = False) -> list[S]: ...
+
+
 def validate_episode(
     steps: Iterable[Mapping[str, Any] | RolloutStepV1],
-    model: type[M] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     require_complete: bool = False,
-) -> list[M]:
+) -> list[Any]:
     """Validate each step and the episode rules; `steps[i].path` locates every problem."""
     tracker = EpisodeTracker(model)
-    out: list[M] = []
+    out: list[Any] = []
     problems: list[Problem] = []
     for i, record in enumerate(steps):
         try:
@@ -465,8 +515,8 @@ def validate_episode(
 
 
 def iter_validated_steps(
-    numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[M] = RolloutStep
-) -> Iterator[M]:
+    numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[RolloutStepV1] = RolloutStep
+) -> Iterator[RolloutStepV1]:
     """Deprecated: a second copy of io's validate → track loop. Use `gyre_contract.io.read_steps`
     (or `read_episodes`) for a file, `validate_episode` for records in memory.
 
@@ -478,8 +528,8 @@ def iter_validated_steps(
     return _validated_steps(numbered, model)
 
 
-def _validated_steps(numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[M]
-                     ) -> Iterator[M]:
+def _validated_steps(numbered: Iterable[tuple[int, Mapping[str, Any]]], model: type[S]
+                     ) -> Iterator[S]:
     tracker = EpisodeTracker(model)
     for line, record in numbered:
         try:
@@ -494,35 +544,55 @@ def _validated_steps(numbered: Iterable[tuple[int, Mapping[str, Any]]], model: t
 
 # -- batches ----------------------------------------------------------------------------
 
+@overload
+def validate_batch(batch: Mapping[str, Any] | BatchModel, *, current_version: int | None = None,
+                   max_staleness: int | None = None) -> TrainBatchV1: ...
+@overload
+def validate_batch(batch: Mapping[str, Any] | BatchModel, batch_model: type[B], *,
+                   current_version: int | None = None, max_staleness: int | None = None) -> B: ...
+
+
 @renamed_arguments(model="batch_model")
 def validate_batch(
-    batch: Mapping[str, Any] | TrainBatchV1,
-    batch_model: type[M] = TrainBatch,
+    batch: Mapping[str, Any] | BatchModel,
+    batch_model: type[BatchModel] = TrainBatch,
     *,
     current_version: int | None = None,
     max_staleness: int | None = None,
-) -> M:
+) -> BatchModel:
     """Validate a training batch (§4); with `max_staleness`, also how old its policy versions are.
 
     `current_version` defaults to the newest version in the batch.
     """
     model = batch_model
-    if not isinstance(batch, model):
+    if isinstance(batch, model):
+        validated = batch
+    else:
         if isinstance(batch, BaseModel):
             batch = batch.model_dump(by_alias=True, exclude_none=True)
         try:
-            batch = model.model_validate(batch)
+            validated = model.model_validate(batch)
         except ValidationError as err:
             raise ContractError(problems_from(err, model)) from None
     if max_staleness is not None:
-        problems = staleness_problems(batch, current_version, max_staleness)
+        problems = staleness_problems(validated, current_version, max_staleness)
         if problems:
             raise ContractError(problems)
-    return batch  # type: ignore[return-value]
+    return validated
+
+
+class _VersionedRows(Protocol):
+    """What the staleness rule reads of a batch: a batch model, or the row keys of a collated
+    batch checked against a trainer's own schema (`harness.stages`)."""
+
+    @property
+    def policy_version(self) -> np.ndarray: ...
+    @property
+    def episode_id(self) -> np.ndarray | None: ...
 
 
 def staleness_problems(
-    batch: TrainBatchV1, current_version: int | None, max_staleness: int
+    batch: _VersionedRows, current_version: int | None, max_staleness: int
 ) -> list[Problem]:
     """Rows whose policy version is older than `current - max_staleness`, or newer than current."""
     versions = np.asarray(batch.policy_version)

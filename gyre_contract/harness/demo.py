@@ -45,7 +45,7 @@ class SoftmaxPolicy:
     weights: np.ndarray = field(default_factory=lambda: np.zeros((5, 2)))
     value_weights: np.ndarray = field(default_factory=lambda: np.zeros(5))
     _moments: list[np.ndarray] = field(default_factory=lambda: [np.zeros((5, 2)), np.zeros((5, 2))])
-    _rng: np.random.Generator | None = None
+    _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.seed)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Annotated, Any, TextIO
 
 import numpy as np
 
@@ -54,14 +54,16 @@ from gyre_contract.schema import diff, json_schema
 class AdditionStep(LLMStep):
     """The demo sampler's step: an `LLMStep` whose v1.1 fields are all recorded (required)."""
 
-    ref_logprob: Tensor("float32", ["A"], role="ref_logprob",
-                        description="per-token log-probs under the frozen reference policy")
-    group_id: Tensor("string", [], role="group_id",
-                     description="the prompt's group: its completions share it")
-    loss_mask: Tensor("bool", ["A"], role="loss_mask",
-                      description="True on tokens the policy generated (all of them here)")
-    logprob: Tensor("float32", ["A"], role="logprob",
-                    description="per-token log-probs under policy_version")
+    ref_logprob: Annotated[np.ndarray, Tensor(
+        "float32", ["A"], role="ref_logprob",
+        description="per-token log-probs under the frozen reference policy")]
+    group_id: Annotated[str, Tensor(
+        "string", [], role="group_id", description="the prompt's group: its completions share it")]
+    loss_mask: Annotated[np.ndarray, Tensor(
+        "bool", ["A"], role="loss_mask",
+        description="True on tokens the policy generated (all of them here)")]
+    logprob: Annotated[np.ndarray, Tensor(
+        "float32", ["A"], role="logprob", description="per-token log-probs under policy_version")]
 
 
 GROUP_SIZE = 8
@@ -332,7 +334,7 @@ def _stage1(say: Say, result: LLMDemoResult, policy: TokenPolicy, task: Addition
     return path
 
 
-def _group_table(records: list[Mapping[str, Any]]) -> str:
+def _group_table(records: Sequence[Mapping[str, Any]]) -> str:
     first = records[0]
     lines = [f"  group {first['group_id']}, prompt {first['observation']['text']!r} "
              f"(ids {np.asarray(first['observation']['token_ids']).tolist()}), policy version "
@@ -363,7 +365,7 @@ def _diff_stage(say: Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, P
     fmap = report.field_map()
     map_path = out_dir / "map.json"
     write_text_atomic(map_path, _json_text(fmap))
-    ops = sorted({_op_of(spec) for spec in fmap.get("fields", {}).values()} - {None})
+    ops = sorted({op for op in map(_op_of, fmap.get("fields", {}).values()) if op is not None})
     say(f"\nmap written to {map_path}: rows={fmap.get('rows', 'episode')}, ops {ops}")
     ok = (report.exit_code() == 0 and fmap.get("rows") == "step"
           and "group_norm" in json.dumps(fmap.get("fields", {}).get("advantages", {})))

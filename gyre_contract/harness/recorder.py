@@ -11,19 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem, describe
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.checking import ProblemList, StepChecker
 from gyre_contract.io.episodes import Episode
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
 
 Policy = Callable[[Any], Any]
 """`policy(obs) -> action`, or `-> {"action": a, "logprob": lp, "entropy": h, "value": v}`.
@@ -71,7 +68,7 @@ class Recorder:
         value_fn: ValueFn | None = None,
         run_id: str = "run",
         seed: int | None = None,
-        model: type[BaseModel] = RolloutStep,
+        model: type[RolloutStepV1] = RolloutStep,
     ) -> None:
         self.policy = policy
         self.value_fn = value_fn
@@ -137,7 +134,7 @@ class Recorder:
                 episodes.append(episode)
         return episodes
 
-    def _episode_steps(self, n: int) -> Iterator[tuple[dict[str, Any], BaseModel]]:
+    def _episode_steps(self, n: int) -> Iterator[tuple[dict[str, Any], RolloutStepV1]]:
         started = min(n, self.num_envs)
         self._start(range(started))
         done_before = self.n_episodes
@@ -168,7 +165,7 @@ class Recorder:
 
     def _step_once(
         self, *, last: bool, restart: Callable[[int], bool],
-    ) -> Iterator[tuple[dict[str, Any], BaseModel]]:
+    ) -> Iterator[tuple[dict[str, Any], RolloutStepV1]]:
         """One env step: every record is built and the state updated before the first yield.
 
         `restart(env_index)` says whether a sub-env whose episode just ended starts a recorded one.
@@ -252,10 +249,16 @@ class TurnRecorder:
     turns of each episode; `policy_version` is read from the caller once per call (an int or a
     callable), so a sampler running behind the trainer says so. A `group` gets the group id
     `f"{run_id}-g{k}"` unless it is given one.
+
+    A generation cut by the length limit (vLLM `finish_reason == "length"`) is `truncated=True`,
+    and then not terminated unless said so. Log-probs may be given as an inference engine
+    returns them per position, a dict `{token_id: logprob}` or `{token_id: Logprob(logprob=...)}`
+    (vLLM's `CompletionOutput.logprobs`): the generated token's log-prob is taken at each
+    position (nothing is imported from the engine; any object with a `logprob` attribute does).
     """
 
     def __init__(self, *, policy_version: int | Callable[[], int], run_id: str = "run",
-                 model: type[BaseModel] = RolloutStep) -> None:
+                 model: type[RolloutStepV1] = RolloutStep) -> None:
         self.run_id = run_id
         self.model = model
         self._policy_version = policy_version
@@ -266,13 +269,15 @@ class TurnRecorder:
         self.n_steps = 0
 
     def turn(self, prompt_ids: Any, action: Any, *, reward: float, logprob: Any = None,
-             episode_id: str | None = None, terminated: bool = True, truncated: bool = False,
-             text: str | None = None, **fields: Any) -> dict[str, Any]:
+             episode_id: str | None = None, terminated: bool | None = None,
+             truncated: bool = False, text: str | None = None, **fields: Any) -> dict[str, Any]:
         """Record one generation: `prompt_ids` in (observation.token_ids, with `text` if given),
         the generated ids `action` out; `fields` adds optional step fields by wire name
-        (`ref_logprob`, `group_id`, `loss_mask`, `token_reward`, `info`, ...)."""
+        (`ref_logprob`, `group_id`, `loss_mask`, `token_reward`, `info`, ...). `terminated`
+        defaults to `not truncated`: a generation cut by the length limit is truncated only."""
         version = self._read_policy_version()
-        return self._record(prompt_ids, action, reward, logprob, episode_id, terminated,
+        done = not truncated if terminated is None else terminated
+        return self._record(prompt_ids, action, reward, logprob, episode_id, done,
                             truncated, text, version, fields)
 
     def group(self, prompt_ids: Any, completions: Iterable[Mapping[str, Any]],
@@ -280,17 +285,39 @@ class TurnRecorder:
               text: str | None = None) -> list[dict[str, Any]]:
         """Record the completions of one prompt, one single-turn episode each, under one
         `group_id` and one policy version. Each completion is a mapping with `action` and any
-        of `logprob`, `ref_logprob`, `loss_mask`, `token_reward`."""
+        of `logprob`, `ref_logprob`, `loss_mask`, `token_reward`, and `truncated` (True for a
+        completion cut by the length limit: then not terminated) or `terminated`. `rewards`
+        holds one reward per completion."""
+        completions, rewards = list(completions), list(rewards)
+        if len(rewards) != len(completions):
+            raise ContractError(Problem(
+                "rewards", f"{len(completions)} rewards (one per completion)",
+                f"{len(rewards)} rewards for {len(completions)} completions",
+                "group: rewards and completions differ in length"))
+        for i, completion in enumerate(completions):
+            if not isinstance(completion, Mapping):
+                raise TypeError(f"group: completions[{i}] must be a mapping with 'action' (the "
+                                f"generated ids), got {type(completion).__name__}")
+            if "action" not in completion:
+                raise ContractError(Problem(f"completions[{i}].action", "the generated token ids",
+                                            f"keys [{', '.join(map(str, completion))}]",
+                                            "group: a completion without its action"))
         version = self._read_policy_version()
         gid = f"{self.run_id}-g{self.n_groups}" if group_id is None else group_id
         self.n_groups += 1
         records = []
-        for completion, reward in zip(completions, rewards, strict=True):
+        for i, (completion, reward) in enumerate(zip(completions, rewards, strict=True)):
             extra = dict(completion)
             action = extra.pop("action")
             logprob = extra.pop("logprob", None)
-            records.append(self._record(prompt_ids, action, reward, logprob, None, True, False,
-                                        text, version, {**extra, "group_id": gid}))
+            truncated = bool(extra.pop("truncated", False))
+            terminated = bool(extra.pop("terminated", not truncated))
+            try:
+                records.append(self._record(prompt_ids, action, reward, logprob, None,
+                                            terminated, truncated, text, version,
+                                            {**extra, "group_id": gid}))
+            except ContractError as err:
+                raise err.under(f"completions[{i}]") from None
         return records
 
     @property
@@ -313,7 +340,10 @@ class TurnRecorder:
             observation["text"] = text
         record: dict[str, Any] = {"observation": observation, "action": _plain(action)}
         if logprob is not None:
-            record["logprob"] = _plain(logprob)
+            record["logprob"] = _plain(chosen_logprobs("logprob", logprob, action))
+        if fields.get("ref_logprob") is not None:
+            fields = {**fields, "ref_logprob": chosen_logprobs("ref_logprob",
+                                                               fields["ref_logprob"], action)}
         record.update({"reward": float(reward), "step": self._steps.get(episode_id, 0),
                        "episode_id": episode_id, "terminated": bool(terminated),
                        "truncated": bool(truncated), "policy_version": version})
@@ -336,8 +366,41 @@ class TurnRecorder:
         return version() if callable(version) else version
 
 
+def chosen_logprobs(name: str, value: Any, action: Any) -> Any:
+    """Per-position log-probs as an inference engine returns them — a list of dicts
+    `{token_id: logprob}` or `{token_id: Logprob(logprob=..., rank=..., decoded_token=...)}`, one
+    per generated token (vLLM's `CompletionOutput.logprobs`) — as the generated tokens'
+    log-probs, float32 `[A]`; anything else is returned as it is. The engine is never
+    imported: an object with a `logprob` attribute, or a number, is read. A position without
+    the generated token, a position that is not a dict, or a count that differs from the
+    action's is a ContractError naming `name` and the position."""
+    if not isinstance(value, (list, tuple)) or not any(isinstance(v, Mapping) for v in value):
+        return value
+    ids = np.asarray(action).reshape(-1).tolist()
+    if len(value) != len(ids):
+        raise ContractError(Problem(name, f"{len(ids)} positions (one per generated token)",
+                                    f"{len(value)} positions", "per-position log-probs do not "
+                                    "match the generated tokens"))
+    out = np.empty(len(ids), np.float32)
+    for i, (position, token) in enumerate(zip(value, ids)):
+        if not isinstance(position, Mapping):
+            raise ContractError(Problem(f"{name}[{i}]", "a dict {token_id: logprob} at every "
+                                        "position", describe(position),
+                                        "per-position log-probs mix dicts and other values"))
+        entry = position.get(token, position.get(str(token)))
+        number = getattr(entry, "logprob", entry)
+        if entry is None or isinstance(number, bool) or \
+                not isinstance(number, (int, float, np.integer, np.floating)):
+            keys = ", ".join(sorted(map(str, position))[:5])
+            got = f"token ids [{keys}]" if entry is None else describe(entry)
+            raise ContractError(Problem(f"{name}[{i}]", f"the log-prob of the generated token "
+                                        f"{token}", got, "no log-prob for the generated token"))
+        out[i] = number
+    return out
+
+
 def episodes_from_records(
-    records: Iterable[Mapping[str, Any]], model: type[BaseModel] = RolloutStep,
+    records: Iterable[Mapping[str, Any]], model: type[RolloutStepV1] = RolloutStep,
 ) -> list[Episode]:
     """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
 
@@ -348,7 +411,10 @@ def episodes_from_records(
     problems = ProblemList()
     checker = StepChecker(model, problems)
     assembler = EpisodeAssembler(model)
-    episodes = list(checker.feed(enumerate(records), assembler))
+    # as dicts: a record that fails validation advances its episode only when the checker can
+    # read its episode id and step, which it does of a dict
+    rows = (r if r.__class__ is dict else dict(r) for r in records)
+    episodes = list(checker.feed(enumerate(rows), assembler))
     checker.finish(require_complete=False)
     if problems:
         raise ContractError([replace(p, line=None).under(f"records[{p.line}]")

@@ -260,13 +260,15 @@ class RunTimer:
         Its curves are the metrics added per cycle; its `metrics` are `metrics` when given, else
         each curve's last value (left out when the last cycle reported none that is finite).
         """
+        total_s = self.total_s  # raises unless the `with` block ran (which set started_at)
+        assert self.started_at is not None
         names = list(dict.fromkeys(n for cycle in self.cycle_metrics for n in cycle))
         curves = {n: [cycle.get(n) for cycle in self.cycle_metrics] for n in names}
         if metrics is None:
             metrics = {n: values[-1] for n, values in curves.items() if values[-1] is not None}
         return RunRecord(
             run_id=run_id, config=config, rollout_s=self.seconds("rollout"),
-            train_s=self.seconds("train"), total_s=self.total_s, n_steps=self.n_steps,
+            train_s=self.seconds("train"), total_s=total_s, n_steps=self.n_steps,
             n_episodes=self.n_episodes, batch_shape=tuple(batch_shape),
             policy_version=policy_version, notes=notes, started_at=self.started_at,
             metrics=dict(metrics), curves=curves,
@@ -291,7 +293,7 @@ def is_metric(value: Any) -> bool:
 class RunLog:
     """`runs.jsonl`: one `RunRecord` per line, appended whole, read back with line numbers."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
     def append(self, record: RunRecord) -> None:

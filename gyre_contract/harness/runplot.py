@@ -132,7 +132,7 @@ def _median_per_cycle(curves: Sequence[Sequence[float | None]]) -> list[float]:
     length = max((len(c) for c in curves), default=0)
     medians = []
     for i in range(length):
-        values = [c[i] for c in curves if i < len(c) and c[i] is not None]
+        values = [v for v in (c[i] for c in curves if i < len(c)) if v is not None]
         medians.append(statistics.median(values) if values else float("nan"))
     return medians
 

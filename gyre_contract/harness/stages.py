@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -174,6 +174,8 @@ def half_way(
     dtype, stale policy versions), when `loss_fn` raises, or when the loss is not one finite
     number; SchemaError when the trainer schema cannot describe a batch.
     """
+    if max_staleness is not None and max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
     clock = time.perf_counter()
     schema = _trainer(trainer, batch_dims, batch_model)
     fmap = _field_map(field_map)
@@ -196,7 +198,8 @@ def half_way(
                                          max_staleness=max_staleness)
         batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows)
+        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows,
+                             episode_id=columns.get("episode_id"))
         if max_staleness is not None:
             stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
             if stale:
@@ -427,7 +430,9 @@ def full_loop(
         raise ValueError(f"cycles must be >= 1, got {cycles}")
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-    fmap = field_map if hasattr(field_map, "to_train_batch") else _field_map(field_map)
+    # a FieldMap, or a stand-in with its methods (a test's map that loses an episode)
+    fmap = cast(FieldMap, field_map) if hasattr(field_map, "to_train_batch") else \
+        _field_map(field_map)
     schema = _trainer(trainer, batch_dims, batch_model)
     version = start_version
     reports: list[CycleReport] = []
@@ -448,15 +453,19 @@ def full_loop(
                     columns = fmap.collated(episodes, max_len=max_len)
                     batch = _row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns), columns.get("mask"), rows=fmap.rows)
+                    arrays = schema.check(fmap.apply(columns), columns.get("mask"),
+                                          rows=fmap.rows, episode_id=columns.get("episode_id"))
                 metrics = _metrics(train_fn(arrays))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]
             _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
             tokens = token_row_stats(columns, version - 1) if is_token_rows(columns) else None
-            batch_shape = (tokens.rows, tokens.response_width) if tokens else \
-                tuple(int(n) for n in np.shape(batch.mask))  # type: ignore[assignment]
+            if tokens:
+                batch_shape = (tokens.rows, tokens.response_width)
+            else:
+                rows, width = np.shape(batch.mask)  # [B, T]
+                batch_shape = (int(rows), int(width))
             reports.append(CycleReport(
                 cycle=cycle, policy_version=version - 1, n_steps=counts.n_steps,
                 n_episodes=counts.n_episodes, n_ended=counts.n_ended, batch_shape=batch_shape,

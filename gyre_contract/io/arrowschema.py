@@ -30,7 +30,15 @@ from pydantic import BaseModel
 from gyre_contract.core.dims import Dim, format_shape
 from gyre_contract.core.errors import Problem, SchemaError, describe
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import AnyObservation, JsonScalars, Modalities, RolloutStep, field_specs
+from gyre_contract.core.models import (
+    AnyObservation,
+    GyreModel,
+    JsonScalars,
+    Modalities,
+    RolloutStep,
+    RolloutStepV1,
+    field_specs,
+)
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.core.text import quoted
 from gyre_contract.core.tokenfields import TOKEN_FIELDS
@@ -55,7 +63,7 @@ def is_parquet(path: str | os.PathLike[str]) -> bool:
 
 # -- the Arrow schema of a step model ---------------------------------------------------------
 
-def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None) -> Any:
+def to_arrow_schema(model: type[RolloutStepV1] = RolloutStep, *, sample: Any = None) -> Any:
     """The Arrow schema of a step model, with the x-gyre facts in field and schema metadata.
 
     A model whose fields all have one dtype and a known rank (a pinned model such as
@@ -88,7 +96,7 @@ def to_arrow_schema(model: type[BaseModel] = RolloutStep, *, sample: Any = None)
     return pa.schema(fields, metadata=schema_metadata(model))
 
 
-def _token_layout(model: type[BaseModel], step: Any, wire: str, spec: TensorSpec
+def _token_layout(model: type[RolloutStepV1], step: Any, wire: str, spec: TensorSpec
                   ) -> tuple[TensorSpec, Any]:
     """A free-shape token field (`*name`) laid out as the field its rule binds it to:
     `ref_logprob` as `logprob`, `loss_mask` and `token_reward` as the action (its dims, the
@@ -111,7 +119,7 @@ def _without_variadic(spec: TensorSpec) -> TensorSpec:
     return TensorSpec(spec.dtype, shape, spec.role, spec.description, spec.finite)
 
 
-def _validated_sample(sample: Any, model: type[BaseModel]) -> Any:
+def _validated_sample(sample: Any, model: type[RolloutStepV1]) -> Any:
     if sample is None:
         return None
     if isinstance(sample, model):
@@ -236,7 +244,7 @@ def _field_metadata(spec: Any, info: Any, value: Any = None) -> dict[bytes, byte
             for k, v in meta.items() if v is not None}
 
 
-def schema_metadata(model: type[BaseModel]) -> dict[bytes, bytes]:
+def schema_metadata(model: type[GyreModel]) -> dict[bytes, bytes]:
     return {b"x-gyre-kind": str(model.gyre_kind).encode(),
             b"x-gyre-version": str(model.gyre_version).encode(),
             b"x-gyre-model": model.__name__.encode(),
@@ -245,7 +253,7 @@ def schema_metadata(model: type[BaseModel]) -> dict[bytes, bytes]:
 
 # -- does a file's Arrow schema fit the model? ------------------------------------------------
 
-def arrow_schema_problems(schema: Any, model: type[BaseModel] = RolloutStep) -> list[Problem]:
+def arrow_schema_problems(schema: Any, model: type[RolloutStepV1] = RolloutStep) -> list[Problem]:
     """One problem per column that disagrees with the model; [] when every column fits.
 
     Each names the field rule the column breaks for every row (`field.required` for a missing
@@ -268,7 +276,7 @@ def _by_name(fields: Any) -> dict[str, Any]:
     return {f.name: f if counts[f.name] == 1 else counts[f.name] for f in fields}
 
 
-def _metadata_problems(meta: Mapping[bytes, bytes], model: type[BaseModel]) -> list[Problem]:
+def _metadata_problems(meta: Mapping[bytes, bytes], model: type[GyreModel]) -> list[Problem]:
     problems = []
     kind = meta.get(b"x-gyre-kind", b"").decode()
     if kind and kind != model.gyre_kind:
@@ -348,7 +356,7 @@ def _mismatch(spec: Any, arrow_type: Any) -> str | None:
         if pa.types.is_struct(arrow_type):
             for child in arrow_type:
                 leaf, _ = peel(child.type)
-                if _leaf_kind(leaf) not in ("b", "i", "u", "f", "U"):
+                if _leaf_kind(leaf) not in ("b", "i", "u", "f", "U", "null"):
                     return f"has modality {quoted(child.name)} of an unsupported type"
             return None
         return _tensor_mismatch(spec.spec, arrow_type)
@@ -374,6 +382,8 @@ def _tensor_mismatch(spec: TensorSpec, arrow_type: Any) -> str | None:
         if dim is not None and dim.size is not None and size is not None and size != dim.size:
             return "has the wrong size"
     kind = _leaf_kind(leaf)
+    if kind == "null" and sizes:
+        return None  # lists of no type hold only `[]` (the field's dtype, as in JSON) or nulls
     wanted = {_kind(d) for d in spec.dtypes}
     if kind in wanted or (kind in "iu" and "f" in wanted) or (kind == "u" and "i" in wanted):
         return None
@@ -408,6 +418,8 @@ def _leaf_kind(arrow_type: Any) -> str:
         return "f"
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return "U"
+    if pa.types.is_null(arrow_type):
+        return "null"
     return "?"
 
 
@@ -449,7 +461,7 @@ _ARROW_NAMES = {"float": "float32", "double": "float64", "halffloat": "float16",
 
 
 
-def is_pinned(model: type[BaseModel]) -> bool:
+def is_pinned(model: type[RolloutStepV1]) -> bool:
     """Whether `model` lays out without a sample (every field of one dtype and a known rank)."""
     try:
         to_arrow_schema(model)
@@ -486,6 +498,62 @@ def layout_problems(records: list[dict[str, Any]], schema: Any, start: int) -> l
                 f"{layout} as settled by steps[0]; write {column.name} in one form in the "
                 f"whole file (or pin the model), or use JSON Lines"))
     return sorted(problems, key=lambda p: _row_of(p.path))
+
+
+def dtype_problems(records: list[dict[str, Any]], schema: Any, start: int,
+                   model: type[BaseModel]) -> list[Problem]:
+    """Rows `start`.. of `records` whose integers would go into a float column of a field whose
+    dtype `model` leaves open: the unpinned action (`int64` or `float32`) or a free modality.
+
+    JSON Lines keeps each value's own dtype (the episode rule `episode.dtype_fixed` compares
+    them); a Parquet column has one, settled by the first record (`steps[0]`), and an integer
+    written into a float column would come back a float, a record the JSON Lines file does not
+    hold. (A float into an integer column is refused by `parquet._changed_by_arrow`.)"""
+    import pyarrow as pa
+
+    specs = field_specs(model)
+    problems = []
+    for column in schema:
+        spec = specs.get(column.name)
+        if isinstance(spec, TensorSpec) and len(spec.dtypes) > 1:
+            children = [("", column.type)]
+        elif isinstance(spec, AnyObservation) and pa.types.is_struct(column.type):
+            children = [(f".{child.name}", child.type) for child in column.type]
+        else:
+            continue
+        for suffix, arrow_type in children:
+            leaf, _ = peel(arrow_type)
+            if not pa.types.is_floating(leaf):
+                continue
+            for i, record in enumerate(records):
+                value = record.get(column.name)
+                if suffix and isinstance(value, dict):
+                    value = value.get(suffix[1:])
+                if _integers_only(value):
+                    problems.append(Problem(
+                        f"steps[{start + i}].{column.name}{suffix}", type_text(arrow_type),
+                        describe(value),
+                        f"cannot be written as this column: a Parquet column has one dtype, here "
+                        f"{type_text(leaf)} as settled by steps[0]; write {column.name}{suffix} "
+                        f"in one dtype in the whole file (or pin the model), or use JSON Lines"))
+    return sorted(problems, key=lambda p: _row_of(p.path))
+
+
+def _integers_only(value: Any) -> bool:
+    """Whether a value is integers and nothing else (at least one): an int, an integer array,
+    nested lists of ints."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.dtype.kind in "iu" and value.size > 0
+    stack, seen = [value], False
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            seen = True
+        else:
+            return False
+    return seen
 
 
 def _row_of(path: str) -> int:

@@ -15,8 +15,8 @@ from operator import ne
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.episodes import Episode, episode_from_steps
 from gyre_contract.io.fastfile import Block
@@ -34,7 +34,7 @@ class _Rows:
 class EpisodeAssembler:
     """Holds the steps of the episodes still open; hands over each episode when it ends."""
 
-    def __init__(self, model: type[BaseModel]) -> None:
+    def __init__(self, model: type[RolloutStepV1]) -> None:
         self.model = model
         self.open: dict[str, list[Any]] = {}  # (line, step) pairs and _Rows
 
@@ -80,7 +80,7 @@ class EpisodeAssembler:
             lines = parts[0].lines if len(parts) == 1 else [n for p in parts for n in p.lines]
             return parts[0].block.plan.episode(episode_id, [(p.block, p.rows) for p in parts],
                                                lines)
-        steps: list[tuple[int, BaseModel]] = []
+        steps: list[tuple[int, RolloutStepV1]] = []
         for part in parts:
             if part.__class__ is not _Rows:
                 steps.append(part)

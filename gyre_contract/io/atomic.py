@@ -116,7 +116,7 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator
                 os.remove(tmp)  # only still there when the write failed
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *,
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], *,
                  fsync: bool = True) -> Path:
     """Call `write(f)` on a temporary file next to `path`, then rename it to `path`."""
     with atomic_path(path, fsync=fsync) as tmp, open(tmp, "wb") as f:
@@ -127,7 +127,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True) -> Path:
     """Replace `path` with `data` atomically (the previous file stays whole on any failure)."""
-    return atomic_write(path, lambda f: f.write(data) and None, fsync=fsync)
+    return atomic_write(path, lambda f: f.write(data), fsync=fsync)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *, fsync: bool = True) -> Path:

@@ -31,7 +31,7 @@ from gyre_contract.core.fields import AnyObservation, field_specs, kind_fields, 
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.switches import fast_paths_enabled
-from gyre_contract.core.tensor import Tensor, TensorSpec
+from gyre_contract.core.tensor import Tensor, TensorSpec, tensor_annotation
 from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.fastfile import Block, BulkPlan, build_plan
@@ -51,7 +51,7 @@ def bindable(model: type[BaseModel]) -> bool:
 class Binder:
     """The bound plan of one file: built from the first block whose first lines agree."""
 
-    def __init__(self, model: type[BaseModel]) -> None:
+    def __init__(self, model: type[RolloutStepV1]) -> None:
         self.model = model
         self.plan: BulkPlan | None = None
         self.tries = 0
@@ -64,7 +64,7 @@ class Binder:
         return self.plan
 
 
-def bind_plan(model: type[BaseModel], lines: list[Any]) -> BulkPlan | None:
+def bind_plan(model: type[RolloutStepV1], lines: list[Any]) -> BulkPlan | None:
     """The plan of `model` pinned to what the first lines of `lines` show; None when they are
     not all clean steps of one shape per field, or the model is not simple enough once pinned."""
     steps = []
@@ -73,7 +73,7 @@ def bind_plan(model: type[BaseModel], lines: list[Any]) -> BulkPlan | None:
             return None
         try:
             record = orjson.loads(raw)
-            steps.append(validate_step(record, model))  # type: ignore[arg-type]
+            steps.append(validate_step(record, model))
         except (orjson.JSONDecodeError, ContractError, TypeError):
             return None
     if not steps:
@@ -82,7 +82,7 @@ def bind_plan(model: type[BaseModel], lines: list[Any]) -> BulkPlan | None:
     return None if seen is None else _plan_of(model, seen)
 
 
-def _plan_of(model: type[BaseModel], seen: tuple[Any, ...]) -> BulkPlan | None:
+def _plan_of(model: type[RolloutStepV1], seen: tuple[Any, ...]) -> BulkPlan | None:
     plans = model_info(model).derived(PLANS_KEY, _no_plans)  # files of one shape share a plan
     if seen in plans:
         return plans[seen]
@@ -100,7 +100,7 @@ def _plan_of(model: type[BaseModel], seen: tuple[Any, ...]) -> BulkPlan | None:
     return plan
 
 
-def _consistent(model: type[BaseModel], plan: BulkPlan) -> bool:
+def _consistent(model: type[RolloutStepV1], plan: BulkPlan) -> bool:
     """Whether a step carrying every field of the plan, with its bound shapes, is valid under
     `model`: the rules that relate shapes (a token field as long as the action, logprob [] or
     the action's dims, ...) hold for the bound shapes, so they hold on every line the plan takes.
@@ -114,7 +114,7 @@ def _consistent(model: type[BaseModel], plan: BulkPlan) -> bool:
         record[wire] = "x" if dtype.kind == "U" else zeros.item() if not zeros.ndim else zeros
     record.update(step=0, terminated=False, truncated=False, policy_version=0)
     try:
-        validate_step(record, model)  # type: ignore[arg-type]
+        validate_step(record, model)
     except ContractError:
         return False
     return True
@@ -129,7 +129,7 @@ def _no_plans(model: type[BaseModel]) -> dict[tuple[Any, ...], BulkPlan | None]:
     return {}
 
 
-def plan_from_kinds(model: type[BaseModel], kinds: dict[str, tuple[str, tuple[int, ...]]]
+def plan_from_kinds(model: type[RolloutStepV1], kinds: dict[str, tuple[str, tuple[int, ...]]]
                     ) -> BulkPlan | None:
     """The plan of `model` pinned to the (dtype, shape) of each field that `kinds` gives (a
     typed file's columns, e.g. Parquet); None when a field cannot be pinned that way. An
@@ -149,7 +149,7 @@ def plan_from_kinds(model: type[BaseModel], kinds: dict[str, tuple[str, tuple[in
     return _plan_of(model, tuple(seen))
 
 
-def _seen(model: type[BaseModel], steps: list[Any]
+def _seen(model: type[RolloutStepV1], steps: list[Any]
           ) -> tuple[tuple[str, tuple[str, tuple[int, ...]] | None], ...] | None:
     """(wire, (dtype, shape) or None when no step has it) of each open field of `model`; None
     when a field shows several or holds modalities."""
@@ -170,8 +170,8 @@ def _seen(model: type[BaseModel], steps: list[Any]
     return tuple(out)
 
 
-def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] | None]
-            ) -> tuple[type[BaseModel] | None, frozenset[str]]:
+def _pinned(model: type[RolloutStepV1], seen: dict[str, tuple[str, tuple[int, ...]] | None]
+            ) -> tuple[type[RolloutStepV1] | None, frozenset[str]]:
     """A subclass of `model` with each open field pinned to the (dtype, shape) seen; (None,
     ...) when a field cannot be pinned that way."""
     info = model_info(model)
@@ -179,7 +179,7 @@ def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] 
     annotations: dict[str, Any] = {}
     namespace: dict[str, Any] = {}
     no_ints = set()
-    bindings, _ = record_bindings(model, {  # type: ignore[arg-type]
+    bindings, _ = record_bindings(model, {
         wire: np.zeros(kind[1], kind[0]) for wire, kind in seen.items() if kind is not None})
     for wire, kind in seen.items():
         spec = specs[wire]
@@ -200,8 +200,9 @@ def _pinned(model: type[BaseModel], seen: dict[str, tuple[str, tuple[int, ...]] 
         if len(tensor.dtypes) > 1 and dtype in FLOAT_DTYPES:
             no_ints.add(wire)
         attr = info.attr(wire)
-        annotations[attr] = Tensor(dtype, list(shape), role=tensor.role,
-                                   description=tensor.description, finite=tensor.finite)
+        annotations[attr] = tensor_annotation(Tensor(
+            dtype, list(shape), role=tensor.role, description=tensor.description,
+            finite=tensor.finite))
         field_info = model.model_fields[attr]
         if not field_info.is_required():
             namespace[attr] = Field(None, alias=field_info.alias)
@@ -225,6 +226,8 @@ def _unseen_shape(spec: TensorSpec, bindings: dict[str, Any]
     for dim in spec.shape:
         if dim.size is not None:
             shape.append(dim.size)
+        elif dim.name is None:  # a dim is a size or a name
+            return None
         elif dim.variadic:
             shape += bindings.get(dim.name, ())
         elif isinstance(bindings.get(dim.name), int):
@@ -252,7 +255,7 @@ class Binding:
     optional tensor fields it carries (`presence`), and a field's kind is its bound dtype.
     """
 
-    def __init__(self, model: type[BaseModel], plan: BulkPlan) -> None:
+    def __init__(self, model: type[RolloutStepV1], plan: BulkPlan) -> None:
         self.model = model
         self.plan = plan
         named = {w for w, s in field_specs(model).items() if _has_named(s)}
@@ -289,7 +292,7 @@ class Binding:
     def _dims(self, carried: tuple[str, ...]) -> dict[str, Any]:
         plan = self.plan
         values = {w: np.zeros(plan.shapes[w], plan.dtypes[w]) for w in (*self.required, *carried)}
-        bindings, _ = record_bindings(self.model, values)  # type: ignore[arg-type]
+        bindings, _ = record_bindings(self.model, values)
         return {k: v for k, v in bindings.items() if k not in self.varying}
 
 

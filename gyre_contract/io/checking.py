@@ -14,14 +14,12 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Any, Protocol, runtime_checkable
 
 from gyre_contract.core.errors import ContractError, Problem
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.core.validate import EpisodeTracker, validate_step
-from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.binding import Binder, bindable
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.fastfile import Block, BulkPlan, bulk_plan
@@ -30,10 +28,28 @@ from gyre_contract.io.lines import Item, Lines
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
 
 
-def bulk_plan_for(model: type[BaseModel]) -> BulkPlan | None:
+def bulk_plan_for(model: type[RolloutStepV1]) -> BulkPlan | None:
     """The bulk JSON Lines plan of `model`; None when the model is not simple enough for it or
     when `GYRE_FAST_PATHS=0` turns fast paths off (then every line goes one by one)."""
     return bulk_plan(model) if fast_paths_enabled() else None
+
+
+@runtime_checkable
+class _BatchSource(Protocol):
+    """A source checked a batch at a time (`parquet.ParquetRows`): each batch decoded on its
+    columns where it can be (`decode_block`), else parsed into items."""
+
+    def blocks(self) -> Iterator[tuple[int, Any]]: ...
+    def parse(self, first: int, batch: Any) -> Iterator[Item]: ...
+    def decode_block(self, batch: Any, arrays: bool = False) -> Block | None: ...
+
+
+class _EpisodeSink(Protocol):
+    """What `StepChecker.feed` hands each valid step and each checked block to: an
+    `EpisodeAssembler`, or the columnar reader's sink (which keeps blocks whole)."""
+
+    def add(self, n: int, step: RolloutStepV1) -> Episode | None: ...
+    def add_block(self, checked: Block, first: int) -> list[Episode]: ...
 
 
 class ProblemList(list[Problem]):
@@ -56,7 +72,7 @@ class StepChecker:
     `steps` count what was checked.
     """
 
-    def __init__(self, model: type[BaseModel], groups: ProblemGroups | ProblemList | None = None,
+    def __init__(self, model: type[RolloutStepV1], groups: ProblemGroups | ProblemList | None = None,
                  stats: FieldStats | None = None,
                  episode_ids: dict[str, int] | None = None) -> None:
         self.model = model
@@ -77,15 +93,15 @@ class StepChecker:
         if problems:
             raise ContractError(problems)
 
-    def item(self, item: Item) -> tuple[int, BaseModel] | None:
+    def item(self, item: Item) -> tuple[int, RolloutStepV1] | None:
         """One line or row of a source; its `(line, step)` when the record is a valid step."""
-        if item.__class__ is tuple:
-            return self.record(*item)  # type: ignore[misc]
-        self.problems(item.problems)  # type: ignore[union-attr]
-        record = item.record  # type: ignore[union-attr]
-        return None if record is None else self.record(item.line, record)  # type: ignore[union-attr]
+        if isinstance(item, tuple):
+            return self.record(*item)
+        self.problems(item.problems)
+        record = item.record
+        return None if record is None else self.record(item.line, record)
 
-    def record(self, n: int, record: Any) -> tuple[int, BaseModel] | None:
+    def record(self, n: int, record: Any) -> tuple[int, RolloutStepV1] | None:
         """Validate one record found on line (or row) `n`, then apply the episode rules."""
         self.records += 1
         if self.stats is not None:
@@ -105,7 +121,7 @@ class StepChecker:
         return None
 
     def checked(self, n: int, keys: dict[str, Any], step: Any,
-                problems: list[Problem] | None) -> tuple[int, BaseModel] | None:
+                problems: list[Problem] | None) -> tuple[int, RolloutStepV1] | None:
         """A record validated elsewhere (a Ray worker): its keys, and its step or, with
         `problems`, the `lost` part of it (episode id and step, where it had them)."""
         self.records += 1
@@ -117,7 +133,7 @@ class StepChecker:
         self.skip(step, n)
         return None
 
-    def step(self, n: int, step: BaseModel) -> tuple[int, BaseModel]:
+    def step(self, n: int, step: RolloutStepV1) -> tuple[int, RolloutStepV1]:
         """A valid step: count it, note its values, apply the episode rules."""
         self.steps += 1
         if self.stats is not None:
@@ -125,7 +141,7 @@ class StepChecker:
         group_id = getattr(step, "group_id", None)
         if group_id is not None:
             self.group_versions.add(group_id, step.policy_version)
-        found = self.tracker.add(step, n)  # type: ignore[arg-type]
+        found = self.tracker.add(step, n)
         if found:
             self.problems(found)
         return n, step
@@ -165,14 +181,14 @@ class StepChecker:
                     ids[eid] = first + i
         return True
 
-    def feed(self, source: Lines | Iterable[Item],
-             episodes: EpisodeAssembler | None = None) -> Iterator[Episode]:
+    def feed(self, source: Lines | _BatchSource | Iterable[Item],
+             episodes: _EpisodeSink | None = None) -> Iterator[Episode]:
         """Check every item of `source`, in order; yield the episodes that `episodes` completes.
 
         A JSON Lines source is checked a block at a time where the model allows (`fastfile`),
         else, like any other source, item by item. Same problems, lines and counts either way.
         """
-        if hasattr(source, "decode_block"):  # a typed source checked a batch at a time
+        if isinstance(source, _BatchSource):  # a typed source checked a batch at a time
             yield from self._typed(source, episodes)
             return
         bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
@@ -195,7 +211,7 @@ class StepChecker:
         if tail is not None:
             yield from self._items((tail,), episodes)
 
-    def _typed(self, source: Any, episodes: Any) -> Iterator[Episode]:
+    def _typed(self, source: _BatchSource, episodes: _EpisodeSink | None) -> Iterator[Episode]:
         """`feed` over a source of typed batches (`parquet.ParquetRows`): each batch checked on
         its columns where it can be, else row by row. Episodes are assembled from rows (a
         checked batch keeps no lines to rebuild a mixed episode from), except for a sink that
@@ -209,7 +225,7 @@ class StepChecker:
             else:
                 yield from self._items(source.parse(first, batch), episodes)
 
-    def _items(self, items: Iterable[Item], episodes: EpisodeAssembler | None
+    def _items(self, items: Iterable[Item], episodes: _EpisodeSink | None
                ) -> Iterator[Episode]:
         take = self.item
         if episodes is None:
@@ -230,7 +246,7 @@ class StepChecker:
     def report(self, *, path: str | os.PathLike[str], lines: int, require_complete: bool,
                tail_bytes: int = 0) -> FileReport:
         """The `FileReport` of what was checked (call `finish` first); needs `groups`, `stats`."""
-        assert self.groups is not None and self.stats is not None
+        assert isinstance(self.groups, ProblemGroups) and self.stats is not None
         t = self.tracker
         report = FileReport(
             path="", checked_against=f"model {self.model.__name__}", records=self.records,
@@ -242,7 +258,7 @@ class StepChecker:
                              require_complete=require_complete, tail_bytes=tail_bytes)
 
 
-def unread_report(model: type[BaseModel], problems: list[Problem], *,
+def unread_report(model: type[RolloutStepV1], problems: list[Problem], *,
                   path: str | os.PathLike[str], lines: int, require_complete: bool,
                   max_examples_per_group: int) -> FileReport:
     """The report of a file whose records were not read (e.g. its Parquet schema disagrees):
@@ -254,7 +270,7 @@ def unread_report(model: type[BaseModel], problems: list[Problem], *,
                          require_complete=require_complete)
 
 
-def check_items(items: Lines | Iterable[Item], model: type[BaseModel], *,
+def check_items(items: Lines | _BatchSource | Iterable[Item], model: type[RolloutStepV1], *,
                 path: str | os.PathLike[str], require_complete: bool,
                 max_examples_per_group: int, lines: int | None = None,
                 episode_ids: dict[str, int] | None = None) -> FileReport:

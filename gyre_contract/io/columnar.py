@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from gyre_contract.core.dims import numpy_dtype
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import RolloutStep, field_specs
+from gyre_contract.core.models import RolloutStep, RolloutStepV1, field_specs
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.fastfile import Block
@@ -58,12 +58,12 @@ class _Sink:
     takes_blocks = True  # a checked block is kept whole, never taken apart into steps
 
     def __init__(self) -> None:
-        self.chunks: list[Block | list[BaseModel]] = []
+        self.chunks: list[Block | list[RolloutStepV1]] = []
 
-    def add(self, n: int, step: BaseModel) -> None:
+    def add(self, n: int, step: RolloutStepV1) -> None:
         last = self.chunks[-1] if self.chunks else None
-        if last.__class__ is list:
-            last.append(step)  # type: ignore[union-attr]
+        if isinstance(last, list):
+            last.append(step)
         else:
             self.chunks.append([step])
 
@@ -72,7 +72,7 @@ class _Sink:
         return []
 
 
-def read_columns(path: str | os.PathLike[str], model: type[BaseModel] = RolloutStep, *,
+def read_columns(path: str | os.PathLike[str], model: type[RolloutStepV1] = RolloutStep, *,
                  allow_partial_tail: bool = False) -> FileColumns | None:
     """The file's valid steps as columns; raises ContractError on the first problem (as
     `read_episodes`), None when its fields do not fit columns (module doc). A Parquet file
@@ -80,7 +80,7 @@ def read_columns(path: str | os.PathLike[str], model: type[BaseModel] = RolloutS
     sink = _Sink()
     source = ParquetRows(path, model) if is_parquet(path) else \
         Lines(path, allow_partial_tail=allow_partial_tail)
-    for _ in StepChecker(model).feed(source, sink):  # type: ignore[arg-type]
+    for _ in StepChecker(model).feed(source, sink):
         pass
     if not sink.chunks:
         return None
@@ -89,12 +89,12 @@ def read_columns(path: str | os.PathLike[str], model: type[BaseModel] = RolloutS
     ids: list[Any] = []
     chunks: list[tuple[int, dict[str, Any]]] = []
     for chunk in sink.chunks:
-        if chunk.__class__ is list:
-            found = _step_columns(chunk, info, specs)  # type: ignore[arg-type]
-            ids.append([s.episode_id for s in chunk])  # type: ignore[union-attr]
+        if isinstance(chunk, list):
+            found = _step_columns(chunk, info, specs)
+            ids.append([s.episode_id for s in chunk])
         else:
-            found = _block_columns(chunk)  # type: ignore[arg-type]
-            ids.append(chunk.episode_id)  # type: ignore[union-attr]
+            found = _block_columns(chunk)
+            ids.append(chunk.episode_id)
         if found is None:
             return None
         chunks.append((len(ids[-1]), found))
@@ -148,7 +148,7 @@ def _block_columns(block: Block) -> dict[str, Any] | None:
     return out
 
 
-def _step_columns(steps: list[BaseModel], info: Any, specs: dict[str, Any]
+def _step_columns(steps: list[RolloutStepV1], info: Any, specs: dict[str, Any]
                   ) -> dict[str, Any] | None:
     out = {}
     for wire in info.wires:
@@ -169,7 +169,7 @@ def _step_columns(steps: list[BaseModel], info: Any, specs: dict[str, Any]
             out[wire] = np.array(values, dtype=np.str_)
             continue
         if isinstance(spec, TensorSpec) and len(spec.dtypes) == 1:
-            dtype = numpy_dtype(spec.dtype)  # a scalar field validates to a Python number
+            dtype: np.dtype | None = numpy_dtype(spec.dtypes[0])  # a scalar: a Python number
         else:
             dtypes = {getattr(v, "dtype", None) for v in present}
             if len(dtypes) != 1 or None in dtypes:

@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel
-
 from gyre_contract.core.errors import ContractError, InputError, Problem
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.checking import StepChecker
@@ -33,7 +31,7 @@ from gyre_contract.io.shards import ShardResult, ShardsReport, all_cpus_at_once,
 
 def validate_dataset(
     ds: Any,
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     shard_column: str = "path",
     row_column: str | None = None,
@@ -61,8 +59,9 @@ def validate_dataset(
     return merge(f"dataset ({len(shards)} shards)", f"model {model.__name__}", results)
 
 
-def _checked_rows(ds: Any, model: type[BaseModel], shard_column: str,
-                  row_column: str | None, batch_size: int) -> Iterator[tuple]:
+def _checked_rows(ds: Any, model: type[RolloutStepV1], shard_column: str,
+                  row_column: str | None, batch_size: int
+                  ) -> Iterator[tuple[Any, Any, dict[str, Any], Any, list[Problem] | None]]:
     """(shard, row or None, record keys, step or lost, problems or None) in dataset order.
 
     A record that failed validation comes with `lost`: its episode id and step, if it has them.
@@ -88,7 +87,7 @@ def _require_columns(ds: Any, names: list[str]) -> None:
                          f"shard_column=)")
 
 
-def _validate_batch(batch: Any, *, model: type[BaseModel], shard_column: str,
+def _validate_batch(batch: Any, *, model: type[RolloutStepV1], shard_column: str,
                     row_column: str | None) -> Any:
     """Ray worker: validate each record of a columnar batch; one pickled list per batch."""
     import pyarrow as pa
@@ -97,7 +96,7 @@ def _validate_batch(batch: Any, *, model: type[BaseModel], shard_column: str,
     rows = batch.column(row_column).to_pylist() if row_column else [None] * batch.num_rows
     data = batch.drop_columns([c for c in (shard_column, row_column) if c])
     known = set(model_info(model).wires)
-    out = []
+    out: list[tuple[Any, Any, dict[str, Any], Any, list[Problem] | None]] = []
     for shard, row, record in zip(shards, rows, records_from_arrow(data, model)):
         try:
             out.append((shard, row, _keys(record, known), validate_step(record, model), None))
@@ -116,7 +115,7 @@ class _ShardAcc:
     """One shard's running stage-1 state: the `StepChecker` of `validate_file`, fed with rows
     checked on the workers."""
 
-    def __init__(self, shard: str, model: type[BaseModel], max_examples: int) -> None:
+    def __init__(self, shard: str, model: type[RolloutStepV1], max_examples: int) -> None:
         self.shard = shard
         self.checker = StepChecker(model, ProblemGroups(max_examples), FieldStats(model))
         self.rows = 0
@@ -143,7 +142,7 @@ class _ShardAcc:
 def iter_train_batches(
     ds: Any,
     field_map: Any,
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     shard_column: str = "path",
     row_column: str | None = None,

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from gyre_contract.core.dims import FLOAT_DTYPES, format_shape, numpy_dtype
 from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import AnyObservation, field_specs
+from gyre_contract.core.models import AnyObservation, RolloutStepV1, field_specs
 from gyre_contract.core.tensor import TensorSpec
 
 
@@ -56,7 +56,7 @@ class Episode:
 
 
 
-def episode_from_steps(steps: list[tuple[int, BaseModel]], model: type[BaseModel]) -> Episode:
+def episode_from_steps(steps: list[tuple[int, RolloutStepV1]], model: type[RolloutStepV1]) -> Episode:
     """Columns of one episode from its validated steps (with their line numbers)."""
     models = [s for _, s in steps]
     info = model_info(model)

@@ -9,9 +9,10 @@ are ruled out on the whole block at once, and the episode rules run vectorised
 (`EpisodeTracker.add_columns`).
 
 Like the fast path of `validate_step`, this only ever accepts: a block holding anything unusual
-(any error, a duplicate key, an escape sequence, a float tensor element beyond the range where
-an integer is exact, ...) gets None and is checked line by line by the normal path, which decides
-and explains. `tests/io/test_fast_file.py` pins that reports are identical either way.
+(any error, a duplicate key, an escape sequence, an integer literal in a float field beyond the
+range where the float holds it exactly, ...) gets None and is checked line by line by the
+normal path, which decides and explains. `tests/io/test_fast_file.py` pins that reports are
+identical either way.
 
 It implements the registry's `field` and `step` rules listed in `FAST_PATH` (the episode rules
 are `EpisodeTracker.add_columns`'s); while a rule of those kinds is registered that it does not
@@ -21,7 +22,7 @@ list, `bulk_plan` gives None for every model, as it does under `GYRE_FAST_PATHS=
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not
@@ -45,9 +46,6 @@ from gyre_contract.io.episodes import Episode
 _COLON = ord(":")
 MAX_INFO_KEYS = 1000
 """Far below the reader's per-record key limit, whatever the model's own fields."""
-_FLOAT_LO, _FLOAT_HI = -(2.0**63), 2.0**64
-"""The normal reader takes integer literals within int64/uint64 and reports any beyond; a float
-field strictly inside these bounds cannot have been such a literal."""
 _EPISODE_FIELDS = ("episode_id", "step", "policy_version", "terminated", "truncated")
 
 
@@ -95,7 +93,7 @@ class Block:
 class BulkPlan:
     """The msgspec decoder and column plan of one simple step model."""
 
-    def __init__(self, model: type[BaseModel], fields: list[tuple[str, str, Any, bool]],
+    def __init__(self, model: type[RolloutStepV1], fields: list[tuple[str, str, Any, bool]],
                  discrete: bool, no_ints: frozenset[str] = frozenset(),
                  specs: dict[str, Any] | None = None) -> None:
         self.model = model
@@ -105,7 +103,7 @@ class BulkPlan:
         """Wires whose presence per line `Block.present` records (set by `binding`)."""
         self.bound: Any = None
         """For a plan bound from a file's data: its `binding.Binding` (dims and kinds)."""
-        self.stats_model: type[BaseModel] = model
+        self.stats_model: type[RolloutStepV1] = model
         """The model whose tensor fields the report's field table lists (`array_counts`)."""
         self.extra: dict[str, Any] = {}
         """What other readers derive from this plan and keep with it (a Parquet JSON decoder)."""
@@ -168,10 +166,12 @@ class BulkPlan:
         if arrays:
             block.arrays, block.lists = {}, {}
             for wire in counts:
-                array, values = self._block_column(wire, counts[wire], block.n, parts)
-                block.arrays[wire] = array
-                if array is None:
-                    block.lists[wire] = values
+                column = self._block_column(wire, counts[wire], block.n, parts)
+                if isinstance(column, np.ndarray):
+                    block.arrays[wire] = column
+                else:
+                    block.arrays[wire] = None
+                    block.lists[wire] = column
         return block
 
     def _decode_part(self, lines: list[Any], arrays: bool) -> _Part | None:
@@ -245,23 +245,23 @@ class BulkPlan:
         return _array(values, n, dtype, shape)
 
     def _block_column(self, wire: str, count: int, n: int, parts: list[_Part]
-                      ) -> tuple[np.ndarray | None, tuple[Any, ...] | None]:
-        """(the block's array of a field, None) or (None, its values as in `columns`)."""
+                      ) -> np.ndarray | tuple[Any, ...]:
+        """The block's array of a field, or its values as in `columns`."""
         dtype = self.dtypes.get(wire)
         pieces = [part.values.get(wire) for part in parts]
         if dtype is not None and dtype.kind == "f":
             return _joined([np.full((part.n, *self.shapes[wire]), np.nan, dtype)
                             if piece is None else piece
-                            for part, piece in zip(parts, pieces)]), None
+                            for part, piece in zip(parts, pieces)])
         if all(piece.__class__ is np.ndarray for piece in pieces):
-            return _joined(pieces), None
+            return _joined(pieces)
         values = tuple(chain.from_iterable(repeat(None, part.n) if piece is None else piece
                                            for part, piece in zip(parts, pieces)))
         if count == n and dtype is not None and dtype.kind != "U":
-            return _array(values, n, dtype, self.shapes[wire]), None
-        return None, values
+            return _array(values, n, dtype, self.shapes[wire])
+        return values
 
-    def array_counts(self, block: Block) -> list[tuple[str, str, tuple[int, ...], int]]:
+    def array_counts(self, block: Block) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
         """(wire, dtype, shape, lines) of each tensor field the block carries, for the report."""
         out = []
         for wire, spec in field_specs(self.stats_model).items():
@@ -335,9 +335,10 @@ class BulkPlan:
         """Per field of the block: one array over its lines (floats NaN where absent), or None
         for a field that stays a list (strings, `info`, a non-float field some lines lack)."""
         if block.arrays is None:
-            again = self._decode(block.lines, arrays=True)  # the same lines: the same result
-            block.arrays, block.lists = again.arrays, again.lists  # type: ignore[union-attr]
-        return block.arrays  # type: ignore[return-value]
+            again = self._decode(block.lines, arrays=True)
+            assert again is not None and again.arrays is not None  # these lines decoded before
+            block.arrays, block.lists = again.arrays, again.lists
+        return block.arrays
 
     def _list_column(self, wire: str, parts: list[tuple[Block, Any]]) -> Any:
         values: list[Any] = []
@@ -446,7 +447,7 @@ def bound_specs(specs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _nonpositive(logprobs: list[Any]) -> bool:
+def _nonpositive(logprobs: Sequence[Any]) -> bool:
     present = [v for v in logprobs if v is not None] if None in logprobs else logprobs
     return max(present) <= 0
 
@@ -477,14 +478,16 @@ def bulk_plan(model: type[BaseModel]) -> BulkPlan | None:
     return model_info(model).derived(PLAN_KEY, _build)
 
 
-def build_plan(model: type[BaseModel], no_ints: frozenset[str] = frozenset()
+def build_plan(model: type[RolloutStepV1], no_ints: frozenset[str] = frozenset()
                ) -> BulkPlan | None:
     """A new bulk plan of `model` (not cached; see `_build`), or None."""
     return _build(model, no_ints) if fast_paths_enabled() else None
 
 
 _INFO_INT = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_INFO_FLOAT = Annotated[float, msgspec.Meta(gt=_FLOAT_LO, lt=_FLOAT_HI)]
+_INFO_FLOAT = Annotated[float, msgspec.Meta(gt=-(2.0**63), lt=2.0**64)]
+"""The normal reader takes integer literals within int64/uint64 and reports any beyond; an `info`
+float strictly inside these bounds cannot have been such a literal."""
 _CROSS = "_cross_field_rules"
 
 
@@ -495,7 +498,7 @@ def _cross_rules() -> Any:
 def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> BulkPlan | None:
     """The plan of `model`; None when it is not simple enough. `no_ints`: wires whose numbers
     must be written as floats (read as `int | float`, refused when an integer comes)."""
-    if not FAST_PATH.usable():
+    if not FAST_PATH.usable() or not issubclass(model, RolloutStepV1):
         return None  # a registered rule this reader does not implement: the normal path
     decorators = model.__pydantic_decorators__
     if decorators.field_validators or decorators.model_validators.keys() != {_CROSS} \
@@ -535,7 +538,7 @@ def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> Bul
 
 def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
     """The msgspec type that accepts exactly a subset of what the normal path accepts;
-    `ints_too`: a float leaf also takes an integer literal, as an int (see `_has_int`)."""
+    `ints_too`: a float leaf also takes any integer literal, as an int (see `_has_int`)."""
     if not isinstance(spec.dtype, str) or spec.dtype in ("bfloat16", "string") and spec.shape:
         return None
     if any(d.size is None or d.size == 0 for d in spec.shape):
@@ -544,16 +547,12 @@ def _msgspec_type(spec: TensorSpec, ints_too: bool = False) -> Any:
         return Annotated[str, msgspec.Meta(min_length=1)]
     if not spec.finite:
         return None
-    if spec.shape:  # a float element beyond the exact-int range may have been written as an int
-        leaf = _number(spec.dtype, exact_ints=True)
-        if ints_too and spec.dtype in FLOAT_DTYPES:
-            leaf = leaf | _any_int()
-        for dim in reversed(spec.shape):
-            leaf = Annotated[list[leaf], msgspec.Meta(min_length=dim.size, max_length=dim.size)]
-        return leaf
-    if ints_too and spec.dtype in FLOAT_DTYPES:
-        return _number(spec.dtype, exact_ints=False) | _any_int()
-    return _number(spec.dtype, exact_ints=False)
+    leaf = _number(spec.dtype, any_int=ints_too)
+    for dim in reversed(spec.shape):
+        # a type built at run time, for msgspec: not a static annotation
+        leaf = Annotated[list[leaf], msgspec.Meta(  # type: ignore[valid-type]
+            min_length=dim.size, max_length=dim.size)]
+    return leaf
 
 
 def _any_int() -> Any:
@@ -561,10 +560,11 @@ def _any_int() -> Any:
     return Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-def _number(dtype: str, exact_ints: bool) -> Any:
-    """A number of `dtype`. msgspec reads an integer literal into a float field, so a float is
-    bounded where any integer literal it could be is one the normal path takes as it is:
-    within 64 bits, and within the exactly representable range inside a tensor."""
+def _number(dtype: str, any_int: bool = False) -> Any:
+    """A number of `dtype`. A float field reads a float literal within the dtype's range, and an
+    integer literal (decoded as an int: msgspec would round it into a float field) only where
+    the dtype holds it exactly, as the normal path does (`dims.FLOAT_EXACT_INT`; `any_int`:
+    any integer literal within 64 bits)."""
     if dtype == "bool":
         return bool
     if dtype in INT_RANGES:
@@ -572,8 +572,6 @@ def _number(dtype: str, exact_ints: bool) -> Any:
         return Annotated[int, msgspec.Meta(ge=lo, le=hi)] if hi < 2**63 else None
     if dtype not in FLOAT_DTYPES:
         return None
-    if exact_ints:
-        top = min(FLOAT_MAX[dtype], FLOAT_EXACT_INT[dtype])
-        return Annotated[float, msgspec.Meta(ge=-top, le=top)]
-    top = FLOAT_MAX[dtype]
-    return Annotated[float, msgspec.Meta(gt=max(-top, _FLOAT_LO), lt=min(top, _FLOAT_HI))]
+    top, exact = FLOAT_MAX[dtype], FLOAT_EXACT_INT[dtype]
+    ints = _any_int() if any_int else Annotated[int, msgspec.Meta(ge=-exact, le=exact)]
+    return Annotated[float, msgspec.Meta(ge=-top, le=top)] | ints

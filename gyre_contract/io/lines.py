@@ -138,9 +138,9 @@ Item: TypeAlias = "tuple[int, dict[str, Any]] | Parsed"
 
 def numbered(item: Item) -> tuple[int, dict[str, Any] | None]:
     """(line, record) of any item; the record is None when the line gave none."""
-    if item.__class__ is tuple:
-        return item  # type: ignore[return-value]
-    return item.line, item.record  # type: ignore[union-attr]
+    if isinstance(item, tuple):
+        return item
+    return item.line, item.record
 
 
 class Lines:
@@ -262,7 +262,7 @@ def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> Any:
         return Parsed(n, None, problems)
     counted = _key_count_checked(obj, n)
     if counted.__class__ is Parsed:
-        return Parsed(n, None, problems + counted.problems)  # type: ignore[union-attr]
+        return Parsed(n, None, problems + counted.problems)
     hidden = hidden_problems(raw, obj)
     if hidden:
         problems += [p.at_line(n) for p in hidden]
@@ -347,8 +347,9 @@ def _blank(n: int) -> Parsed:
                                      "blank line", line=n)])
 
 
-def _too_long(raw: Overlong, n: int) -> Parsed:
-    return Parsed(n, None, [Problem("", f"at most {MAX_LINE_BYTES} bytes", f"{raw.size} bytes",
+def _too_long(raw: bytes | Overlong, n: int) -> Parsed:
+    size = raw.size if isinstance(raw, Overlong) else len(raw)
+    return Parsed(n, None, [Problem("", f"at most {MAX_LINE_BYTES} bytes", f"{size} bytes",
                                      "line too long (not parsed)", line=n)])
 
 
@@ -382,7 +383,7 @@ def _count_keys(obj: dict[str, Any]) -> tuple[int, int]:
     return keys, objects
 
 
-class _Pairs(dict):
+class _Pairs(dict[str, Any]):
     """A JSON object parsed by `json`, remembering keys it saw more than once."""
 
     duplicates: dict[str, int]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from gyre_contract.core.validate import validate_step
 from gyre_contract.io.arrowschema import (
     EXTENSIONS,
     arrow_schema_problems,
+    dtype_problems,
     is_parquet,
     is_pinned,
     layout_problems,
@@ -39,7 +40,7 @@ from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.atomic import atomic_path
 from gyre_contract.io.checking import StepChecker, check_items, unread_report
 from gyre_contract.io.episodes import Episode
-from gyre_contract.io.lines import Parsed, hidden_problems
+from gyre_contract.io.lines import Item, Parsed, hidden_problems
 from gyre_contract.io.parquetcols import columnar_plan, decode_batch
 from gyre_contract.io.report import FileReport
 
@@ -60,7 +61,7 @@ whatever its size (a batch that fails is converted to records as a whole)."""
 def write_parquet(
     path: str | os.PathLike[str],
     steps: Iterable[BaseModel | Mapping[str, Any]],
-    model: type[BaseModel] | None = None,
+    model: type[RolloutStepV1] | None = None,
     *,
     rows_per_group: int = ROWS_PER_BATCH,
     fsync: bool = False,
@@ -91,11 +92,12 @@ def write_parquet(
     return count
 
 
-def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[BaseModel],
+def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[RolloutStepV1],
                 rows_per_group: int) -> int:
     pinned = is_pinned(model)
-    writer = None
-    schema = None
+    writer: Any = None  # a pyarrow ParquetWriter (pyarrow is untyped), made with the schema
+    schema: Any = None
+    checks: Any = None  # made with the schema, from the first chunk on
     count = 0
     try:
         for start, chunk in _chunks(steps, rows_per_group):
@@ -103,9 +105,11 @@ def _write_rows(pa: Any, pq: Any, tmp: str, steps: Iterator[Any], model: type[Ba
             if schema is None:
                 sample = None if pinned else _first_sample(records, model)
                 schema = to_arrow_schema(model, sample=sample)
+                checks = _writable_checks(schema)
                 writer = _writer(pq, tmp, schema)
-            _check_writable(records, schema, start)
-            if problems := layout_problems(records, schema, start):
+            _check_writable(records, schema, start, checks)
+            if problems := layout_problems(records, schema, start) \
+                    or dtype_problems(records, schema, start, model):
                 raise ContractError(problems)
             table = pa.Table.from_arrays(
                 [_to_arrow(records, f, start) for f in schema], schema=schema)
@@ -150,7 +154,7 @@ def _record(step: Any, index: int) -> dict[str, Any]:
     return dict(record)
 
 
-def _first_sample(records: list[dict[str, Any]], model: type[BaseModel]) -> Any:
+def _first_sample(records: list[dict[str, Any]], model: type[RolloutStepV1]) -> Any:
     """The first record, validated, to settle what an unpinned model leaves open."""
     try:
         return validate_step(records[0], model)
@@ -164,22 +168,59 @@ def _to_arrow(records: list[dict[str, Any]], field: Any, start: int) -> Any:
 
     values = [_python(r.get(field.name), field) for r in records]
     try:
-        return pa.array(values, type=field.type)
+        column = pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        pass
+        column = None
+    if column is not None and not _overflowed(column):
+        return column
     for i, value in enumerate(values):
         try:
-            pa.array([value], type=field.type)
+            if _overflowed(pa.array([value], type=field.type)) and not _has_infinity(value):
+                raise pa.ArrowInvalid("out of range for the column's float width: it would "
+                                      "be written as an infinity")
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as err:
             raise ContractError(Problem(
                 f"steps[{start + i}].{field.name}", type_text(field.type),
                 describe(records[i].get(field.name)),
                 f"cannot be written as this column ({str(err).splitlines()[0]})")) from None
-    raise AssertionError("a column failed as a whole but no row failed")  # pragma: no cover
+    if column is None:
+        raise AssertionError("a column failed as a whole but no row failed")  # pragma: no cover
+    return column  # an infinity the records hold themselves: validation reports it
+
+
+def _overflowed(array: Any) -> bool:
+    """Whether a column built from Python values holds an infinity in a float leaf narrower than
+    float64: pyarrow writes 3.5e38 into a float32 column as inf, silently (then the row path of
+    the twin file would read `not finite` where the JSON Lines file reads `out of range`)."""
+    import pyarrow as pa
+
+    kind = array.type
+    if pa.types.is_struct(kind):
+        return any(_overflowed(array.field(i)) for i in range(kind.num_fields))
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind) \
+            or pa.types.is_fixed_size_list(kind):
+        array, kind = array.flatten(), kind.value_type
+    if not pa.types.is_floating(kind) or kind.bit_width == 64:
+        return False
+    return bool(np.isinf(array.to_numpy(zero_copy_only=False)).any())
+
+
+def _has_infinity(value: Any) -> bool:
+    """Whether a Python value (nested lists and dicts of numbers) holds an infinity itself."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and item in (float("inf"), float("-inf")):
+            return True
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return False
 
 
 def _python(value: Any, field: Any) -> Any:
-    if field.metadata and field.metadata.get(b"x-gyre-encoding") == b"json":
+    if _json_encoded(field):
         return None if value is None else orjson.dumps(value).decode()
     return _plain(value)
 
@@ -197,13 +238,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _check_writable(records: list[dict[str, Any]], schema: Any, start: int) -> None:
-    """Unknown keys and None values cannot be written; say so for every record of the batch."""
-    names = set(schema.names)
+def _check_writable(records: list[dict[str, Any]], schema: Any, start: int,
+                    checks: dict[str, Any]) -> None:
+    """Unknown keys, None values and values pyarrow would change on the way into their column
+    (`checks`: `_writable_checks(schema)`) cannot be written; say so for every record of the
+    batch."""
     problems = []
     for i, record in enumerate(records):
         for key, value in record.items():
-            if key not in names:
+            if key not in checks:
                 problems.append(Problem(f"steps[{start + i}].{key}",
                                         "a field of the model (a column of the file)",
                                         describe(value), "unknown field cannot be written"))
@@ -211,8 +254,86 @@ def _check_writable(records: list[dict[str, Any]], schema: Any, start: int) -> N
                 problems.append(Problem(f"steps[{start + i}].{key}",
                                         "a value (null is never valid in a record)", "None",
                                         "None cannot be written"))
+            elif (check := checks[key]) is not None and (why := check(value)):
+                problems.append(Problem(f"steps[{start + i}].{key}",
+                                        type_text(schema.field(key).type), describe(value),
+                                        f"cannot be written as this column ({why})"))
     if problems:
         raise ContractError(problems)
+
+
+def _json_encoded(field: Any) -> bool:
+    return bool(field.metadata) and field.metadata.get(b"x-gyre-encoding") == b"json"
+
+
+Check = Callable[[Any], "str | None"]
+
+
+def _writable_checks(schema: Any) -> dict[str, Check | None]:
+    """Column name -> why pyarrow would write a value into it as another value (or None for a
+    column where it never does), made once per file.
+
+    pyarrow truncates a float into an integer column (1.5 is written 1), writes `True` into a
+    float column as 1.0 and drops a key a struct column has no child for (a modality the first
+    record of an unpinned model lacked, a typo), silently: the file would hold a valid record
+    where the data had none. (An integer a float column cannot hold exactly, or a bool or float
+    into a bool column, it refuses itself; a float beyond a float32 column's range is
+    `_overflowed`.)"""
+    return {f.name: None if _json_encoded(f) else _check_of(f.type) for f in schema}
+
+
+def _check_of(arrow_type: Any) -> Check | None:
+    import pyarrow as pa
+
+    if pa.types.is_struct(arrow_type):
+        children = {child.name: _check_of(child.type) for child in arrow_type}
+
+        def struct(value: Any) -> str | None:
+            if isinstance(value, BaseModel):
+                value = value.model_dump(by_alias=True, exclude_none=True)
+            if not isinstance(value, dict):
+                return None
+            for key, item in value.items():
+                if key not in children:
+                    return f"{key!r} is not a field of the column: it would be dropped"
+                check = children[key]
+                why = None if check is None or item is None else check(item)
+                if why:
+                    return f"{key}: {why}"
+            return None
+
+        return struct
+    leaf, _ = peel(arrow_type)
+    if pa.types.is_integer(leaf):
+        return _numbers_check(ints=True)
+    return _numbers_check(ints=False) if pa.types.is_floating(leaf) else None
+
+
+def _numbers_check(ints: bool) -> Check:
+    """A value for a column of integers (`ints`) or floats: no float in an integer column, no
+    bool in either. A flat list of plain numbers is looked at in one set of its types."""
+    good = frozenset({int}) if ints else frozenset({int, float})
+
+    def check(value: Any) -> str | None:
+        if value.__class__ in good:
+            return None  # the usual scalar
+        if isinstance(value, (np.ndarray, np.generic)):
+            kind = value.dtype.kind
+            return "a bool is not a number" if kind == "b" else \
+                "not an integer" if ints and kind in "fc" else None
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, (list, tuple)):
+                if not good.issuperset(map(type, item)):
+                    stack.extend(item)  # nested lists, or a leaf to look at
+            elif isinstance(item, (bool, np.bool_)):
+                return "a bool is not a number"
+            elif ints and isinstance(item, (float, np.floating)):
+                return "not an integer"
+        return None
+
+    return check
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -239,11 +360,12 @@ def open_parquet(path: str | os.PathLike[str]) -> Any:
 
 def iter_parquet_records(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     batch_rows: int = ROWS_PER_BATCH,
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(row, record)` for every row (rows numbered from 1), not validated.
+) -> Iterator[Item]:
+    """Yield `(row, record)` for every row (rows numbered from 1), not validated; a row whose
+    JSON column hides a problem (a duplicate key, ...) comes as a `Parsed` carrying it.
 
     Raises ContractError (one problem per column) before the first row when the file's Arrow
     schema disagrees with the model, and InputError when the file is not readable Parquet.
@@ -300,7 +422,7 @@ class ParquetRows:
     items (`parse`, as `iter_parquet_records`). ContractError when the Arrow schema disagrees
     with the model (one problem per column), InputError when the file is not readable."""
 
-    def __init__(self, path: str | os.PathLike[str], model: type[BaseModel],
+    def __init__(self, path: str | os.PathLike[str], model: type[RolloutStepV1],
                  batch_rows: int | None = None) -> None:
         self.path, self.model = path, model
         self.batch_rows = COLUMN_BATCH_ROWS if batch_rows is None else batch_rows
@@ -345,7 +467,7 @@ class ParquetRows:
         return None
 
 
-def records_from_arrow(batch: Any, model: type[BaseModel] = RolloutStep) -> list[dict[str, Any]]:
+def records_from_arrow(batch: Any, model: type[RolloutStepV1] = RolloutStep) -> list[dict[str, Any]]:
     """Rows of an Arrow table or record batch as step records (numpy arrays for tensors).
 
     A null in an optional column means the field is absent; a null in a required column stays
@@ -393,8 +515,8 @@ def _values(array: Any, spec: Any, bulk: bool) -> list[Any]:
     if pa.types.is_struct(arrow_type):
         return _struct_values(array, spec, bulk)
     leaf, sizes = peel(arrow_type)
-    if not sizes or _has_nested_nulls(array, len(sizes)):
-        return array.to_pylist()
+    if not sizes or pa.types.is_null(leaf) or _has_nested_nulls(array, len(sizes)):
+        return array.to_pylist()  # lists of no type: `[]` takes the field's dtype in validation
     if all(s is not None for s in sizes) or len(sizes) == 1:
         if not bulk:
             return _number_rows(array.to_pylist(), leaf)
@@ -489,7 +611,7 @@ def _struct_values(array: Any, spec: Any, bulk: bool) -> list[Any]:
             sub = spec_of(sub_model, name)
         children.append(_values(array.field(i), sub, bulk))
     valid = array.is_valid().to_pylist() if array.null_count else None
-    out = []
+    out: list[dict[str, Any] | None] = []
     for row in range(len(array)):
         if valid is not None and not valid[row]:
             out.append(None)
@@ -545,8 +667,8 @@ def _list_values(array: Any) -> list[Any]:
 # -- validated steps, episodes and whole-file reports -------------------------------------------
 
 def read_parquet_steps(
-    path: str | os.PathLike[str], model: type[BaseModel] = RolloutStep,
-) -> Iterator[BaseModel]:
+    path: str | os.PathLike[str], model: type[RolloutStepV1] = RolloutStep,
+) -> Iterator[RolloutStepV1]:
     """Yield each row as a validated `model` instance, like `read_steps` on JSON Lines.
 
     Raises ContractError (with the row number as `line`) on the first row that breaks a record
@@ -561,7 +683,7 @@ def read_parquet_steps(
 
 def read_parquet_episodes(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     include_open: bool = True,
 ) -> Iterator[Episode]:
@@ -574,7 +696,7 @@ def read_parquet_episodes(
 
 def validate_parquet(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     require_complete: bool = False,
     max_examples_per_group: int = 3,
@@ -590,7 +712,7 @@ def validate_parquet(
 
 def parquet_report(
     path: str | os.PathLike[str],
-    model: type[BaseModel],
+    model: type[RolloutStepV1],
     *,
     require_complete: bool,
     max_examples_per_group: int,

@@ -22,8 +22,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from pydantic import BaseModel
 
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.registry import declare_fast_path
 from gyre_contract.core.rules import FIELD_RULES
 from gyre_contract.core.switches import fast_paths_enabled
@@ -55,7 +55,7 @@ def decode_batch(plan: BulkPlan | None, batch: Any, arrays: bool = False) -> Blo
     return _decode(plan, batch, arrays)
 
 
-def columnar_plan(model: type[BaseModel], schema: Any, first: Any = None) -> BulkPlan | None:
+def columnar_plan(model: type[RolloutStepV1], schema: Any, first: Any = None) -> BulkPlan | None:
     """The plan a file's batches are checked with: the model's own bulk plan, or for an
     unpinned model one bound from the column types (a variable list by the one length its
     values have in `first`, the file's first record batch); None unless every column the plan
@@ -67,7 +67,8 @@ def columnar_plan(model: type[BaseModel], schema: Any, first: Any = None) -> Bul
         kinds = {}
         for field in schema:
             leaf, sizes = peel(field.type)
-            if None in sizes:
+            fixed = [size for size in sizes if size is not None]
+            if len(fixed) < len(sizes):
                 if len(sizes) != 1 or first is None:
                     return None  # a nested variable list: rows
                 length = _one_length(first.column(field.name))
@@ -75,8 +76,8 @@ def columnar_plan(model: type[BaseModel], schema: Any, first: Any = None) -> Bul
                     return None  # lengths that differ: rows
                 if length < 0:
                     continue  # no value yet: bound like a field no line carries
-                sizes = [length]
-            kinds[field.name] = (_dtype_name(leaf), tuple(sizes))
+                fixed = [length]
+            kinds[field.name] = (_dtype_name(leaf), tuple(fixed))
         plan = plan_from_kinds(model, kinds)
     if plan is None:
         return None

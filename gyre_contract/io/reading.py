@@ -9,23 +9,32 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel
-
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.io.assembly import EpisodeAssembler
 from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.lines import Lines
 from gyre_contract.io.parquet import is_parquet, read_parquet_episodes, read_parquet_steps
 
+S = TypeVar("S", bound=RolloutStepV1)
+
+
+@overload
+def read_steps(path: str | os.PathLike[str], *,
+               allow_partial_tail: bool = False) -> Iterator[RolloutStepV1]: ...
+@overload
+def read_steps(path: str | os.PathLike[str], model: type[S], *,
+               allow_partial_tail: bool = False) -> Iterator[S]: ...
+
 
 def read_steps(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     allow_partial_tail: bool = False,
-) -> Iterator[BaseModel]:
+) -> Iterator[Any]:
     """Yield each line as a validated `model` instance, streaming: memory holds one line and
     the episode ids seen, never the file.
 
@@ -51,7 +60,7 @@ def read_steps(
 
 def read_episodes(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     allow_partial_tail: bool = False,
     include_open: bool = True,

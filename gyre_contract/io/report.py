@@ -328,10 +328,10 @@ class FieldStats:
                 self.key_counts[key] += n
             else:
                 self.untracked += n
-        for entry in arrays:
-            key, n = entry[:3], entry[3]
-            if key in self.seen or len(self.seen) < MAX_TRACKED_FIELDS:
-                self.seen[key] = self.seen.get(key, 0) + n
+        for wire, dtype, shape, n in arrays:
+            seen = (wire, dtype, shape)
+            if seen in self.seen or len(self.seen) < MAX_TRACKED_FIELDS:
+                self.seen[seen] = self.seen.get(seen, 0) + n
 
     def _see(self, entry: tuple[str, Any, tuple[int, ...]]) -> None:
         count = self.seen.get(entry)
@@ -366,7 +366,8 @@ class FieldStats:
                 out.append(self._summary(sub, sum(n for *_, n in observed[sub]), observed[sub]))
         return out, max(0, len(extra) - MAX_LISTED_EXTRA) + self.untracked
 
-    def _summary(self, name: str, count: int, seen: list | None) -> FieldSummary:
+    def _summary(self, name: str, count: int, seen: list[tuple[Any, tuple[int, ...], int]] | None
+                 ) -> FieldSummary:
         spec = self.specs.get(name)
         declared_dtype, declared = _declared(spec, name, self.model)
         if not seen and name in self.extra_kinds:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gyre_contract.core.errors import Problem, SchemaError, describe
 from gyre_contract.core.text import shorten
-from gyre_contract.io.lines import Lines, join_path, numbered
+from gyre_contract.io.lines import Lines, Parsed, join_path
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
 from gyre_contract.io.schemakeywords import (
     check_expansion,
@@ -37,11 +37,13 @@ def check_with_schema(
     validator = _schema_validator(schema)
     records = steps = 0
     for item in lines:
-        if item.__class__ is not tuple:
-            groups.add(item.problems)  # type: ignore[union-attr]
-            if item.record is None:  # type: ignore[union-attr]
+        if isinstance(item, Parsed):
+            groups.add(item.problems)
+            if item.record is None:
                 continue
-        n, record = numbered(item)
+            n, record = item.line, item.record
+        else:
+            n, record = item
         records += 1
         stats.record(record)
         stats.json_record(record)
@@ -93,8 +95,9 @@ def _schema_validator(schema: Mapping[str, Any]) -> Any:
     from referencing import Registry
     from referencing.exceptions import NoSuchResource
 
+    # referencing builds its classes with an attrs wrapper whose fields mypy cannot see
     def refuse(uri: str) -> Any:
-        raise NoSuchResource(ref=uri)
+        raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
     try:
         Draft202012Validator.check_schema(schema)
@@ -102,7 +105,8 @@ def _schema_validator(schema: Mapping[str, Any]) -> Any:
         raise SchemaError(f"not a valid Draft 2020-12 schema: {err.message}") from None
     check_patterns(schema)
     check_expansion(schema)  # before any record: $refs that multiply never reach a record
-    return linear_validator_class()(schema, registry=Registry(retrieve=refuse))
+    registry: Registry[Any] = Registry(retrieve=refuse)  # type: ignore[call-arg]
+    return linear_validator_class()(schema, registry=registry)
 
 
 def _schema_problem(error: Any, n: int) -> Problem:

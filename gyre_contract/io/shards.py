@@ -29,10 +29,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from gyre_contract.core.errors import GyreError, InputError, Problem
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.report import Report
 from gyre_contract.core.text import printable, quoted
 from gyre_contract.io.checking import check_items
@@ -287,7 +285,7 @@ def merge(source: str, checked_against: str, results: Sequence[ShardResult]) -> 
 
 def check_shard(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     require_complete: bool = False,
     allow_partial_tail: bool = False,
@@ -313,7 +311,7 @@ def check_shard(
 
 def validate_shards(
     paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     engine: str = "ray",
     address: str | None = None,
@@ -336,8 +334,8 @@ def validate_shards(
         raise InputError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     paths, skipped = listed_shards(paths_or_glob)
     source = paths_or_glob if isinstance(paths_or_glob, (str, os.PathLike)) else ", ".join(
-        map(os.fspath, paths_or_glob))
-    options = {"require_complete": require_complete, "allow_partial_tail": allow_partial_tail,
+        os.fspath(p) for p in paths_or_glob)
+    options: dict[str, Any] = {"require_complete": require_complete, "allow_partial_tail": allow_partial_tail,
                "max_examples_per_group": max_examples_per_group}
     if engine == "local":
         results = [check_shard(p, model, **options) for p in paths]
@@ -349,13 +347,15 @@ def validate_shards(
     return report
 
 
-def _ray_check_shards(paths: list[str], model: type[BaseModel], options: dict[str, Any],
+def _ray_check_shards(paths: list[str], model: type[RolloutStepV1], options: dict[str, Any],
                       workers: int | None) -> list[ShardResult]:
     import ray.data
 
     ds = ray.data.from_items([{"index": i, "shard": p} for i, p in enumerate(paths)],
                              override_num_blocks=len(paths))
-    out = ds.map_batches(_check_shard_batch, batch_size=1, batch_format="pyarrow",
+    # ray types `fn` as taking the batch alone: the keywords it gets from fn_kwargs are left out
+    out = ds.map_batches(_check_shard_batch,  # type: ignore[arg-type]
+                         batch_size=1, batch_format="pyarrow",
                          fn_kwargs={"model": model, "options": options}, concurrency=workers)
     all_cpus_at_once(out)
     with shipped(model):
@@ -370,7 +370,7 @@ def _ray_check_shards(paths: list[str], model: type[BaseModel], options: dict[st
 
 
 @contextlib.contextmanager
-def shipped(model: type[BaseModel]) -> Iterator[None]:
+def shipped(model: type[RolloutStepV1]) -> Iterator[None]:
     """Send the model class to the workers by value when its module is not importable by name
     there (a model loaded from a file, `--model path/models.py:Class`); else by reference."""
     import importlib.machinery
@@ -398,7 +398,7 @@ def all_cpus_at_once(ds: Any) -> None:
     ds.context.op_resource_reservation_enabled = False
 
 
-def _check_shard_batch(batch: Any, *, model: type[BaseModel], options: dict[str, Any]) -> Any:
+def _check_shard_batch(batch: Any, *, model: type[RolloutStepV1], options: dict[str, Any]) -> Any:
     """Ray worker: stage 1 on each shard of the batch; a GyreError travels back as data."""
     import pyarrow as pa
 
@@ -420,7 +420,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if ray.is_initialized():
         yield
         return
-    quiet = {"log_to_driver": False, "logging_level": logging.WARNING,
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
              "include_dashboard": False}
     if address is not None:
         ray.init(address=address, **quiet)

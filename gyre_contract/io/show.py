@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from gyre_contract.core.errors import InputError, Problem
 from gyre_contract.core.fields import AnyObservation, field_specs
 from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import TensorSpec
 from gyre_contract.core.text import printable, quoted, shorten, shown
@@ -177,7 +177,7 @@ class EpisodeView(Report):
 def show_episode(
     path: str | os.PathLike[str],
     episode: str | None = None,
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     width: int | None = None,
 ) -> EpisodeView:
@@ -198,7 +198,7 @@ def show_episode(
 class _Collecting(StepChecker):
     """A StepChecker that keeps every problem in order (a plain list, not grouped)."""
 
-    def __init__(self, model: type[BaseModel]) -> None:
+    def __init__(self, model: type[RolloutStepV1]) -> None:
         super().__init__(model)
         self.found: list[Problem] = []
         self.more = 0  # problems beyond MAX_PROBLEMS, counted only
@@ -228,7 +228,7 @@ class _Rows:
     then the episode rules, by one `StepChecker` per episode) and kept only as its cells, so
     memory holds the table, never the records (an image step is megabytes of JSON)."""
 
-    def __init__(self, model: type[BaseModel], specs: dict[str, Any]) -> None:
+    def __init__(self, model: type[RolloutStepV1], specs: dict[str, Any]) -> None:
         self.model = model
         self.specs = specs
         self.checker = _Collecting(model)
@@ -258,13 +258,13 @@ class _Rows:
 
 # -- reading: until the chosen episode ends ------------------------------------------------
 
-def _source(path: str, model: type[BaseModel]) -> Iterator[Item]:
+def _source(path: str, model: type[RolloutStepV1]) -> Iterator[Item]:
     if is_parquet(path):
         return iter_parquet_records(path, model)
     return iter(Lines(path, allow_partial_tail=False))
 
 
-def _read(path: str, wanted: str | None, model: type[BaseModel]) -> tuple[str, _Rows, str]:
+def _read(path: str, wanted: str | None, model: type[RolloutStepV1]) -> tuple[str, _Rows, str]:
     """(episode id, its rows, how it ended): the first episode to end, or `wanted`."""
     specs = _column_specs(model)
     held: dict[str, _Rows] = {}
@@ -275,7 +275,9 @@ def _read(path: str, wanted: str | None, model: type[BaseModel]) -> tuple[str, _
             n, record, problems = item.line, item.record, list(item.problems)
         else:
             (n, record), problems = item, []
-        eid = record.get("episode_id") if isinstance(record, dict) else None
+        if not isinstance(record, dict):
+            continue
+        eid = record.get("episode_id")
         if not isinstance(eid, str):
             continue
         if len(named) < NAMED_IDS and eid not in named:
@@ -311,7 +313,7 @@ def _is_true(value: Any) -> bool:
 
 # -- values and cells ----------------------------------------------------------------------
 
-def _flat_values(step: BaseModel, model: type[BaseModel]) -> dict[str, Any]:
+def _flat_values(step: BaseModel, model: type[RolloutStepV1]) -> dict[str, Any]:
     """A validated step's fields by wire name, modalities as `observation.image`."""
     info = model_info(model)
     out: dict[str, Any] = {}
@@ -328,7 +330,7 @@ def _flat_values(step: BaseModel, model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _raw_values(record: Any, model: type[BaseModel]) -> dict[str, Any]:
+def _raw_values(record: Any, model: type[RolloutStepV1]) -> dict[str, Any]:
     """A record that did not validate, as it is (modalities flattened like a valid step's),
     the model's fields first."""
     if not isinstance(record, dict):
@@ -344,7 +346,7 @@ def _raw_values(record: Any, model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _column_specs(model: type[BaseModel]) -> dict[str, tuple[TensorSpec | None, set[str]]]:
+def _column_specs(model: type[RolloutStepV1]) -> dict[str, tuple[TensorSpec | None, set[str]]]:
     """Column name → (its TensorSpec, when the model declares one; its varying dims)."""
     out: dict[str, tuple[TensorSpec | None, set[str]]] = {}
     varying = set(getattr(model, "varying_dims", ()))
@@ -466,7 +468,7 @@ def _jsonable(value: Any) -> Any:
 
 # -- layout --------------------------------------------------------------------------------
 
-def _column_order(rows: list[StepRow], model: type[BaseModel]) -> list[str]:
+def _column_order(rows: list[StepRow], model: type[RolloutStepV1]) -> list[str]:
     """The model's fields in its order (modalities after their group), then unknown keys."""
     present: dict[str, None] = {}
     for row in rows:

@@ -11,10 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
 from gyre_contract.core.errors import InputError
-from gyre_contract.core.models import RolloutStep
+from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.io.checking import check_items
 from gyre_contract.io.lines import Lines
 from gyre_contract.io.parquet import is_parquet, validate_parquet
@@ -24,7 +22,7 @@ from gyre_contract.io.schemamode import check_with_schema
 
 def validate_file(
     path: str | os.PathLike[str],
-    model: type[BaseModel] = RolloutStep,
+    model: type[RolloutStepV1] = RolloutStep,
     *,
     schema: Mapping[str, Any] | None = None,
     require_complete: bool = False,

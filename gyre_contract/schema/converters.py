@@ -9,8 +9,10 @@ hand when the map cannot express it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from gyre_contract.schema.diffreport import Conversion, Layout
 from gyre_contract.schema.fieldtable import Dim, Dtype, Field, FieldTable
 from gyre_contract.schema.roles import synonyms
 from gyre_contract.schema.shaperules import strip_batch_dims
@@ -151,11 +153,12 @@ class Converters:
         obs = self.have("observation")
         if obs is None:
             return None
-        return ([obs.name], None, f"shift({obs.name}, -1)",
+        return ([obs.name], None, f"next({obs.name}, next_observation)",
                 f"next observation = {obs.name} of the next step; the last step of each episode "
                 f"needs the final observation, which the sampler does not record",
-                "shift by -1 with the final observation on each episode's last step: no map op "
-                "does this without filling; record next_observation in the sampler")
+                "record next_observation on each episode's last step (gyre_contract.Recorder "
+                "does), then {\"op\": \"next\", \"from\": [\"" + obs.name + "\", "
+                "\"next_observation\"]} computes it for every step")
 
     def _derive_next_value(self, t: Field) -> Derivation | None:
         value = self.have("value")
@@ -166,6 +169,54 @@ class Converters:
                 f"episode's last step", "shift by -1 with the row's next_value on the last "
                 "step: write by hand")
 
+
+
+def followed_observation(t: Field, s: Field, s_tab: FieldTable, layout: Layout,
+                          step_shape: Callable[[Field], tuple[Dim, ...] | None]) -> Field | None:
+    """The sampler observation that `s` follows, when `s` is an optional next observation (a
+    sampler records it on an episode's last step only, the true final observation) and the
+    trainer reads one on every step of a batch: the map computes it with `next`. None for a
+    rename (a next observation the sampler records on every step, or a per-step trainer)."""
+    if t.role != "next_observation" or s.role != "next_observation" or s.required \
+            or layout.kind not in ("batch", "time_major", "flat"):
+        return None
+    names = [s.name.replace("next_observation", "observation", 1),
+             s.name.removeprefix("next_").removeprefix("next.")]
+    found = [s_tab[n] for n in names if n in s_tab and n != s.name]
+    observations = [f for f in s_tab if f.role == "observation"]
+    for obs in (found or (observations if len(observations) == 1 else []))[:1]:
+        if obs.role == "observation" and obs.dtype == s.dtype and \
+                step_shape(obs) == step_shape(s):
+            return obs
+    return None
+
+
+def next_conversion(obs: Field, s: Field, then: Conversion | None) -> tuple[Conversion, str]:
+    """The conversion by `next` from `obs` and `s` (the next step's observation within the
+    episode, `s` on its last step), followed by `then`, the one-source conversion (cast, shape,
+    layout) a rename of `s` would need; and its reason."""
+    own: dict[str, Any] = {"op": "next", "from": [obs.name, s.name]}
+    entry: dict[str, Any] | None = own
+    ops, texts = ["next"], [f"next({obs.name}, {s.name})"]
+    manual = ""
+    if then is not None:
+        ops += [op for op in then.ops if op not in ops]
+        texts.append(then.text)
+        if then.entry is None:
+            manual, entry = f"{texts[0]} then {then.manual}", None
+        else:
+            first = {k: v for k, v in then.entry.items() if k not in ("op", "from", "then", "cast")}
+            steps = [{"op": then.entry["op"], **first}] if then.entry.get("op") else []
+            steps += then.entry.get("then", [])
+            own.update({"then": steps} if steps else {})
+            own.update({"cast": then.entry["cast"]} if "cast" in then.entry else {})
+    reason = (f"the next step's {obs.name} within the episode, {s.name} on its last step "
+              f"(where a sampler records it); an episode whose last step lacks it fails the "
+              f"batch")
+    if then is not None:
+        reason = f"{then.text}; {reason}"
+    return Conversion(tuple(ops), "; ".join(texts), entry, then.cast if then else None,
+                      manual), reason
 
 
 def derived_output(role: str) -> tuple[Dtype, tuple[Dim, ...] | None]:

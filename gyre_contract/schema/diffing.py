@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from gyre_contract.core.errors import SchemaError
-from gyre_contract.schema.converters import Converters, derived_output
+from gyre_contract.schema.converters import Converters, derived_output, followed_observation, next_conversion
 from gyre_contract.schema.diffreport import (
     DEFAULT_GAMMA,
     DEFAULT_LAM,
@@ -255,28 +255,31 @@ class _Engine:
         s_step = self._s_shape(s)
         fit_d = compare_dtype(s.dtype, t.dtype)
         fit_s = compare_shape(s_step, t_step, s.varying, unknown_as_one=t.role == "action")
-        base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
-                    sampler_shape=s.shape, trainer_shape=t.shape)
         if fit_d.ok and not fit_s.ok and self._summable(t, s, s_step, t_step, stripped):
             return self._summed(t, s, s_step, fit_d, stripped, note)
         if not fit_d.ok or not fit_s.ok:
             why = fit_d.why if not fit_d.ok else fit_s.why
-            return Entry("missing", t.name, (s.name,), reason=f"{s.name} has the role "
-                         f"{s.role} but {why}; no known conversion", **base)
+            return Entry.pair("missing", t, s, reason=f"{s.name} has the role {s.role} but "
+                              f"{why}; no known conversion")
         self.used.add(s.name)
         self.notes.cast(t, s, fit_d)
         self.notes.optional_source(t, s)
         conversion = self._conversion(t, s.name, fit_d, fit_s, t_step, stripped,
                                       s_step=s_step)
+        notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
+        if obs := followed_observation(t, s, self.s_tab, self.layout, self._s_shape):
+            self.used.add(obs.name)  # recorded on an episode's last step only: `next`
+            conversion, why = next_conversion(obs, s, conversion)
+            return Entry.pair("needs_conversion", t, s, conversion=conversion,
+                              reason="; ".join([why, *notes]), sources=(obs.name, s.name))
         self.notes.open_shape(t, s, s_step if fit_s.op is None else None, t_step)
         rename = s.name != t.name
-        notes = [n for n in (note, _row_note(t, stripped, self.layout)) if n]
         if conversion is None:
             tier = "renamed" if rename else "same"
             reason = f"same role ({t.role}), dtype and shape" if rename else SAME_REASON
-            return Entry(tier, t.name, (s.name,), reason="; ".join([reason, *notes]), **base)
-        return Entry("needs_conversion", t.name, (s.name,), conversion=conversion,
-                     reason="; ".join([conversion.text, *notes]), **base)
+            return Entry.pair(tier, t, s, reason="; ".join([reason, *notes]))
+        return Entry.pair("needs_conversion", t, s, conversion=conversion,
+                          reason="; ".join([conversion.text, *notes]))
 
     # -- an object of modalities, and per-element values summed to one per step --------------
 
@@ -552,8 +555,6 @@ class _Engine:
                      None, t.shape, conversion, "; ".join(filter(None, [reason, note])))
 
 
-
-
 def _optional(entry: Entry, t: Field) -> Entry:
     """A missing trainer field its schema marks optional is reported, not breaking."""
     if entry.tier != "missing" or t.required:
@@ -580,7 +581,6 @@ def _name_likeness(a: str, b: str) -> float:
 
 def _tokens(name: str) -> set[str]:
     return {w.rstrip("s") for w in re.split(r"[._\-\s]+", name.lower()) if w}
-
 
 
 def _row_note(t: Field, stripped: int, layout: Layout) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from gyre_contract.core.report import Report
 from gyre_contract.core.text import name_shortener, printable, shorten
-from gyre_contract.schema.fieldtable import Dim, Dtype, FieldTable, dtype_text, shape_text
+from gyre_contract.schema.fieldtable import Dim, Dtype, Field, FieldTable, dtype_text, shape_text
 
 SAME_REASON = "same name, dtype and shape"
 """The reason of a `same` entry (renderers drop it from the `why` column)."""
@@ -90,6 +90,14 @@ class Entry:
             "reason": self.reason,
             **extra,
         }
+
+    @classmethod
+    def pair(cls, tier: str, t: Field, s: Field, *, conversion: Conversion | None = None,
+             reason: str = "", sources: tuple[str, ...] | None = None) -> Entry:
+        """Trainer field `t` fed by sampler field `s`: `t`'s role, both dtypes and shapes;
+        `sources` when more sampler fields than `s` are read."""
+        return cls(tier, t.name, (s.name,) if sources is None else sources, t.role, s.dtype,
+                   t.dtype, s.shape, t.shape, conversion, reason)
 
 
 @dataclass(frozen=True, slots=True)

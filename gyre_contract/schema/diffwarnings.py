@@ -1,7 +1,8 @@
 """The diff's warnings: semantic losses no tier shows (docs/contract.md §6), each with a stable
 `code` (`narrowing_cast`, `int_to_float`, `optional_source`, `truncation_collapsed`,
 `recomputed_logprob`, `no_bootstrap_value`, `map_incomplete`, `flat_layout`, `no_batch_dims`,
-`ambiguous_match`, `summed_elements`, `padding_unmasked`, `open_shape`, `logprob_unused`; token
+`ambiguous_match`, `summed_elements`, `padding_unmasked`, `normalize_over_padding`, `open_shape`,
+`logprob_unused`; token
 rows add `group_split`, `staleness_unchecked` and `untokenised_sampler`, in `tokenlayout`).
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 from gyre_contract.schema.diffreport import DiffWarning, Entry, Layout, padding_mask_key
 from gyre_contract.schema.dtyperules import MANTISSA, DtypeFit, dtype_kind, dtypes_of, lossless
-from gyre_contract.schema.fieldtable import Field, FieldTable, shape_text
+from gyre_contract.schema.fieldtable import Dim, Field, FieldTable, shape_text
 from gyre_contract.schema.roles import is_recomputed_logprob
 
 
@@ -70,7 +71,8 @@ class DiffWarnings:
                 (t.name, s.name) not in self.optional:
             self.optional.append((t.name, s.name))
 
-    def open_shape(self, t: Field, s: Field, s_step: tuple | None, t_step: tuple | None) -> None:
+    def open_shape(self, t: Field, s: Field, s_step: tuple[Dim, ...] | None,
+                   t_step: tuple[Dim, ...] | None) -> None:
         """Note a field taken as is from a sampler shape of any rank (`[*act]`) into a trainer
         shape with a fixed size (SB3's `[M, 1]` actions): rollouts of another rank, which the
         sampler's schema allows, do not fit the trainer's batch."""
@@ -101,14 +103,33 @@ class DiffWarnings:
             return
         read = [e.trainer_field for e in entries if e.trainer_field and e.tier in
                 ("same", "renamed", "needs_conversion")]
-        where = ("TorchRL's losses read it on their own (loss_mask_key \"auto\")"
-                 if key == "collector.mask" else "mask the loss with it")
+        where = ("TorchRL's losses apply it on their own to their loss_* terms (loss_mask_key "
+                 "\"auto\")" if key == "collector.mask" else "mask the loss with it")
         self.items.append(DiffWarning(
             "padding_unmasked", tuple(read),
             f"the trainer reads a padded batch {shape_text(self.layout.batch_dims)} and its "
             f"schema has no mask: episodes of different lengths leave padding in every field "
             f"it reads, which would be trained on as data. The written map adds {key} (True on "
             f"real steps): {where}"))
+
+    def _normalize_over_padding(self) -> None:
+        """A TorchRL-style trainer (nested `next.*` entries) reading advantages on a padded
+        batch: `normalize_advantage=True` standardises them over the padding too."""
+        if self.layout.kind not in ("batch", "time_major") or \
+                not any(f.name.startswith("next.") for f in self.t_tab):
+            return
+        advantages = [f.name for f in self.t_tab if f.role == "advantage"]
+        if not advantages:
+            return
+        self.items.append(DiffWarning(
+            "normalize_over_padding", tuple(advantages),
+            f"{', '.join(advantages)}: TorchRL's PPO losses with normalize_advantage=True "
+            f"standardise the advantage over every entry of the padded batch "
+            f"{shape_text(self.layout.batch_dims)}, padding included: that step reads only "
+            f"\"shifted_valid\", and (\"collector\", \"mask\") masks only the loss_* terms "
+            f"(entropy, kl_approx and clip_fraction are averaged over padding too). Pass "
+            f"the real steps, loss(td[td[\"collector\", \"mask\"]]), or keep "
+            f"normalize_advantage=False"))
 
     def finish(self, entries: list[Entry]) -> None:
         """The warnings about the whole report, added after every field is matched."""
@@ -131,6 +152,7 @@ class DiffWarnings:
                 f"model such as CartPoleStep) and the diff writes the reshape"))
         self._unknown_batch_dims(entries)
         self._padding(entries)
+        self._normalize_over_padding()
         if self.layout.kind == "flat":
             self.items.append(DiffWarning(
                 "flat_layout", (),

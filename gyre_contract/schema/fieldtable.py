@@ -427,15 +427,13 @@ class _Walker:
         for key in ("anyOf", "oneOf"):
             branches = node.get(key)
             if isinstance(branches, list) and branches:
-                dtypes = []
+                dtypes: list[str | tuple[str, ...]] = []
                 for i, branch in enumerate(branches):
                     sub = self.deref(branch, f"{pointer}/{key}/{i}", refs)
                     leaf = self.leaf(sub.node, f"{pointer}/{key}/{i}", depth + 1, sub.refs)
-                    if leaf.shape != ():
+                    if leaf.shape != () or leaf.dtype is None:
                         return None
                     dtypes.append(leaf.dtype)
-                if None in dtypes:
-                    return None
                 flat = sorted({d for dt in dtypes for d in ((dt,) if isinstance(dt, str) else dt)})
                 return flat[0] if len(flat) == 1 else tuple(flat)
         if "const" in node:
@@ -553,7 +551,7 @@ def model_schema(model_cls: type) -> dict[str, Any]:
     if not isinstance(model_cls, type) or not hasattr(model_cls, "model_json_schema"):
         raise SchemaError(f"not a Pydantic model class: {describe(model_cls)}")
     if getattr(model_cls, "gyre_kind", ""):
-        return json_schema(model_cls)  # type: ignore[arg-type]
+        return json_schema(model_cls)
     doc = model_cls.model_json_schema(by_alias=True)
     for attr, key in (("gyre_kind", "x-gyre-kind"), ("gyre_version", "x-gyre-version")):
         value = getattr(model_cls, attr, "")

@@ -16,7 +16,7 @@ from typing import Any
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.text import quoted
 from gyre_contract.io.jsonfile import refuse_devices
-from gyre_contract.io.lines import Lines
+from gyre_contract.io.lines import Lines, Parsed
 from gyre_contract.schema.fieldtable import GYRE_DTYPES, MAX_FIELDS, Dim
 from gyre_contract.schema.roles import resolve_role
 
@@ -154,9 +154,9 @@ class _Column:
             if len(sizes) == 1:
                 shape.append(next(iter(sizes)))
             else:
-                dim = f"{name}_{axis}"
-                shape.append(dim)
-                varying.add(dim)
+                named = f"{name}_{axis}"
+                shape.append(named)
+                varying.add(named)
         body: dict[str, Any] = {}
         if dtype is None:
             body["description"] = f"mixed JSON types {sorted(kinds)}"
@@ -194,15 +194,15 @@ def _infer_jsonl(path: Path) -> tuple[dict[str, Any], dict[str, int], int]:
     columns: dict[str, _Column] = {}
     records = 0
     for item in Lines(path, allow_partial_tail=False):  # the rollout reader's line checks
-        if item.__class__ is not tuple:  # a line that is not a clean JSON object
-            problem = item.problems[0]  # type: ignore[union-attr]
+        if isinstance(item, Parsed):  # a line that is not a clean JSON object
+            problem = item.problems[0]
             if problem.message == "blank line":
                 continue
             if problem.message == "not a JSON object":
                 raise InputError(f"{path}: line {problem.line}: a record must be a JSON object, "
                                  f"got {problem.got}")
             raise InputError(f"{path}: {problem}")
-        number, record = item  # type: ignore[misc]
+        number, record = item
         records += 1
         try:
             for key, value in record.items():

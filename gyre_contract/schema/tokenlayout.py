@@ -19,7 +19,7 @@ singletons), so the written map computes what that trainer computes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -507,19 +507,15 @@ class TokenRows:
             why.append(f"{cast} cast to {fit.cast_to}")
         self._use(t, [s])
         reason = "; ".join(filter(None, why))
-        base = dict(role=t.role, sampler_dtype=s.dtype, trainer_dtype=t.dtype,
-                    sampler_shape=s.shape, trainer_shape=t.shape)
         if not ops:
             tier = "same" if s.name == t.name else "renamed"
             same = "same name, dtype and shape" if tier == "same" else \
                 f"same role ({t.role}), dtype and shape"
-            return Entry(tier, t.name, (s.name,), reason="; ".join(filter(None, [same, reason])),
-                         **base)
+            return Entry.pair(tier, t, s, reason="; ".join(filter(None, [same, reason])))
         conversion = Conversion(ops, reason, entry, cast)
-        return Entry("needs_conversion", t.name, (s.name,), conversion=conversion,
-                     reason=reason, **base)
+        return Entry.pair("needs_conversion", t, s, conversion=conversion, reason=reason)
 
-    def _op(self, t: Field, sources: list[Field | None], entry: dict[str, Any],
+    def _op(self, t: Field, sources: Sequence[Field | None], entry: dict[str, Any],
             ops: tuple[str, ...], text: str, out: str, why: str) -> Entry:
         present = [s for s in sources if s is not None]
         fit = compare_dtype(out, t.dtype)

@@ -8,9 +8,12 @@ trainer's keys) and returns the batch the trainer reads, keys as the schema name
 names joined with `.`), or raises one `ContractError` listing every field that does not fit.
 
 Nothing is filled or promoted: a required field the map did not build is a problem, a dtype is
-compared as it is. A flat layout (`x-gyre-batch-dims` of one dim, `M` or `T*N`) holds real
-steps only: the map's `mask` entry selects them (time-major order for `T*N`), and a flat batch
-without one is refused, since padding would become data.
+compared as it is, and every float array of the batch, whatever built it, must be finite on the
+real steps (`mask` True; every row of a token batch): a value a map leaves undefined (NaN) is
+never let into a batch that says "valid" (`not_finite`, the one place that checks it). A flat
+layout (`x-gyre-batch-dims` of one dim, `M` or `T*N`) holds real steps only: the map's `mask`
+entry selects them (time-major order for `T*N`), and a flat batch without one is refused, since
+padding would become data.
 """
 
 from __future__ import annotations
@@ -54,13 +57,15 @@ class TrainerSchema:
         return self.layout.batch_dims
 
     def check(self, arrays: Mapping[str, Any], mask: Any = None, *,
-              rows: str = "episode") -> dict[str, np.ndarray]:
+              rows: str = "episode", episode_id: Any = None) -> dict[str, np.ndarray]:
         """The trainer's batch from mapped arrays, or ContractError listing every misfit.
 
         `mask` (the collated `[B, T]` mask) fixes the sizes of the batch dims, so a map that
         left a time-major trainer's arrays batch-major is caught even when the sizes agree.
         With `rows="step"` (a token map: one row per step) the arrays already hold one row per
         step: none is selected, and the one batch dim must have the same size in every field.
+        Every float array is checked finite under the mask (without one: everywhere);
+        `episode_id` (the collated `[B]` ids) lets the message name the episodes.
         """
         flat = flatten_batch(arrays)
         if rows == "step":
@@ -70,9 +75,13 @@ class TrainerSchema:
                     f"batch dims {shape_text(self.batch_dims)}",
                     "a \"rows\": \"step\" map builds one row per step; this trainer reads "
                     "another layout"))
+            row_mask = None
             mask = None
         elif self.layout.kind == "flat":
             flat = self._real_steps(flat)
+            row_mask = mask
+        else:
+            row_mask = mask
         problems: list[Problem] = []
         bound = self._sizes(mask)
         for f in self.table:
@@ -83,6 +92,7 @@ class TrainerSchema:
                                             "such key"))
                 continue
             problems += _field_problems(f, flat[f.name], self.batch_dims, bound)
+        problems += not_finite(flat, row_mask, self.layout, episode_id)
         if problems:
             raise ContractError(problems)
         return flat
@@ -119,6 +129,76 @@ class TrainerSchema:
             else:
                 out[key] = arr[mask]
         return out
+
+
+def not_finite(flat: Mapping[str, np.ndarray], mask: Any, layout: Layout,
+               episode_id: Any = None) -> list[Problem]:
+    """Float arrays of a trainer's batch holding NaN or inf on real steps, one problem per key
+    with the count and the first rows and episodes. Real steps: where `mask` (the collated
+    `[B, T]` mask) is True for arrays laid out `[B, T, ...]` (`[T, B, ...]` time-major); every
+    entry of a flat layout's arrays (real steps only) and of arrays of another layout; all of
+    each array without a mask (token rows: every row is real)."""
+    mask = None if mask is None else np.asarray(mask, bool)
+    ids = None if episode_id is None else np.asarray(episode_id)
+    problems = []
+    for key, arr in flat.items():
+        if arr.dtype.kind not in "fc" or arr.size == 0:
+            continue
+        bad = ~np.isfinite(arr)
+        if not bad.any():
+            continue
+        real, row_axis, steps = _real_cells(arr, mask, layout)
+        if real is not None:
+            bad &= real.reshape(real.shape + (1,) * (arr.ndim - real.ndim))
+            if not bad.any():
+                continue
+            total = int(real.sum()) * (arr.size // real.size)
+        else:
+            total = arr.size
+        where = _bad_rows(bad, row_axis, steps, ids)
+        problems.append(Problem(key, "finite values on the real steps (where the mask is True)",
+                                f"{int(bad.sum())} of {total} values NaN or infinite{where}",
+                                "not finite"))
+    return problems
+
+
+def _real_cells(arr: np.ndarray, mask: np.ndarray | None, layout: Layout
+                ) -> tuple[np.ndarray | None, int | None, np.ndarray | None]:
+    """(the real cells of `arr`'s leading dims or None for all, the axis of its rows, the
+    collated row of each entry of a flat array or None)."""
+    if mask is None:
+        return None, 0 if arr.ndim else None, None
+    if layout.kind == "flat":
+        order = np.nonzero(mask.T)[1] if "time-major" in layout.text else np.nonzero(mask)[0]
+        return None, None, order if arr.ndim and arr.shape[0] == order.size else None
+    if layout.kind == "time_major" and arr.shape[:2] == mask.T.shape:
+        return mask.T, 1, None
+    if arr.shape[:2] == mask.shape:
+        return mask, 0, None
+    return None, 0 if arr.ndim and arr.shape[0] == mask.shape[0] else None, None
+
+
+def _bad_rows(bad: np.ndarray, row_axis: int | None, steps: np.ndarray | None,
+              ids: np.ndarray | None) -> str:
+    """`, in rows [0, 3, ...] (episodes 'a', 'b', ...)`: where the bad values are."""
+    if steps is not None:
+        at = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))
+        rows = np.unique(steps[at])
+        text = f", at steps [{_first(at)}] of the flat batch"
+    elif row_axis is not None:
+        rows = np.flatnonzero(np.moveaxis(bad, row_axis, 0).reshape(bad.shape[row_axis], -1)
+                              .any(axis=1))
+        text = f", in rows [{_first(rows)}]"
+    else:
+        return ""
+    if ids is not None and ids.ndim == 1 and rows.size and rows.max() < ids.size:
+        names = ", ".join(repr(str(i)) for i in ids[rows[:5]])
+        text += f" (episodes {names}{', ...' if rows.size > 5 else ''})"
+    return text
+
+
+def _first(indices: np.ndarray) -> str:
+    return ", ".join(map(str, indices[:5].tolist())) + (", ..." if indices.size > 5 else "")
 
 
 def trainer_schema(source: SchemaInput | TrainerSchema,

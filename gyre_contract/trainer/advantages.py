@@ -13,6 +13,7 @@ The loop runs backwards over T only; every row is computed at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -46,6 +47,7 @@ def gae(
     _check_rate("lam", lam)
     rows = _Rows.check(reward, terminated, truncated, mask, next_value, truncation, episode_id,
                        value=value)
+    assert rows.value is not None  # checked with the values given
     adv = _backward(rows, rows.value, gamma, gamma * lam)
     returns = np.where(rows.mask, adv + rows.value, 0.0)
     dtype = rows.out_dtype
@@ -100,11 +102,17 @@ def _backward(rows: _Rows, value: np.ndarray, gamma: float, decay: float) -> np.
     return adv_t.T  # a view: the caller's cast to the output dtype makes it contiguous
 
 
+@dataclass(frozen=True, slots=True)
 class _Rows:
     """Checked inputs in float64 with padding zeroed, plus each row's length and bootstrap value."""
 
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
+    reward: np.ndarray
+    value: np.ndarray | None  # given to `check` by `gae` only
+    terminated: np.ndarray
+    mask: np.ndarray
+    lengths: np.ndarray
+    bootstrap: np.ndarray
+    out_dtype: np.dtype
 
     @classmethod
     def check(

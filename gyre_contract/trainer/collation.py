@@ -16,14 +16,22 @@ Output keys:
 - per row: `episode_id` `[B]` (unicode), `policy_version` `[B]` (the *oldest* version among the
   row's steps, since staleness is judged by the oldest data) and `next_value` `[B]` (the value
   after the row's last step: the next row's first `value` for a cut row, else the episode's
-  recorded `next_value` on its last step, NaN where none is known).
+  recorded `next_value` on its last step, NaN where none is known);
+- for each name in `sparse` (a column only some steps carry, such as `next_observation` on an
+  episode's last step), `<name>_present` `[B, T]`, True where the step carries it; the column
+  holds NaN (floats) or 0 where it does not.
+
+With `sparse` given (a field map always gives it), every other collated column must be carried
+by every step: one that a step lacks raises `MissingFieldError` naming the step, the episode and
+the line, never a NaN that a later check would call "not finite".
 The per-step `episode_id`, `policy_version` and `next_value` columns are consumed into these; the
 free-form `info` column is never collated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -53,11 +61,13 @@ class BatchTooLargeError(InputError):
 
 
 class _Episode(NamedTuple):
-    """One input episode: its id, its columns flattened to dotted names, its length."""
+    """One input episode: its id, its columns flattened to dotted names, its length, and the
+    file line of each step when it was read from a file."""
 
     episode_id: str
     columns: dict[str, Any]
     length: int
+    lines: list[int] | None = None
 
 
 class _Row(NamedTuple):
@@ -75,6 +85,7 @@ def collate(
     fields: Iterable[str] | None = None,
     varying_dims: Mapping[str, int] | None = None,
     max_bytes: int | None = None,
+    sparse: Iterable[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Collate episodes (`Episode` objects or mappings of columns) into `[B, T, ...]` arrays.
 
@@ -83,6 +94,10 @@ def collate(
     varying-size column to how many of its leading per-step dims vary (default: all of them);
     its `<name>_mask` then covers only those dims. Before allocating, the padded size is
     estimated: over `max_bytes` (default `MAX_BATCH_BYTES`) raises `BatchTooLargeError`.
+    `sparse` names the columns (or groups) only some steps carry, each collated with its
+    `<name>_present` mask; given, it makes every other column required on every step
+    (`MissingFieldError` naming the step, episode and line). None keeps the columns as the
+    episodes hold them (a float absent on a step is NaN there).
     """
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
@@ -91,21 +106,33 @@ def collate(
     if not eps:
         raise ContractError(Problem("episodes", "at least one episode", "none",
                                     "nothing to collate"))
-    names = _select(eps, fields)
+    groups = None if sparse is None else list(dict.fromkeys(sparse))
+    names = _select(eps, fields, groups)
+    sparse_names = _members(names, groups or ())
     rows = _plan(eps, max_len)
     nt = max(r.stop - r.start for r in rows)
     limit = MAX_BATCH_BYTES if max_bytes is None else max_bytes
-    cell = _bytes_per_step(eps, names, varying_dims)
+    cell = _bytes_per_step(eps, names, varying_dims, sparse_names)
     if len(rows) * nt * cell > limit:
         raise BatchTooLargeError(_too_large(eps, len(rows), nt, cell, limit))
     out: dict[str, np.ndarray] = {}
+    present: dict[str, np.ndarray] = {}
+    mask = _mask(rows, nt)
     for name in names:
-        if _is_varying(eps[0].columns[name]):
+        if name in sparse_names:
+            out[name], present[name] = _collate_sparse(name, eps, rows, nt)
+        elif _is_varying(eps[0].columns[name]):
             depth = (varying_dims or {}).get(name)
             out[name], out[f"{name}_mask"] = _collate_varying(name, eps, rows, nt, depth)
         else:
             out[name] = _collate_fixed(name, eps, rows, nt)
-    out["mask"] = _mask(rows, nt)
+            if groups is not None:
+                _check_carried(name, out[name], mask, eps, rows)
+    for group in groups or ():
+        members = [present[n] for n in names if n in sparse_names and _in_group(n, group)]
+        out[f"{group}_present"] = np.logical_and.reduce(members) if members else \
+            np.zeros_like(mask)
+    out["mask"] = mask
     out["episode_id"] = np.array([eps[r.episode].episode_id for r in rows], dtype=np.str_)
     if "policy_version" in eps[0].columns:
         out["policy_version"] = _oldest_versions(eps, rows)
@@ -139,7 +166,8 @@ def _episode(index: int, episode: Any) -> _Episode:
     if length == 0:
         raise ContractError(Problem(f"episodes[{index}]", "at least one step", "0 steps",
                                     f"episode {quoted(episode_id)} is empty"))
-    return _Episode(episode_id, flat, length)
+    lines = getattr(episode, "lines", None)
+    return _Episode(episode_id, flat, length, lines if isinstance(lines, list) else None)
 
 
 def _id_from_columns(index: int, columns: Mapping[str, Any]) -> str:
@@ -151,8 +179,8 @@ def _id_from_columns(index: int, columns: Mapping[str, Any]) -> str:
                                     describe(ids), "bad episode_id column"))
     if not _all_equal(ids):
         others = sorted(set(ids.tolist()) - {str(ids[0])})
-        raise ContractError(Problem(f"episodes[{index}].episode_id", f"only {str(ids[0])!r}",
-                                    f"also {', '.join(map(repr, others[:3]))}",
+        raise ContractError(Problem(f"episodes[{index}].episode_id", f"only {quoted(str(ids[0]))}",
+                                    f"also {', '.join(map(quoted, others[:3]))}",
                                     "one episode holds several episode ids"))
     return str(ids[0])
 
@@ -202,12 +230,17 @@ def _is_varying(col: Any) -> bool:
     return isinstance(col, list)
 
 
-def _select(eps: list[_Episode], fields: Iterable[str] | None) -> list[str]:
-    """The columns to collate into `[B, T, ...]`, in the first episode's order."""
+def _select(eps: list[_Episode], fields: Iterable[str] | None,
+            sparse: list[str] | None = None) -> list[str]:
+    """The columns to collate into `[B, T, ...]`, in the first episode's order (a sparse column
+    the first episode lacks altogether: in the order of the first episode that has it)."""
     first = eps[0].columns
     available = [n for n in first if n not in ROW_FIELDS]
     if fields is None:
-        names = available
+        names = list(available)
+        for wanted in sparse or ():
+            if not any(_in_group(n, wanted) for n in names):
+                names += _carried_anywhere(eps, wanted)
     else:
         names = []
         for field in fields:
@@ -216,36 +249,74 @@ def _select(eps: list[_Episode], fields: Iterable[str] | None) -> list[str]:
                                             "info is never collated"))
             if field in DERIVED_FIELDS:
                 continue
-            group = [n for n in available if n == field or n.startswith(f"{field}.")]
+            group = [n for n in available if _in_group(n, field)]
             base = field.removesuffix("_mask")
             if not group and base != field and _is_varying(first.get(base)):
                 group = [base]  # `<name>_mask` comes with its varying column
+            if not group and sparse and field in sparse:
+                group = _carried_anywhere(eps, field)
             if not group:
                 raise MissingFieldError(field, {*first, "mask", "episode_id", "next_value"})
             names += [n for n in group if n not in names]
-    _check_same_columns(eps, names)
+    _check_same_columns(eps, names, _members(names, sparse or ()), strict=sparse is not None)
     return names
 
 
-def _check_same_columns(eps: list[_Episode], names: list[str]) -> None:
+def _in_group(name: str, group: str) -> bool:
+    """`name` is the column `group` or one of its modalities (`group.image`)."""
+    return name == group or name.startswith(f"{group}.")
+
+
+def _members(names: list[str], groups: Iterable[str]) -> set[str]:
+    """The collated columns that belong to one of the sparse `groups`."""
+    groups = list(groups)
+    return {n for n in names if any(_in_group(n, g) for g in groups)}
+
+
+def _carried_anywhere(eps: list[_Episode], group: str) -> list[str]:
+    """The columns of `group` in the first episode that has any (a sparse column the first
+    episode never carries); MissingFieldError when no episode carries it at all."""
+    for ep in eps:
+        found = [n for n in ep.columns if n not in ROW_FIELDS and _in_group(n, group)]
+        if found:
+            return found
+    raise MissingFieldError(group, {*eps[0].columns, "mask", "episode_id", "next_value"},
+                            "no step of any episode carries it")
+
+
+def _check_same_columns(eps: list[_Episode], names: list[str], sparse: Set[str] = frozenset(),
+                        *, strict: bool = False) -> None:
+    """Every episode has each column, of one kind. A `sparse` column may be absent on any step
+    (`_collate_sparse` checks it); with `strict`, a column some step lacks is MissingFieldError."""
     problems = []
     for name in names:
+        if name in sparse:
+            continue
+        if strict:
+            _check_list_carried(name, eps[0])
         problem = _column_problem(name, eps[0].episode_id, eps[0].columns[name])
         if problem is not None:
             problems.append(problem.under("episodes[0]"))
     if problems:
         raise ContractError(problems)
     for name in names:
+        if name in sparse:
+            continue
         fixed = eps[0].columns[name].__class__ is np.ndarray
         for i, ep in enumerate(eps):
             col = ep.columns.get(name)
             if fixed and col.__class__ is np.ndarray:
                 continue  # the common case, checked cheaply
             if col is None:
+                if strict:
+                    raise _missing(name, ep, 0)
                 problems.append(Problem(f"episodes[{i}].{name}", f"a {quoted(name)} column like "
                                         f"episode {quoted(eps[0].episode_id)}", "no such column",
                                         f"episode {quoted(ep.episode_id)} lacks a column"))
-            elif (problem := _column_problem(name, ep.episode_id, col)) is not None:
+                continue
+            if strict:
+                _check_list_carried(name, ep)
+            if (problem := _column_problem(name, ep.episode_id, col)) is not None:
                 problems.append(problem.under(f"episodes[{i}]"))
             elif _is_varying(col) != _is_varying(eps[0].columns[name]):
                 problems.append(Problem(f"episodes[{i}].{name}", _kind(eps[0].columns[name]),
@@ -253,6 +324,60 @@ def _check_same_columns(eps: list[_Episode], names: list[str]) -> None:
                                         f"episode {quoted(ep.episode_id)}: column kind differs"))
     if problems:
         raise ContractError(problems)
+
+
+def _check_list_carried(name: str, ep: _Episode) -> None:
+    """A column held as a list (not a float) with None on the steps that lack it: the first
+    such step is MissingFieldError."""
+    col = ep.columns.get(name)
+    if isinstance(col, list):
+        absent = next((t for t, x in enumerate(col) if x is None), None)
+        if absent is not None:
+            raise _missing(name, ep, absent)
+
+
+def _missing(name: str, ep: _Episode, index: int) -> MissingFieldError:
+    """`name` is absent on step `index` of `ep`: the error names the step, episode and line,
+    and the fields that step does carry."""
+    steps = ep.columns.get("step")
+    step = int(steps[index]) if isinstance(steps, np.ndarray) and steps.dtype.kind in "iu" \
+        else index
+    have = {key.split(".")[0] for key, col in ep.columns.items() if _carried(col, index)}
+    reason = ""
+    if name.split(".")[0] == "next_observation":
+        reason = ("a sampler records it on an episode's last step only; the op \"next\" "
+                  "computes it for every step: {\"op\": \"next\", \"from\": [\"observation\", "
+                  "\"next_observation\"]}")
+    line = ep.lines[index] if ep.lines is not None and index < len(ep.lines) else None
+    return MissingFieldError(name, have, reason, where=f"on step {step} of episode "
+                             f"{quoted(ep.episode_id)}", line=line)
+
+
+def _carried(col: Any, index: int) -> bool:
+    """Whether step `index` carries this column (a float NaN on every element, or None, is
+    the mark of a step without it)."""
+    if isinstance(col, np.ndarray):
+        value = col[index]
+        return not (col.dtype.kind == "f" and np.size(value) and np.isnan(value).all())
+    if isinstance(col, list):
+        return col[index] is not None
+    return True
+
+
+def _check_carried(name: str, out: np.ndarray, mask: np.ndarray, eps: list[_Episode],
+                   rows: list[_Row]) -> None:
+    """A collated float column must hold a value on every real step: NaN there marks a step
+    that lacks the field (`Episode` keeps absent floats as NaN), which is MissingFieldError."""
+    if out.dtype.kind != "f" or out.size == 0 or math.prod(out.shape[2:]) == 0:
+        return
+    cells = out.reshape(*mask.shape, -1)
+    if not (np.isnan(cells[..., 0]) & mask).any():
+        return  # the common case: one look at each step's first element
+    absent = np.isnan(cells).all(axis=-1) & mask  # a NaN among values is not absence
+    if absent.any():
+        b, t = (int(i) for i in np.argwhere(absent)[0])
+        row = rows[b]
+        raise _missing(name, eps[row.episode], row.start + t)
 
 
 def _kind(col: Any) -> str:
@@ -269,13 +394,17 @@ def _plan(eps: list[_Episode], max_len: int | None) -> list[_Row]:
 
 
 def _bytes_per_step(eps: list[_Episode], names: list[str],
-                    varying_dims: Mapping[str, int] | None) -> int:
+                    varying_dims: Mapping[str, int] | None,
+                    sparse: set[str] | None = None) -> int:
     """Bytes one padded `[b, t]` cell takes across the output arrays (mask and per-step
     masks included), from the first episode's dtypes and the largest varying shapes."""
     total = 1  # mask
     for name in names:
-        col = eps[0].columns[name]
-        if _is_varying(col):
+        col = eps[0].columns.get(name)
+        if sparse and name in sparse:
+            dtype, trail = _sparse_template(name, eps)
+            total += math.prod(trail) * dtype.itemsize + 1  # and its `_present` mask
+        elif _is_varying(col):
             steps = [a for ep in eps for a in ep.columns[name]]
             if not steps:
                 continue
@@ -324,9 +453,12 @@ def bytes_text(n: int) -> str:
 
 # -- columns -------------------------------------------------------------------------------
 
-def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int) -> np.ndarray:
-    """Copy each row's slice into one preallocated `[B, T, ...]` array; zero the padding."""
-    cols = [ep.columns[name] for ep in eps]
+def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int,
+                   cols: list[np.ndarray] | None = None) -> np.ndarray:
+    """Copy each row's slice into one preallocated `[B, T, ...]` array; zero the padding.
+    `cols`: each episode's column (default: the episodes' own `name` column)."""
+    if cols is None:
+        cols = [ep.columns[name] for ep in eps]
     dtype, trail = cols[0].dtype, cols[0].shape[1:]
     if any(c.dtype is not dtype or c.shape[1:] != trail for c in cols):  # cheap test first
         dtype = _common_dtype(name, eps, [c.dtype for c in cols])
@@ -345,6 +477,54 @@ def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int) ->
             pieces.append(zeros[:nt - n])
     np.concatenate(pieces, out=out.reshape(len(rows) * nt, *trail), casting="safe")
     return out
+
+
+def _collate_sparse(name: str, eps: list[_Episode], rows: list[_Row], nt: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """A column only some steps carry: `[B, T, ...]` (NaN for floats, else 0, where a step does
+    not carry it; 0 on padding) and the `[B, T]` mask of the steps that do."""
+    dtype, trail = _sparse_template(name, eps)
+    absent = np.nan if dtype.kind == "f" else 0
+    cols: list[np.ndarray] = []
+    presents: list[np.ndarray] = []
+    for ep in eps:
+        col, n = ep.columns.get(name), ep.length
+        present: np.ndarray
+        if isinstance(col, np.ndarray):
+            present = np.ones(n, bool)
+            if col.dtype.kind == "f" and col.size:
+                present = np.asarray(~np.isnan(col.reshape(n, -1)).all(axis=1))
+        elif isinstance(col, list):
+            present = np.fromiter((v is not None for v in col), bool, n)
+            values = [np.asarray(v) for v in col if v is not None]
+            if any(v.shape != trail for v in values):
+                shapes = sorted({_shape_text(v.shape) for v in values})
+                raise ContractError(Problem(name, _shape_text(trail), ", ".join(shapes),
+                                            f"episode {quoted(ep.episode_id)}: per-step shape "
+                                            f"differs"))
+            stacked = np.stack(values) if values else np.empty((0, *trail), dtype)
+            col = np.full((n, *trail), absent if stacked.dtype.kind == "f" else 0, stacked.dtype)
+            col[present] = stacked  # its own dtype: `_collate_fixed` refuses one that differs
+        else:
+            col = np.full((n, *trail), absent, dtype)
+            present = np.zeros(n, bool)
+        cols.append(col)
+        presents.append(present)
+    return (_collate_fixed(name, eps, rows, nt, cols),
+            _collate_fixed(f"{name}_present", eps, rows, nt, presents))
+
+
+def _sparse_template(name: str, eps: list[_Episode]) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and per-step shape of a sparse column, from the first step that carries it."""
+    for ep in eps:
+        col = ep.columns.get(name)
+        if isinstance(col, np.ndarray):
+            return col.dtype, col.shape[1:]
+        for value in col or ():
+            if value is not None:
+                value = np.asarray(value)
+                return value.dtype, value.shape
+    raise MissingFieldError(name, eps[0].columns, "no step of any episode carries it")
 
 
 def _shape_text(trail: tuple[int, ...]) -> str:
@@ -377,8 +557,9 @@ def _collate_varying(name: str, eps: list[_Episode], rows: list[_Row], nt: int,
     elem_mask = np.zeros((len(rows), nt, *biggest[:depth]), dtype=bool)
     for b, row in enumerate(rows):
         for t, arr in enumerate(cols[row.episode][row.start:row.stop]):
-            out[(b, t, *map(slice, arr.shape))] = arr
-            elem_mask[(b, t, *map(slice, arr.shape[:depth]))] = True
+            at: tuple[int | slice, ...] = (b, t, *map(slice, arr.shape))
+            out[at] = arr
+            elem_mask[at[:2 + depth]] = True
     return out, elem_mask
 
 

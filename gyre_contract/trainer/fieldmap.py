@@ -254,6 +254,25 @@ class FieldMap:
                     names.append(name)
         return names
 
+    def sparse_sources(self) -> list[str]:
+        """The sources only some steps carry that the map may read (the final observation of
+        `next`): read by no entry as a whole column, and not part of (or containing) a group
+        another entry reads. Collation gives each a `<name>_present` mask and requires every
+        other source on every step (a step without one is `MissingFieldError`)."""
+        sparse: list[str] = []
+        for spec in self.fields.values():
+            op = get_op(spec.op)
+            sparse += [spec.sources[i] for i in (op.sparse if op is not None else ())
+                       if i < len(spec.sources)]
+        full: set[str] = set()
+        for spec in self.fields.values():
+            op = get_op(spec.op)
+            full.update(name for i, name in enumerate(spec.sources)
+                        if op is None or i not in op.sparse)
+        full.update(name for name in self.sources() if name not in sparse)
+        return [name for name in dict.fromkeys(sparse)
+                if not any(_overlaps(name, other) for other in full)]
+
     def apply(self, columns: Mapping[str, Any]) -> dict[str, Any]:
         """Build every target field from collated `[B, T, ...]` columns (see `collate`).
 
@@ -316,7 +335,7 @@ class FieldMap:
             wanted = [n for n in self.sources() if n not in (*LAYOUT_FIELDS, "mask")]
             return collate_tokens(episodes, fields=wanted)
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
-        return collate(episodes, max_len=max_len, fields=wanted)
+        return collate(episodes, max_len=max_len, fields=wanted, sparse=self.sparse_sources())
 
     def collated_file(self, path: str | os.PathLike[str], model: Any, *,
                       max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
@@ -326,10 +345,11 @@ class FieldMap:
         if self.rows == "step":
             return None
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
-        return collate_file(path, model, fields=wanted, max_len=max_len)
+        return collate_file(path, model, fields=wanted, max_len=max_len,
+                            sparse=self.sparse_sources())
 
 
-class _Columns(dict):
+class _Columns(dict[str, Any]):
     """The collated columns as ops see them during one `FieldMap.apply`: a dict, plus `memo`
     where an op keeps what another target of the same map reuses (GAE's advantage and return)."""
 
@@ -349,6 +369,12 @@ def _step_text(step: Step) -> str:
     """One `then` step in plain terms: its op with its arguments ("unsqueeze axis=-1")."""
     args = " ".join(f"{k}={number_text(v)}" for k, v in step.args.items())
     return f"{step.op} {args}" if args else step.op
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """One name is the other, or a group holding it (`next_observation` and
+    `next_observation.image`)."""
+    return a == b or a.startswith(f"{b}.") or b.startswith(f"{a}.")
 
 
 def _source(columns: Mapping[str, Any], name: str) -> Any:

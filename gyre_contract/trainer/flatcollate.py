@@ -20,22 +20,23 @@ import os
 from collections.abc import Iterable
 
 import numpy as np
-from pydantic import BaseModel
 
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.switches import fast_paths_enabled
 from gyre_contract.io.columnar import FileColumns, read_columns
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.collation import DERIVED_FIELDS, ROW_FIELDS, SKIPPED_FIELDS
 
 
-def collate_file(path: str | os.PathLike[str], model: type[BaseModel], *,
+def collate_file(path: str | os.PathLike[str], model: type[RolloutStepV1], *,
                  fields: Iterable[str] | None = None, max_len: int | None = None,
-                 max_bytes: int | None = None) -> tuple[dict[str, np.ndarray], int] | None:
+                 max_bytes: int | None = None, sparse: Iterable[str] | None = None
+                 ) -> tuple[dict[str, np.ndarray], int] | None:
     """(the collated batch, the number of episodes) of a JSON Lines or Parquet file, or None
     (module doc).
 
     Raises ContractError on the first problem of the file, as `read_episodes` does."""
-    if not fast_paths_enabled() or getattr(model, "varying_dims", ()):
+    if not fast_paths_enabled() or model.varying_dims:
         return None
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
                                 or max_len < 1):
@@ -43,16 +44,18 @@ def collate_file(path: str | os.PathLike[str], model: type[BaseModel], *,
     found = read_columns(path, model)
     if found is None:
         return None
-    batch = collate_columns(found, fields=fields, max_len=max_len, max_bytes=max_bytes)
+    batch = collate_columns(found, fields=fields, max_len=max_len, max_bytes=max_bytes,
+                            sparse=sparse)
     return None if batch is None else (batch, len(found.episode_ids))
 
 
 def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
-                    max_len: int | None = None, max_bytes: int | None = None
-                    ) -> dict[str, np.ndarray] | None:
+                    max_len: int | None = None, max_bytes: int | None = None,
+                    sparse: Iterable[str] | None = None) -> dict[str, np.ndarray] | None:
     """`collate` of the episodes `found` holds, from its columns; None as in `collate_file`."""
     columns, n = found.columns, len(found.code)
-    names = _names(columns, fields, n)
+    groups = None if sparse is None else list(dict.fromkeys(sparse))
+    names = _names(columns, fields, n, groups or [])
     if names is None:
         return None
     lengths = found.lengths[found.episodes]  # per episode, in batch order
@@ -74,7 +77,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     nt = min(span, int(row_lengths.max()))
     limit = collation.MAX_BATCH_BYTES if max_bytes is None else max_bytes
     cell = 1 + sum(int(np.prod(columns[name].shape[1:])) * columns[name].dtype.itemsize
-                   for name in names)
+                   + (name in (groups or ())) for name in names)
     if b * nt * cell > limit:
         return None  # `collate` raises BatchTooLargeError with its remedy
     out: dict[str, np.ndarray] = {}
@@ -83,6 +86,10 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
         array = np.zeros((b, nt, *column.shape[1:]), column.dtype)
         array[row, t] = column  # one scatter
         out[name] = array
+    for name in groups or ():
+        present = np.zeros((b, nt), bool)
+        present[row, t] = _carried(columns[name], n)
+        out[f"{name}_present"] = present
     out["mask"] = np.arange(nt)[None, :] < row_lengths[:, None]
     row_episode = np.repeat(found.episodes, per_episode)
     ids = np.array(found.episode_ids, dtype=np.str_)
@@ -98,11 +105,14 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     return out
 
 
-def _names(columns: dict[str, np.ndarray], fields: Iterable[str] | None, n: int
-           ) -> list[str] | None:
+def _names(columns: dict[str, np.ndarray], fields: Iterable[str] | None, n: int,
+           sparse: list[str]) -> list[str] | None:
     """The collated columns, as `collation._select` orders them; None where it would refuse
-    or where some step lacks a column (episodes without it make `collate` decide)."""
+    or where some step lacks a column that is not `sparse` (episodes without it make
+    `collate` decide, and name the step)."""
     available = [w for w in columns if w not in ROW_FIELDS and w not in SKIPPED_FIELDS]
+    if any(name not in available for name in sparse):
+        return None  # a group of modalities, or carried by no step: `collate` decides
     if fields is None:
         names = available
     else:
@@ -116,9 +126,17 @@ def _names(columns: dict[str, np.ndarray], fields: Iterable[str] | None, n: int
                 names.append(field)
     for name in names:
         column = columns[name]
-        if column.dtype.kind == "f" and np.isnan(column.reshape(n, -1)[:, 0]).any():
+        if name not in sparse and column.dtype.kind == "f" and \
+                np.isnan(column.reshape(n, -1)[:, 0]).any():
             return None  # a float NaN marks a step without the field
     return names
+
+
+def _carried(column: np.ndarray, n: int) -> np.ndarray:
+    """[N] bool: the steps that carry a column (a float absent on a step is NaN there)."""
+    if column.dtype.kind != "f" or column.size == 0:
+        return np.ones(n, bool)
+    return ~np.isnan(column.reshape(n, -1)).all(axis=1)
 
 
 def _next_values(columns: dict[str, np.ndarray], row: np.ndarray, t: np.ndarray,

@@ -25,7 +25,7 @@ from gyre_contract.core.errors import (
     describe,
 )
 from gyre_contract.trainer import collation
-from gyre_contract.trainer.advantages import TRUNCATION_MODES, discounted_returns, gae
+from gyre_contract.trainer.advantages import TRUNCATION_MODES, Truncation, discounted_returns, gae
 from gyre_contract.trainer.opspec import (
     ArgCheck,
     Describer,
@@ -175,6 +175,92 @@ def _shift(inputs: list[Any], columns: Mapping[str, Any], *, by: int, fill: Any)
     return np.where(mask[tail], out, np.zeros((), x.dtype))
 
 
+def _next(inputs: list[Any], columns: Mapping[str, Any], *,
+          sources: tuple[str, ...]) -> Any:
+    """The next step's value within each episode (`next.observation` from `observation`):
+    x[t + 1] on each real step but a row's last; there, the next row's first x for a row cut by
+    `max_len`, else `final` (the recorded `next_observation`) on the episode's last step.
+    Padding gets 0. An episode whose last step carries no `final` is an error naming it:
+    nothing is filled. `final` may be absent on every other step (its `<name>_present` mask,
+    from collation, says where it is). Groups of modalities are taken modality by modality."""
+    value, final = inputs
+    present = columns.get(f"{sources[1]}_present")
+    if isinstance(value, Mapping) or isinstance(final, Mapping):
+        if not (isinstance(value, Mapping) and isinstance(final, Mapping)) \
+                or set(value) != set(final):
+            raise ContractError(Problem(
+                "next", f"{sources[1]} with the modalities of {sources[0]}",
+                f"{_modalities_text(final)} and {_modalities_text(value)}",
+                "the final value must have the structure of the value it follows"))
+        return {k: _next_one(value[k], final[k], present, columns, sources, k) for k in value}
+    return _next_one(value, final, present, columns, sources)
+
+
+def _modalities_text(x: Any) -> str:
+    return f"modalities [{', '.join(sorted(x))}]" if isinstance(x, Mapping) else describe(x)
+
+
+def _next_one(value: Any, final: Any, present: Any, columns: Mapping[str, Any],
+              sources: tuple[str, ...], modality: str | None = None) -> np.ndarray:
+    mask = _need(columns, "mask")
+    value, final = np.asarray(value), np.asarray(final)
+    name = sources[1] if modality is None else f"{sources[1]}.{modality}"
+    if value.shape[:2] != mask.shape or final.shape != value.shape:
+        raise ContractError(Problem(name, f"the shape of {sources[0]}, [B, T, ...] with [B, T] "
+                                    f"= {list(mask.shape)}", f"{describe(final)} and "
+                                    f"{describe(value)}", "next: shapes differ"))
+    if final.dtype != value.dtype:
+        raise ContractError(Problem(name, f"{sources[0]}'s dtype {value.dtype}",
+                                    str(final.dtype), "next: dtypes differ (never promoted)"))
+    if present is None:  # columns collated without `sparse`: a float absent on a step is NaN
+        present = ~np.isnan(final).reshape(*mask.shape, -1).all(axis=-1) \
+            if final.dtype.kind == "f" and final.size else np.ones(mask.shape, bool)
+    b_size, t_size = mask.shape
+    lengths = mask.sum(axis=1)
+    rows, last = np.arange(b_size), np.maximum(lengths - 1, 0)
+    cut = np.zeros(b_size, bool)  # a row split by max_len goes on in the next row
+    ids = columns.get("episode_id")
+    if ids is not None and b_size > 1:
+        ids = np.asarray(ids)
+        cut[:-1] = (ids[:-1] == ids[1:]) & (lengths[:-1] == t_size)
+    ends = (lengths > 0) & ~cut
+    lacking = ends & ~np.asarray(present, bool)[rows, last]
+    if lacking.any():
+        raise _no_final(name, sources, rows[lacking], last, columns)
+    out = np.zeros_like(value)
+    out[:, :-1] = value[:, 1:]
+    out[rows[cut], last[cut]] = value[rows[cut] + 1, 0]
+    out[rows[ends], last[ends]] = final[rows[ends], last[ends]]
+    tail = mask.reshape(mask.shape + (1,) * (value.ndim - 2))
+    return np.where(tail, out, np.zeros((), value.dtype))
+
+
+def _no_final(name: str, sources: tuple[str, ...], rows: np.ndarray, last: np.ndarray,
+              columns: Mapping[str, Any]) -> ContractError:
+    """The episodes whose last step carries no final value, named (at most 5 shown)."""
+    ids = columns.get("episode_id")
+    term, trunc = columns.get("terminated"), columns.get("truncated")
+    flags = (term, trunc) if term is not None and trunc is not None \
+        and np.shape(term)[:1] == (len(last),) else None
+    shown = []
+    for b in rows[:5].tolist():
+        state = ""
+        if flags is not None:
+            term, trunc = flags
+            t = int(last[b])
+            state = ", terminated" if term[b, t] else ", truncated" if trunc[b, t] else ", open"
+        episode = f"{str(ids[b])!r} " if ids is not None else ""
+        shown.append(f"{episode}(row {b}{state})")
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return ContractError(Problem(
+        name, f"{sources[1]} on the last step of each episode (what follows its last step)",
+        f"none on the last step of {len(rows)} episode{'s' if len(rows) != 1 else ''}: "
+        f"{', '.join(shown)}{more}",
+        f"next: the {sources[0]} after an episode's last step is unknown (nothing is filled: "
+        f"record {sources[1]} on that step, as Recorder does on done steps and on the last "
+        f"step of record_steps, or leave the episode out of the batch)"))
+
+
 def _sum(inputs: list[Any], columns: Mapping[str, Any], *, axis: int) -> np.ndarray:
     x = inputs[0]
     _check_axis("sum", x, axis)
@@ -230,14 +316,14 @@ def _episode_start(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
 
 
 def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: float,
-         truncation: str = "bootstrap", output: str = "advantage") -> np.ndarray:
+         truncation: Truncation = "bootstrap", output: str = "advantage") -> np.ndarray:
     reward, value, terminated, truncated, next_value = inputs
     memo = getattr(columns, "memo", None)  # one map's advantage and return: GAE runs once
     key = ("gae", *map(id, inputs), gamma, lam, truncation)
     found = None if memo is None else memo.get(key)
     if found is None or any(a is not b for a, b in zip(found[0], inputs)):
         adv, ret = gae(reward, value, terminated, truncated, _need(columns, "mask"), next_value,
-                       gamma=gamma, lam=lam, truncation=truncation,  # type: ignore[arg-type]
+                       gamma=gamma, lam=lam, truncation=truncation,
                        episode_id=columns.get("episode_id"))
         if memo is not None:
             memo[key] = (list(inputs), (adv, ret))
@@ -248,10 +334,10 @@ def _gae(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float, lam: fl
 
 
 def _discounted(inputs: list[Any], columns: Mapping[str, Any], *, gamma: float,
-                truncation: str = "bootstrap") -> np.ndarray:
+                truncation: Truncation = "bootstrap") -> np.ndarray:
     reward, terminated, truncated, next_value = inputs
     return discounted_returns(reward, terminated, truncated, _need(columns, "mask"), next_value,
-                              gamma=gamma, truncation=truncation,  # type: ignore[arg-type]
+                              gamma=gamma, truncation=truncation,
                               episode_id=columns.get("episode_id"))
 
 
@@ -316,6 +402,10 @@ def _d_discounted(target: str, sources: tuple[str, ...], args: Mapping[str, Any]
             f"{_truncation_text(args, sources[3])}")
 
 
+def _d_next(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
+    return f"{target} ← the next step's {sources[0]} ({sources[1]} on an episode's last step)"
+
+
 def _d_mask(target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
     return f"{target} ← {sources[0]}" if sources else f"{target} from padding"
 
@@ -344,6 +434,8 @@ _REGISTRY: dict[str, Op] = {
         Op("shift", _shift, args={"by": _nonzero_int, "fill": _scalar}, required=("by", "fill"),
            builtin=True,
            describe=_with_args("{src} shifted by {by} steps within each row (else {fill})")),
+        Op("next", _next, ("value", "final"), builtin=True, describe=_d_next, named=True,
+           sparse=(1,), groups=True),
         Op("episode_start", _episode_start, builtin=True,
            describe=_with_args("{src} == 0 (first step of an episode)")),
         Op("per_step", _per_step, builtin=True,
@@ -480,7 +572,7 @@ def _cast_error(x: np.ndarray, dtype: str, why: str) -> ContractError:
 
 
 NEEDS_MASK = frozenset({"gae", "discounted_return", "mask", "shift", "episode_start",
-                         "per_step"})
+                         "per_step", "next"})
 """Ops that read the collated `mask` even when a map does not name it."""
 
 
@@ -496,7 +588,7 @@ def run_op(op: Op, inputs: list[Any], columns: Mapping[str, Any], args: Mapping[
     if op.sources == "one" and inputs and isinstance(inputs[0], Mapping):
         return {k: op.fn([v], columns, **args) for k, v in inputs[0].items()}
     groups = [i for i, x in enumerate(inputs) if isinstance(x, Mapping)]
-    if groups:
+    if groups and not op.groups:
         raise ContractError(Problem(op.name, "arrays", "a group of modalities",
                                     f"op {op.name!r} cannot take a group of modalities"))
     return op.fn(inputs, columns, **args)

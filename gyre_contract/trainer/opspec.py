@@ -38,7 +38,10 @@ class Op:
     without one is described by its name, sources and arguments. `reads` names the columns the op
     reads besides its sources, so that they are collated too. A `named` op's function also gets
     `sources=` (the names of its sources, e.g. to find a column's mask by its name); such an op
-    needs a named source and so cannot be a `then` step.
+    needs a named source and so cannot be a `then` step. `sparse` lists the positions of sources
+    that only some steps carry (`next`'s final observation): they are collated with a
+    `<name>_present` mask instead of being required on every step. `groups`: the function takes
+    groups of modalities itself (a dict per source), instead of being refused them.
     """
 
     name: str
@@ -50,6 +53,8 @@ class Op:
     describe: Describer | None = None
     reads: Reads | None = None
     named: bool = False
+    sparse: tuple[int, ...] = ()
+    groups: bool = False
 
     def text(self, target: str, sources: tuple[str, ...], args: Mapping[str, Any]) -> str:
         """What this op does to make `target` from `sources` with `args`, in plain terms."""

@@ -103,9 +103,9 @@ def collate_tokens(
     _check_ids(RESPONSE_SOURCE, responses[0])
     token_names, scalar_names = _plan(inputs, wanted, prompt_name)
     per_token = {name: _ragged(inputs, name) for name in token_names}
-    loss_mask = _loss_mask(inputs)
-    if loss_mask is not None:
-        per_token[LOSS_MASK] = loss_mask
+    recorded_mask = _loss_mask(inputs)
+    if recorded_mask is not None:
+        per_token[LOSS_MASK] = recorded_mask
     _check_lengths(inputs, responses[1], per_token)
     b = len(prompts[1])
     p = int(prompts[1].max(initial=0))
@@ -358,7 +358,7 @@ def _loss_mask(inputs: list[_Input]) -> tuple[np.ndarray, np.ndarray] | None:
     splices in tokens the policy did not generate): all True for its length."""
     if not any(LOSS_MASK in inp.columns for inp in inputs):
         return None
-    columns = []
+    columns: list[Any] = []  # per input: an array, or one array per step
     for inp in inputs:
         col = inp.columns.get(LOSS_MASK)
         if isinstance(col, np.ndarray):

@@ -152,6 +152,28 @@ def test_missing_source_field_is_exit_1_with_the_exact_message(rollouts, tmp_pat
                    "terminated, truncated, value]\n")
 
 
+@pytest.mark.parametrize("suffix,fast", [(".jsonl", "1"), (".jsonl", "0"), (".parquet", "1")])
+def test_an_optional_source_one_step_lacks_is_missing_not_non_finite(tmp_path, monkeypatch,
+                                                                      suffix, fast):
+    """`validate` holds (logprob is optional); the map reads it, so `batch` says it is missing,
+    where: once it said `logprob: not finite ... rows [0]`. Same words on every path."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    records = [json.loads(line) for line in (ROOT / "examples" /
+                                             "cartpole_rollouts.jsonl").read_text().splitlines()]
+    del records[2]["logprob"]
+    path = tmp_path / f"r{suffix}"
+    write_steps(path, records)
+    assert cli("validate", str(path))[0] == 0
+    code, out, err = cli("batch", str(path), "--map", str(EXAMPLE_MAP))
+    assert (code, out) == (1, "")
+    assert err.startswith("error: missing sample field: logprob on step 2 of episode "
+                          "'cartpole-0-0' (line 3), have [action, episode_id, observation, ")
+    assert "not finite" not in err
+    code, out, _ = cli("batch", str(path), "--map", str(EXAMPLE_MAP), "--format", "json")
+    problem = json.loads(out)["problems"][0]
+    assert (code, problem["path"], problem["line"]) == (1, "logprob", 3)
+
+
 def test_with_format_json_a_failing_map_is_a_json_object_on_stdout(rollouts, tmp_path):
     """The exit code is the one text gives; the error is data a script reads, not stderr text."""
     fmap = tmp_path / "m.json"
@@ -181,6 +203,23 @@ def test_bad_map_and_unreadable_input_are_exit_2(rollouts, tmp_path):
     assert code == 2 and err.startswith("error: no such file")
     code, _, err = cli("batch", str(rollouts), "--map", str(EXAMPLE_MAP), "--max-len", "0")
     assert (code, err) == (2, "error: --max-len must be at least 1, got 0\n")
+
+
+@pytest.mark.parametrize("flag", ["--max-staleness", "--current-version"])
+@pytest.mark.parametrize("value", ["-1", "1.5", "x"])
+def test_a_negative_or_non_integer_version_bound_is_a_usage_error(rollouts, flag, value):
+    """Once `--max-staleness -1` ran and reported "expected 3..2": a window nothing meets."""
+    code, out, err = cli("batch", str(rollouts), "--map", str(EXAMPLE_MAP), flag, value)
+    assert (code, out) == (2, "")
+    assert err == f"gyre-contract batch: argument {flag}: must be a whole number >= 0, " \
+                  f"got '{value}'\n"
+
+
+def test_half_way_refuses_a_negative_staleness_bound(rollouts):
+    from gyre_contract.harness.stages import half_way
+
+    with pytest.raises(ValueError, match="max_staleness must be >= 0, got -1"):
+        half_way(rollouts, EXAMPLE_MAP, max_staleness=-1)
 
 
 def test_loss_is_imported_from_the_named_module_and_called_once(rollouts, tmp_path, monkeypatch):
@@ -293,3 +332,15 @@ def test_real_subprocess_and_numpy_only_load(rollouts, tmp_path):
          str(target)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
     assert "'advantage'" in check.stdout and check.stdout.endswith("False\n")
+
+
+@pytest.mark.parametrize("name", ["file", "allow_pickle", "args"])
+def test_npz_keeps_a_field_named_like_a_savez_argument(tmp_path, name):
+    """`np.savez(f, **batch)` dropped a field called `allow_pickle` (taken as its flag) and
+    failed with a TypeError on one called `file`; every field reaches the file."""
+    from gyre_contract.cli.batch import write_npz
+
+    target = write_npz(tmp_path / "b.npz", {name: np.arange(3), "obs": {"x": np.ones((2, 2))}})
+    with np.load(target, allow_pickle=False) as loaded:
+        assert sorted(loaded.files) == sorted([name, "obs.x"])
+        assert loaded[name].tolist() == [0, 1, 2] and loaded["obs.x"].shape == (2, 2)

@@ -123,3 +123,80 @@ def test_a_time_major_trainer_fed_batch_major_arrays_is_caught(tmp_path):
     code, _, err = cli("batch", ROLLOUTS, "--map", fmap, "--trainer", trainer, "--batch-dims",
                        "T,N")
     assert code == 1 and "rewards" in err and "dim T is 8 here but 40 in the batch" in err
+
+
+# -- a Pendulum sampler on a vector env into TorchRL: the next observation on every step ---------
+
+def pendulum_rollouts(path: Path, envs: int = 2, episodes: int = 3) -> list[dict]:
+    """What a new user records: Pendulum-v1 on a vector env through `Recorder`, which writes the
+    true final observation (`next_observation`) on each episode's last step only."""
+    gym = pytest.importorskip("gymnasium")
+    from gyre_contract import Recorder, write_steps
+
+    rng = np.random.default_rng(0)
+
+    def policy(obs):
+        n = len(obs)
+        return {"action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+                "logprob": np.full(n, -1.2, np.float32), "value": obs[:, 0].astype(np.float32)}
+
+    env = gym.make_vec("Pendulum-v1", num_envs=envs, vectorization_mode="sync")
+    recorder = Recorder(env, policy, policy_version=0, value_fn=lambda o: float(o[0]), seed=0)
+    records = list(recorder.record_episodes(episodes))
+    write_steps(path, records)
+    return records
+
+
+def continuous_torchrl(tmp_path: Path) -> Path:
+    """The TorchRL PPO schema with Pendulum's continuous action `[B, T, 1]`."""
+    schema = json.loads((PEERS / "torchrl_ppo.json").read_text())
+    schema["properties"]["action"] = {"type": "array", "items": {"type": "array", "items": {
+        "type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 1}}}
+    path = tmp_path / "torchrl_continuous.json"
+    path.write_text(json.dumps(schema))
+    return path
+
+
+def test_pendulum_recorder_into_torchrl_gives_the_true_next_observation(tmp_path):
+    """Once `next.observation <- next_observation` RENAMED and a "valid" batch with NaN on 4776
+    of 4800 values of real steps; now the diff writes `next` and every value is the next step's
+    observation, or the recorded final one on an episode's last step."""
+    rollouts = tmp_path / "pendulum.jsonl"
+    records = pendulum_rollouts(rollouts)
+    sampler, fmap, trainer = tmp_path / "s.json", tmp_path / "m.json", continuous_torchrl(tmp_path)
+    assert cli("infer", rollouts, "-o", sampler)[0] == 0
+    code, text, err = cli("diff", sampler, trainer, "--batch-dims", "B,T", "--write-map", fmap)
+    assert code == 0, err
+    assert "next.observation  next(observation, next_observation)" in text
+    out = tmp_path / "b.npz"
+    code, _, err = cli("batch", rollouts, "--map", fmap, "--trainer", trainer, "--batch-dims",
+                       "B,T", "-o", out)
+    assert code == 0, err
+    by_episode: dict[str, list[dict]] = {}
+    for r in records:
+        by_episode.setdefault(r["episode_id"], []).append(r)
+    with np.load(out, allow_pickle=False) as npz:
+        mask, nxt = npz["collector.mask"], npz["next.observation"]
+        assert np.isfinite(nxt[mask]).all()
+        for b, steps in enumerate(by_episode.values()):  # all 200 steps long: file order
+            want = [s["observation"] for s in steps[1:]] + [steps[-1]["next_observation"]]
+            assert np.array_equal(nxt[b, :len(steps)], np.array(want, np.float32))
+            assert np.array_equal(npz["observation"][b, 1:len(steps)], nxt[b, :len(steps) - 1])
+
+
+def test_an_open_episode_without_a_final_observation_fails_the_batch_naming_it(tmp_path):
+    rollouts = tmp_path / "pendulum.jsonl"
+    records = pendulum_rollouts(rollouts, envs=1, episodes=2)
+    # an open episode, as a sampler stopped mid-way leaves it: a bootstrap value (GAE needs
+    # one), no final observation
+    cut = [r for r in records if r["episode_id"] != "run-0-1" or r["step"] < 50]
+    cut[-1]["next_value"] = 0.5
+    from gyre_contract import write_steps
+
+    write_steps(rollouts, cut)
+    fmap, trainer = tmp_path / "m.json", continuous_torchrl(tmp_path)
+    assert cli("diff", SAMPLER, trainer, "--batch-dims", "B,T", "--write-map", fmap)[0] == 0
+    code, _, err = cli("batch", rollouts, "--map", fmap, "--trainer", trainer, "--batch-dims",
+                       "B,T")
+    assert code == 1
+    assert "none on the last step of 1 episode: 'run-0-1' (row 1, open)" in err

@@ -115,6 +115,10 @@ def test_numpy_arrays_of_the_declared_dtype_are_not_copied(llm_record, llm_model
 @pytest.mark.parametrize("change", [
     {"observation": [2**25, 0, 0, 1]},          # ints in a float tensor: exactness rule
     {"observation": [0.5, 2**25, 0.0, 1.0]},    # mixed: numpy reads float64
+    {"observation": [0.5, 2**24, 0.0, 1.0]},    # mixed, within the exact range
+    {"observation": [0.5, 16777217.0, 0.0, 1.0]},  # a float: rounded
+    {"reward": 2**24 + 1}, {"reward": 2**24}, {"reward": -(2**24 + 1)}, {"value": 2**53 + 1},
+    {"reward": np.int64(2**24 + 1)}, {"reward": 16777217.0},
     {"observation": [0.1, True, 0.3, 0.4]},
     {"observation": np.array([0.1, np.nan, 0.3, 0.4])},
     {"observation": np.array([1e39, 0.0, 0.3, 0.4])},  # float64 beyond float32
@@ -139,6 +143,9 @@ def test_edge_records_cartpole(cartpole_record, cartpole_model, change):
 
 @pytest.mark.parametrize("change", [
     {"action": []},
+    {"action": [], "logprob": [], "loss_mask": [], "ref_logprob": []},
+    {"action": np.array([], np.int64), "logprob": np.array([], np.float32)},
+    {"logprob": [-(2**24 + 1), -0.5]},
     {"action": [2**63, 1]},
     {"action": [1, 2.0]},
     {"action": np.array([1, 2], np.int32)},
@@ -446,3 +453,15 @@ def test_switch_off_gives_the_same_verdict(cartpole_record, monkeypatch, change)
     slow = outcome()
     assert type(fast) is type(slow)
     assert fast == slow if isinstance(fast, list) else same_instance(fast, slow)
+
+
+@pytest.mark.parametrize("value", [np.float32("inf"), np.float32("-inf"), np.float32("nan")])
+def test_a_non_finite_numpy_scalar_action_is_refused_without_a_warning(value):
+    """The default action (int64 or float32) given as a numpy float32 scalar takes a fast check
+    of its own: a NaN or infinity goes to the explaining path, which refuses it, and no numpy
+    RuntimeWarning escapes (warnings are errors in this suite)."""
+    record = {"observation": [0.1, 0.2], "action": value, "reward": 1.0, "step": 0,
+              "episode_id": "a", "terminated": False, "truncated": False, "policy_version": 0}
+    with pytest.raises(ContractError) as caught:
+        validate_step(record)
+    assert [(p.path, p.message) for p in caught.value.problems] == [("action", "not finite")]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gyre_contract.core.errors import ContractError
+from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.validate import EpisodeTracker, validate_batch, validate_episode, validate_step
 
 
@@ -87,7 +88,121 @@ def test_all_problems_are_reported_at_once(cartpole_record, cartpole_model):
 def test_integer_values_beyond_float32_exactness_are_refused(cartpole_record, cartpole_model):
     record = dict(cartpole_record, observation=[2**25, 0, 0, 1])
     assert messages(record, cartpole_model) == [
-        "observation: integer too large to be exact in float32: expected float32[4], got int64[4]"]
+        "observation: integer too large to be exact in float32: expected float32[4], got int 33554432 "
+        "in int64[4]"]
+
+
+def both_ways(monkeypatch, record: dict, model) -> list[str]:
+    """The problems of `record` with the fast paths on; asserts the same with them off."""
+    found = []
+    for switch in ("1", "0"):
+        monkeypatch.setenv("GYRE_FAST_PATHS", switch)
+        try:
+            validate_step(record, model)
+            found.append([])
+        except ContractError as err:
+            found.append([str(p) for p in err.problems])
+    assert found[0] == found[1]
+    return found[0]
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["CartPoleStep", "RolloutStep"])
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"reward": 2**24 + 1}, "reward: integer too large to be exact in float32: expected float32, "
+                            "got int 16777217"),
+    ({"reward": -(2**24 + 1)}, "reward: integer too large to be exact in float32: expected "
+                               "float32, got int -16777217"),
+    ({"reward": 123456789012345678}, "reward: integer too large to be exact in float32: expected "
+                                     "float32, got int 123456789012345678"),
+    ({"value": 2**53 + 1}, "value: integer too large to be exact in float32: expected float32, "
+                           "got int 9007199254740993"),
+    ({"reward": np.int64(2**24 + 1)}, "reward: integer too large to be exact in float32: "
+                                      "expected float32, got int64 16777217"),
+    ({"observation": [2**24 + 1, 1.5, 2, 3]},
+     "observation: integer too large to be exact in float32: expected float32{shape}, got int "
+     "16777217 in float64[4]"),
+    ({"observation": [0.5, 1.5, 2.0, -(2**40)]},
+     "observation: integer too large to be exact in float32: expected float32{shape}, got int "
+     "-1099511627776 in float64[4]"),
+])
+def test_an_integer_a_float32_cannot_hold_is_refused_alone_or_beside_floats(
+        cartpole_record, cartpole_model, monkeypatch, pinned, change, expected):
+    """Once `reward: 16777217` passed (read as 16777216.0), and so did an integer beyond 2**24
+    beside floats in a list (numpy reads the list as float64): refused on both paths, as an
+    all-integer list was."""
+    model = cartpole_model if pinned else RolloutStep
+    shape = "[4]" if pinned else "[*obs]"
+    assert both_ways(monkeypatch, dict(cartpole_record, **change), model) == [
+        expected.replace("{shape}", shape)]
+
+
+@pytest.mark.parametrize("change", [
+    {"reward": 2**24}, {"reward": -(2**24)}, {"value": 3},
+    {"reward": 16777217.0},  # a float: rounded to the float32 nearest, as 0.1 is
+    {"observation": [2**24, 1.5, 2, 3]}, {"observation": [16777217.0, 1.5, 2.0, 3.0]},
+    {"reward": np.float64(16777217.0)}, {"observation": np.array([2**24, 1, 2, 3])},
+])
+def test_integers_within_the_exact_range_and_floats_are_accepted(
+        cartpole_record, cartpole_model, monkeypatch, change):
+    assert both_ways(monkeypatch, dict(cartpole_record, **change), cartpole_model) == []
+
+
+def test_the_exact_range_follows_the_float_width(cartpole_record, monkeypatch):
+    """float64 holds every integer up to 2**53, float16 up to 2**11: the same rule."""
+    from pydantic import Field
+
+    from gyre_contract import RolloutStep, Tensor
+
+    class WideStep(RolloutStep):
+        value: Tensor("float64", []) = None
+        next_value: Tensor("float16", []) = None
+        return_: Tensor("float64", [3]) = Field(None, alias="return")
+
+    record = dict(cartpole_record, value=2**53, next_value=2048, **{"return": [2**53, 0.5, 1]})
+    assert both_ways(monkeypatch, record, WideStep) == []
+    bad = dict(record, value=2**53 + 1, next_value=2049, **{"return": [2**53 + 1, 0.5, 1]})
+    assert both_ways(monkeypatch, bad, WideStep) == [
+        "value: integer too large to be exact in float64: expected float64, got int "
+        "9007199254740993",
+        "next_value: integer too large to be exact in float16: expected float16, got int 2049",
+        "return: integer too large to be exact in float64: expected float64[3], got int "
+        "9007199254740993 in float64[3]"]
+
+
+def test_a_plain_field_is_worded_as_every_other(llm_record, llm_model, monkeypatch):
+    """`text: str` of `PromptObservation` is a plain pydantic field: once its problems read
+    pydantic's `Input should be a valid string: expected str`."""
+    def text(value: object) -> list[str]:
+        observation = {"token_ids": [1, 2], "text": value}
+        return both_ways(monkeypatch, dict(llm_record, observation=observation), llm_model)
+
+    assert text(5) == ["observation.text: not a string: expected string, got int 5"]
+    assert text(None) == ["observation.text: null is not allowed: expected string, got null"]
+    assert text([1]) == ["observation.text: not a string: expected string, got list[1]"]
+    assert text("2+2=") == []
+
+
+def test_an_empty_list_takes_the_declared_dtype(llm_record, llm_model, monkeypatch):
+    """A generation that stopped at once: `action: []` of `LLMStep` (once: accepted as a numpy
+    array, refused as a JSON list with `not an integer ... got float64[0]`)."""
+    record = dict(llm_record, action=[], logprob=[], ref_logprob=[], loss_mask=[],
+                  token_reward=[], observation={"token_ids": []})
+    assert both_ways(monkeypatch, record, llm_model) == []
+    step = validate_step(record, llm_model)
+    assert (step.action.dtype, step.observation.token_ids.dtype, step.loss_mask.dtype,
+            step.logprob.dtype) == (np.int64, np.int64, np.bool_, np.float32)
+    assert step.action.shape == (0,)
+    arrays = dict(record, action=np.array([], np.int64), observation={"token_ids": np.array(
+        [], np.int64)}, loss_mask=np.array([], bool))
+    assert both_ways(monkeypatch, arrays, llm_model) == []
+
+
+def test_an_empty_list_where_a_value_is_declared_is_a_shape_problem(
+        cartpole_record, cartpole_model, monkeypatch):
+    assert both_ways(monkeypatch, dict(cartpole_record, action=[]), cartpole_model) == [
+        "action: not a number: expected int64, got list[0]"]
+    assert both_ways(monkeypatch, dict(cartpole_record, observation=[]), cartpole_model) == [
+        "observation: wrong shape: expected float32[4], got float32[0]"]
 
 
 def test_uint8_range(cartpole_record):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -15,7 +16,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gyre_contract.core.errors import ContractError
 from gyre_contract.core.validate import validate_episode
-from gyre_contract.harness.recorder import Recorder, episodes_from_records
+from gyre_contract.harness.recorder import Recorder, TurnRecorder, episodes_from_records
+from gyre_contract.pinned import LLMStep
 
 MAX_STEPS = 15
 SEED = 7
@@ -388,6 +390,21 @@ def test_episodes_from_records_goes_through_the_one_io_loop() -> None:
                                                                 "field.not_null")]
 
 
+def test_a_failed_record_of_any_mapping_type_still_advances_its_episode() -> None:
+    """The records are `Mapping`s: a read-only one that fails validation advances its episode as
+    a dict does (it was left unread, and the next step was blamed for the gap)."""
+    from types import MappingProxyType
+
+    recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
+    records = list(recorder.record_episodes(1))
+    assert len(records) >= 3
+    records[1] = dict(records[1], reward="bad")
+    for wrap in (dict, MappingProxyType):
+        with pytest.raises(ContractError) as info:
+            episodes_from_records([wrap(r) for r in records])
+        assert [p.path for p in info.value.problems] == ["records[1].reward"], wrap
+
+
 def test_iter_validated_steps_is_deprecated() -> None:
     from gyre_contract.core.validate import iter_validated_steps
 
@@ -489,3 +506,77 @@ def test_a_policy_whose_action_changes_dtype_within_an_episode_is_refused() -> N
     assert [(p.rule, str(p)) for p in err.value.problems] == [
         ("episode.dtype_fixed", "action: dtype changed within the episode: expected int64 as "
                                 "earlier in the episode, got float32[1]")]
+
+
+# -- TurnRecorder.group: what an LLM sampler hands over ------------------------------------------
+
+PROMPT = [1, 12, 3]
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """Duck-typed like vLLM's `Logprob` (vLLM itself is never imported)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+def turn_recorder() -> TurnRecorder:
+    return TurnRecorder(policy_version=0, run_id="gen", model=LLMStep)
+
+
+def test_rewards_of_the_wrong_length_name_the_argument_and_both_lengths() -> None:
+    """Once a raw `ValueError` from `zip`."""
+    completions = [{"action": np.array([5, 2])}, {"action": np.array([6, 2])}]
+    with pytest.raises(ContractError) as err:
+        turn_recorder().group(PROMPT, completions, [1.0])
+    assert str(err.value) == ("rewards: group: rewards and completions differ in length: "
+                              "expected 2 rewards (one per completion), got 1 rewards for 2 "
+                              "completions")
+    with pytest.raises(ContractError, match="completions\\[1\\].action: group: a completion "
+                                            "without its action"):
+        turn_recorder().group(PROMPT, [completions[0], {"logprob": [-0.1]}], [1.0, 0.0])
+    with pytest.raises(TypeError, match="completions\\[0\\] must be a mapping"):
+        turn_recorder().group(PROMPT, [np.array([5, 2])], [1.0])
+
+
+def test_a_completion_cut_by_the_length_limit_is_truncated_not_terminated() -> None:
+    """vLLM `finish_reason == "length"`: once it could only be recorded terminated too."""
+    recorder = turn_recorder()
+    cut, done = recorder.group(PROMPT, [{"action": np.array([5, 6]), "truncated": True},
+                                        {"action": np.array([5, 2])}], (r for r in [0.0, 1.0]))
+    assert (cut["truncated"], cut["terminated"]) == (True, False)
+    assert (done["truncated"], done["terminated"]) == (False, True)
+    one = recorder.turn(PROMPT, np.array([7, 7]), reward=0.0, truncated=True)
+    assert (one["truncated"], one["terminated"]) == (True, False)
+    assert recorder.open_episodes == []  # a truncated episode has ended
+
+
+def test_vllm_style_per_position_logprob_dicts_give_the_chosen_tokens_logprob() -> None:
+    """Once "ragged or mixed nested list"; each position holds the top-k candidates and the
+    generated token (not always the most likely one)."""
+    action = [5, 9, 2]
+    logprobs = [{5: Logprob(-0.1, 1, "a"), 7: Logprob(-2.5, 2, "b")},
+                {8: Logprob(-0.3, 1, "c"), 9: Logprob(-1.4, 2, "d")},
+                {2: Logprob(-0.05, 1, "</s>")}]
+    ref = [{5: -0.2}, {9: -1.0, 8: -0.9}, {2: -0.1}]
+    record, = turn_recorder().group(PROMPT, [{"action": np.array(action), "logprob": logprobs,
+                                              "ref_logprob": ref}], [1.0])
+    assert record["logprob"].tolist() == pytest.approx([-0.1, -1.4, -0.05])
+    assert record["ref_logprob"].tolist() == pytest.approx([-0.2, -1.0, -0.1])
+    assert record["logprob"].dtype == np.float32
+
+
+@pytest.mark.parametrize("logprob,message", [
+    ([{5: Logprob(-0.1)}, {8: Logprob(-0.3)}], "completions[0].logprob[1]: no log-prob for the "
+     "generated token: expected the log-prob of the generated token 9, got token ids [8]"),
+    ([{5: Logprob(-0.1)}], "completions[0].logprob: per-position log-probs do not match the "
+     "generated tokens: expected 2 positions (one per generated token), got 1 positions"),
+    ([{5: Logprob(-0.1)}, -0.3], "completions[0].logprob[1]: per-position log-probs mix dicts"),
+    ([{5: Logprob("x")}, {9: -0.3}], "completions[0].logprob[0]: no log-prob for the generated"),
+])
+def test_per_position_logprobs_that_do_not_fit_name_the_position(logprob, message) -> None:
+    with pytest.raises(ContractError) as err:
+        turn_recorder().group(PROMPT, [{"action": np.array([5, 9]), "logprob": logprob}], [1.0])
+    assert str(err.value).startswith(message)

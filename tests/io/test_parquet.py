@@ -389,3 +389,112 @@ def test_rollout_functions_choose_parquet_by_extension(tmp_path, cartpole_model)
     assert episode.columns["observation"].shape == (3, 4)
     with pytest.raises(InputError, match=r"^cannot append to a Parquet file: .*r\.parquet; "):
         write_steps(path, [], append=True)
+
+
+# -- one verdict for empty lists, nulls and what the writer would change ------------------------
+
+def test_an_empty_generation_is_read_back_as_written(tmp_path, llm_model, monkeypatch):
+    """An LLM sampler's generation of 0 tokens (an immediate stop): `validate_step` took it as a
+    numpy array, `write_steps` wrote `"action":[]` and `validate` refused what it wrote (`not an
+    integer ... got float64[0]`). Now one verdict on every path: JSON Lines both ways, the
+    Parquet file `write_parquet` writes, one another tool writes (`[]` with no type: list<null>),
+    and the CLI."""
+    import io
+
+    from gyre_contract.cli import run
+
+    empty = dict(llm_records()[0], action=np.array([], np.int64), logprob=np.array([], np.float32),
+                 observation={"token_ids": np.array([], np.int64)})
+    steps = [validate_step(r, llm_model) for r in (empty, llm_records()[1])]
+    write_steps(tmp_path / "e.jsonl", steps)
+    assert b'"action":[]' in (tmp_path / "e.jsonl").read_bytes()
+    write_parquet(tmp_path / "e.parquet", steps, llm_model)
+    records = [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()]
+    pq.write_table(pa.table({k: [r.get(k) for r in records] for k in records[0]}),
+                   tmp_path / "foreign.parquet")
+    assert pq.read_schema(tmp_path / "foreign.parquet").field("logprob").type \
+        == pa.list_(pa.float64())
+    pq.write_table(pa.table({k: [records[0][k]] for k in records[0]}), tmp_path / "one.parquet")
+    assert pq.read_schema(tmp_path / "one.parquet").field("action").type == pa.list_(pa.null())
+    for switch in ("1", "0"):
+        monkeypatch.setenv("GYRE_FAST_PATHS", switch)
+        for name in ("e.jsonl", "e.parquet", "foreign.parquet", "one.parquet"):
+            report = validate_file(tmp_path / name, llm_model)
+            assert report.ok, (name, [str(p) for p in report.problems()])
+        back = next(iter(read_parquet_steps(tmp_path / "one.parquet", llm_model)))
+        assert back.action.dtype == np.int64 and back.action.shape == (0,)
+        out, err = io.StringIO(), io.StringIO()
+        assert run(["validate", str(tmp_path / "e.jsonl"), "--model",
+                    "gyre_contract.pinned:LLMStep"], out, err) == 0, out.getvalue()
+
+
+def test_a_null_is_refused_and_an_absent_field_is_absent_in_both_formats(tmp_path, cartpole_model):
+    """JSON can say a field is absent (no key) or null; Parquet only that a cell is null, which
+    is how it says absent (`write_parquet` writes a null cell for every absent optional field).
+    So: a missing key and a null cell in an optional column are the same (absent, valid); JSON
+    `null` is refused, and so is `None` by both writers, so that no twin of it is ever written;
+    a null in a required column is refused in both formats
+    (docs/rollout-files.md#nulls-absent-fields-and-empty-lists)."""
+    records = cartpole_episode("a", 3)
+    absent = [dict(r) for r in records]
+    del absent[1]["logprob"]
+    write_steps(tmp_path / "absent.jsonl", absent)
+    write_parquet(tmp_path / "absent.parquet", absent, cartpole_model)
+    assert pq.read_table(tmp_path / "absent.parquet").column("logprob").null_count == 1
+    assert validate_file(tmp_path / "absent.jsonl", cartpole_model).ok
+    assert validate_file(tmp_path / "absent.parquet", cartpole_model).ok
+    null = [dict(r) for r in records]
+    null[1]["logprob"] = None
+    (tmp_path / "null.jsonl").write_text("".join(json.dumps(r) + "\n" for r in null))
+    assert [str(p) for p in validate_file(tmp_path / "null.jsonl", cartpole_model).problems()] \
+        == ["line 2: logprob: null is not allowed: expected float32, got null"]
+    for write in (write_steps, lambda path, steps: write_parquet(path, steps, cartpole_model)):
+        with pytest.raises(ContractError, match=r"steps\[1\]\.logprob: None cannot be written"):
+            write(tmp_path / "w.parquet", null)
+    table = pa.table({k: [r.get(k) for r in null] for k in null[0] if k != "info"})
+    pq.write_table(table, tmp_path / "null.parquet")  # another tool: the null is a null cell
+    assert validate_file(tmp_path / "null.parquet", cartpole_model).ok  # read as absent
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"action": 1.5}, "not an integer"),  # once written as 1
+    ({"reward": True}, "a bool is not a number"),  # once written as 1.0
+    ({"reward": 3.5e38}, "out of range for the column's float width: it would be written as an "
+                         "infinity"),  # once inf, read back as `not finite`
+    ({"observation": [0.1, 0.2, 0.3, -1e39]}, "out of range for the column's float width"),
+    ({"reward": 2**24 + 1}, "Integer value 16777217 is outside of the range exactly "
+                            "representable"),
+])
+def test_write_parquet_refuses_what_its_column_would_change(tmp_path, cartpole_model, change, why):
+    """`write_parquet` writes dicts as they are, and pyarrow changed some on the way into their
+    column, silently: the Parquet file then held a valid record where the JSON Lines file of the
+    same records does not. Refused now, naming the row, before anything is written."""
+    records = cartpole_episode("a", 3)
+    records[2].update(change)
+    with pytest.raises(ContractError) as info:
+        write_parquet(tmp_path / "w.parquet", records, cartpole_model)
+    (problem,) = info.value.problems
+    assert problem.path == f"steps[2].{next(iter(change))}"
+    assert problem.message.startswith(f"cannot be written as this column ({why}")
+    assert not (tmp_path / "w.parquet").exists()
+    write_steps(tmp_path / "w.jsonl", records)
+    assert not validate_file(tmp_path / "w.jsonl", cartpole_model).ok
+
+
+def test_an_unpinned_column_keeps_the_first_records_dtype_and_modalities(tmp_path):
+    """The unpinned model settles a column from the first record: an integer action after float
+    ones (JSON Lines keeps it int64, the column would make it float32) and a modality the first
+    record lacks (once dropped silently) are refused, each named."""
+    base = {"observation": [0.1, 0.2], "reward": 0.0, "step": 0, "terminated": True,
+            "truncated": False, "policy_version": 0}
+    floats = [dict(base, action=[0.5], episode_id="a"), dict(base, action=[1], episode_id="b")]
+    with pytest.raises(ContractError) as info:
+        write_parquet(tmp_path / "w.parquet", floats)
+    assert [p.path for p in info.value.problems] == ["steps[1].action"]
+    assert "one dtype, here float32 as settled by steps[0]" in info.value.problems[0].message
+    texts = [dict(base, action=[1], episode_id="a", observation={"token_ids": [1]}),
+             dict(base, action=[1], episode_id="b", observation={"token_ids": [2], "text": "x"})]
+    with pytest.raises(ContractError) as info:
+        write_parquet(tmp_path / "w.parquet", texts)
+    assert str(info.value).startswith("steps[1].observation: cannot be written as this column "
+                                      "('text' is not a field of the column: it would be dropped)")

@@ -625,3 +625,21 @@ def test_a_field_keeps_its_kind_within_an_episode(change: dict, rule: str, expec
     assert [p.rule for p in report.problems()] == [rule]
     with pytest.raises(ContractError, match="changed within the episode"):
         list(read_episodes(path))
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_an_episode_ended_by_both_flags_counts_as_terminated(tmp_path: Path, fast: str,
+                                                            monkeypatch) -> None:
+    """Both flags true: terminated wins (the contract, like Gymnasium), in the counts of the bulk
+    path and of the line path alike."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    base = {"observation": [0.0, 0.1], "action": 0, "reward": 1.0, "policy_version": 0}
+    rows = [{**base, "step": i, "episode_id": "a", "terminated": i == 2, "truncated": i == 2}
+            for i in range(3)]
+    rows += [{**base, "step": 0, "episode_id": "b", "terminated": False, "truncated": True},
+             {**base, "step": 0, "episode_id": "c", "terminated": True, "truncated": True}]
+    path = tmp_path / "both.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = validate_file(path)
+    assert report.ok
+    assert (report.terminated, report.truncated) == (2, 1)

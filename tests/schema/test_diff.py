@@ -352,10 +352,14 @@ def test_cleanrl_collapses_truncation_into_done() -> None:
 
 
 def test_rllib_next_observation_is_new_obs() -> None:
+    """A per-step `new_obs` is the next step's observation, the recorded (optional)
+    next_observation on an episode's last step only: the `next` op, never a rename."""
     r = diff(STEP, f"{PEERS}/rllib_learner_batch.json", batch_dims="B")
-    assert r.entry("new_obs").sampler_fields == ("next_observation",)
+    assert r.entry("new_obs").sampler_fields == ("observation", "next_observation")
+    assert r.field_map()["fields"]["new_obs"] == {
+        "op": "next", "from": ["observation", "next_observation"]}
     assert tiers(r) == {
-        "obs": "renamed", "new_obs": "renamed", "actions": "needs_conversion",
+        "obs": "renamed", "new_obs": "needs_conversion", "actions": "needs_conversion",
         "rewards": "renamed", "terminateds": "renamed", "truncateds": "renamed",
         "eps_id": "needs_conversion", "t": "renamed", "action_logp": "renamed",
         "vf_preds": "renamed", "advantages": "needs_conversion",
@@ -375,7 +379,10 @@ def test_torchrl_reward_is_b_t_1_under_next() -> None:
     reward = r.entry("next.reward")
     assert (reward.tier, reward.sampler_fields) == ("needs_conversion", ("reward",))
     assert reward.conversion.entry == {"op": "unsqueeze", "from": "reward", "axis": -1}
-    assert r.entry("next.observation").tier == "renamed"
+    nxt = r.entry("next.observation")  # the true final observation is on the last step only
+    assert (nxt.tier, nxt.sampler_fields) == ("needs_conversion", ("observation",
+                                                                   "next_observation"))
+    assert nxt.conversion.entry == {"op": "next", "from": ["observation", "next_observation"]}
     assert r.entry("action_log_prob").sampler_fields == ("logprob",)
     unsqueeze = [{"op": "unsqueeze", "axis": -1}]
     fields = r.field_map()["fields"]
@@ -402,7 +409,7 @@ def test_sb3_rollout_samples() -> None:
 
 def test_tianshou_recomputes_the_logprob() -> None:
     r = diff(STEP, f"{PEERS}/tianshou_ppo.json", batch_dims="B")
-    assert r.entry("obs_next").sampler_fields == ("next_observation",)
+    assert r.entry("obs_next").sampler_fields == ("observation", "next_observation")
     assert r.entry("adv").conversion.ops == ("gae",)
     assert "recomputed_logprob" in codes(r)
     check_report(r)

@@ -18,7 +18,7 @@ from gyre_contract.trainer.fieldmap import FieldMap, cast_array, known_ops, regi
 MAPS = Path(__file__).parents[1] / "data" / "maps"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cartpole_map.json"
 KNOWN = ("all, and_not, any, cast, concat, discounted_return, episode_start, gae, group_norm, kl, "
-         "kl_reward, mask, masked_sum, not, pad, per_step, per_token, rename, reshape, rloo, shift, "
+         "kl_reward, mask, masked_sum, next, not, pad, per_step, per_token, rename, reshape, rloo, shift, "
          "squeeze, sum, transpose, unsqueeze")
 HINT = "your own op: register_op in Python, or on the command line --ops MODULE_OR_FILE.py"
 STEP_OPS = ("cast, episode_start, not, per_step, per_token, reshape, shift, squeeze, sum, "

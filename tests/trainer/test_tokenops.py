@@ -138,6 +138,17 @@ def test_group_norm_of_equal_rewards_is_exactly_zero_and_never_nan():
             assert np.array_equal(got, np.zeros(5, np.float32)), (eps, std)
 
 
+def test_group_norm_of_equal_float64_rewards_is_exactly_zero():
+    """float32 rewards give exact group means; float64 ones do not (0.1 * 3 / 3 != 0.1), and
+    without the explicit zero an equal group would get ~1e-11 instead of 0."""
+    columns = {"reward": np.array([0.1] * 3 + [0.7] * 7),
+               "group_id": np.array(list("aaabbbbbbb"))}
+    for std in tokenops.STD_MODES:
+        for scale in ("group", "batch"):
+            got = run("group_norm", ("reward", "group_id"), columns, std=std, scale=scale)
+            assert np.array_equal(got, np.zeros(10, np.float32)), (std, scale)
+
+
 def test_group_norm_with_integer_group_ids_and_unsorted_rows():
     columns = {"reward": np.array([3, 1, 2, 5, 4, 0], np.float32),
                "group_id": np.array([7, 2, 7, 2, 7, 2])}

@@ -73,7 +73,8 @@ PEERS = {
     "torchrl_ppo": schema(
         "TorchRL ClipPPOLoss + GAE input TensorDict",
         "TensorDict [B, T] env-major, time dim last; reward/done/value keep a trailing 1; "
-        "padding is masked by ('collector', 'mask'), which ClipPPOLoss reads on its own. "
+        "padding is masked by ('collector', 'mask'), which ClipPPOLoss applies to its loss_* "
+        "terms only (not to normalize_advantage=True). "
         "Batch dims: B,T.",
         [("observation", "number", [N, N, N], True, "root obs s_t"),
          ("action", "integer", [N, N], True, "discrete action"),
