@@ -93,14 +93,13 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["text", "json"])
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(("command", "fmt"), [
+    (command, fmt) for command in sorted(COMMANDS) for fmt in ("text", "json")
+    if (command, fmt) != ("infer", "json")])  # infer prints the schema itself, no JSON report
 def test_a_megabyte_name_or_value_is_echoed_shortened(hostile, command, fmt) -> None:
     """Once: 14 MB of output for one 1 MiB key (a table padded to its width, every problem)."""
     argv = COMMANDS[command](hostile)
     if fmt == "json":
-        if command == "infer":
-            pytest.skip("infer prints the schema itself (a field name is data there)")
         argv += ["--format", "json"]
     code, out, err = cli(*argv)
     assert code in (0, 1, 2), (code, err)

@@ -262,11 +262,11 @@ def test_ctrl_c_while_an_output_is_written_leaves_the_previous_file(tmp_path, mo
     np.savez(target, old=np.arange(3))
     before = target.read_bytes()
 
-    def interrupted_savez(file, **arrays):
-        file.write(b"PK half a zip")
+    def interrupted_write_array(member, array, **kwargs):
+        member.write(b"\x93NUMPY half an array")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(np, "savez", interrupted_savez)
+    monkeypatch.setattr(np.lib.format, "write_array", interrupted_write_array)
     try:
         main(["batch", str(ROLLOUTS), "--map", str(CARTPOLE_MAP), "-o", str(target)])
     except KeyboardInterrupt:
