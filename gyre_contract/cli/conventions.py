@@ -16,8 +16,9 @@ from typing import Any
 from gyre_contract.core.deprecation import REMOVAL
 
 EXIT_CODES: dict[str, str] = {
-    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted; "
-              "2 usage, or a folder that cannot be written",
+    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted "
+              "or is missing; 2 usage, a folder that cannot be written, or (--check) no such "
+              "folder",
     "validate": "0 the contract holds; 1 any problem (each with its line); 2 usage, a missing "
                 "or unreadable file, a directory, a bad --model or --schema",
     "diff": "0 nothing missing; 1 something missing (--strict: or any conversion); 2 usage or "
@@ -36,6 +37,16 @@ EXIT_CODES: dict[str, str] = {
     "show": "0 the episode holds; 1 it breaks a rule (marked); 2 usage, an unreadable file or "
             "no such episode",
 }
+OUTPUTS: dict[str, str] = {"out": "-o", "write_map": "--write-map", "plot": "--plot",
+                           "out_dir": "--out-dir"}
+"""The dests of the options that name what a command writes (with the option a message names).
+Every other file a command line names is an input, which no output may replace
+(`common.outputs_guarded`)."""
+
+TO_STDOUT: dict[str, str] = {"infer": "out"}
+"""The outputs that `-` sends to stdout: text the command would print anyway. Everywhere else
+stdout carries the report (or the output is binary, or a folder), so `-` is refused."""
+
 DEFAULT_EXIT_CODES = "0 the contract holds; 1 it is violated; 2 usage or unusable input"
 
 FORMAT_HELP = {

@@ -24,6 +24,7 @@ from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
+from gyre_contract.core.text import shorten
 from gyre_contract.core.validate import staleness_problems, validate_batch
 from gyre_contract.harness.channelloop import CHANNEL_CHECKS, ChannelLeg
 from gyre_contract.harness.channelloop import batch_shape as channel_batch_shape
@@ -78,8 +79,8 @@ class HalfWayReport(Report):
         return {
             "stage": "half_way",
             "ok": self.ok,
-            "fields": {k: {"type": v.type_name, "shape": list(v.shape or ()), "dtype": v.dtype}
-                       for k, v in self.fields.items()},
+            "fields": {shorten(k): {"type": v.type_name, "shape": list(v.shape or ()),
+                                    "dtype": v.dtype} for k, v in self.fields.items()},
             "rows": self.rows,
             "time_steps": self.time_steps,
             "steps": self.steps,
