@@ -272,9 +272,12 @@ def test_runs_keeps_a_few_numbers_per_run(tmp_path: Path, small_reads: None) -> 
     assert _peak_per_item(["runs"], make, tmp_path, 200, 800) < 500
 
 
-def test_batch_keeps_columns_not_lines_per_episode(tmp_path: Path, small_reads: None) -> None:
+def test_batch_keeps_columns_not_lines_per_episode(tmp_path: Path, small_reads: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Many one-step episodes: about 150 bytes an episode, traced (its columns, its id once, its
-    row of the batch), never the lines or a dict of ids (530 bytes an episode once)."""
+    row of the batch), never the lines or a dict of ids (530 bytes an episode once). The file's
+    columns are a fast path: `GYRE_FAST_PATHS=0` collates `Episode` objects, as it always did."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
 
     def make(path: Path, n: int) -> None:
         bench_memory.make("episodes-1m", path, n)
