@@ -487,3 +487,77 @@ def test_an_overlong_pattern_is_refused(tmp_path: Path) -> None:
     proc = gyre("validate", rollouts, "--schema", schema)
     assert proc.returncode == 2
     assert "(MAX_PATTERN_BYTES)" in one_line_error(proc)
+
+
+# --- memory within the documented limits: a 100 MB line, a million runs, a million episodes ----
+# The inputs come from benchmarks/bench_memory.py (generated here, never committed); the same
+# figures with peak RSS are in docs/robustness.md.
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_memory  # noqa: E402
+
+from gyre_contract.io.lines import MAX_LINE_VALUES  # noqa: E402
+
+CARTPOLE_MAP = ROOT / "examples" / "cartpole_map.json"
+
+
+def _too_many_values(n_lists: int, size: int) -> str:
+    """What a `lists-line` of `n_lists` empty lists in `size` bytes is refused with."""
+    return (f"line 1: too many values (not parsed): expected at most {MAX_LINE_VALUES} values "
+            f"per line (each ',' ':' '[' '{{' outside strings), got {2 * n_lists + 26} in "
+            f"{size} bytes")
+
+
+def test_a_line_just_over_the_value_limit_is_refused_unparsed(tmp_path: Path) -> None:
+    """13 MB of empty lists in an unknown field: counted on the bytes, never parsed (once: 64
+    bytes a list parsed, about 300 MB)."""
+    n = MAX_LINE_VALUES // 2 - 12
+    path = tmp_path / "crowded.jsonl"
+    bench_memory.make("lists-line", path, n)
+    proc = gyre("validate", path, memory_gb=0.5)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"    {_too_many_values(n, path.stat().st_size - 1)}\n" in proc.stdout  # no newline
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lists-line", "numbers-line"])
+def test_a_100_mb_line_takes_every_command_less_than_1_gb(tmp_path: Path, name: str) -> None:
+    """Lines of 94-110 MiB (33 million empty lists in an unknown field, 94 MiB; a valid
+    observation of 33 million numbers, 110 MiB): 3.0 and 1.6 GB of RSS once, now refused by
+    MAX_LINE_VALUES under a 1 GiB address-space limit, by every command that reads them."""
+    path = tmp_path / "line.jsonl"
+    bench_memory.make(name, path)
+    said = "line 1: too many values (not parsed): expected at most"
+    proc = gyre("validate", path, memory_gb=1)
+    assert proc.returncode == 1 and said in proc.stdout, proc.stdout + proc.stderr
+    proc = gyre("batch", path, "--map", CARTPOLE_MAP, memory_gb=1)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error: {said}"), proc.stderr
+    proc = gyre("infer", path, memory_gb=1)
+    assert proc.returncode == 2 and said in one_line_error(proc)
+
+
+@pytest.mark.slow
+def test_runs_on_300000_runs_stays_under_half_a_gigabyte(tmp_path: Path) -> None:
+    """A run log of 300,000 runs (74 MB): 810 MB of RSS once (every `RunRecord` held), now a few
+    numbers per run (`Summary`, 76 MB)."""
+    path = tmp_path / "runs.jsonl"
+    bench_memory.make("run-log-1m", path, 300_000)
+    proc = gyre("runs", path, memory_gb=0.5)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"{path}: 300000 runs, 8 configurations\n")
+
+
+@pytest.mark.slow
+def test_batch_of_a_million_one_step_episodes_stays_under_640_mb(tmp_path: Path) -> None:
+    """1,000,000 one-step episodes (170 MB): 670 MB of RSS once (every block's lines and a dict
+    of ids kept), now 370 MB, of which the batch itself is about 90 MB."""
+    path = tmp_path / "episodes.jsonl"
+    bench_memory.make("episodes-1m", path)
+    out = tmp_path / "batch.npz"
+    proc = gyre("batch", path, "--map", CARTPOLE_MAP, "-o", out, memory_gb=0.625)
+    assert proc.returncode == 0, proc.stderr
+    import numpy as np
+
+    with np.load(out, allow_pickle=False) as batch:
+        assert batch["mask"].shape == (1_000_000, 1) and batch["mask"].all()
+        assert batch["episode_id"][-1] == "e999999"

@@ -178,12 +178,7 @@ def rollout_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
-def cases(names, slow=("a million fields",)) -> list:
-    """Parametrize over case names, the slowest marked `slow` (run by .ci/run, not by default)."""
-    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in names]
-
-
-@pytest.mark.parametrize("name", cases(ROLLOUT_CASES))
+@pytest.mark.parametrize("name", list(ROLLOUT_CASES))
 def test_validate_each_bad_rollout_file(name: str, rollout_files: dict[str, Path]) -> None:
     result = cli("validate", rollout_files[name], big=name in BIG)
     if name == "random bytes":
@@ -210,8 +205,8 @@ def test_infer_each_bad_rollout_file(name: str, rollout_files: dict[str, Path]) 
         assert result.err.startswith(f"error: {path}: line 1: not UTF-8: ")
 
 
-@pytest.mark.parametrize("name", cases(sorted(set(ROLLOUT_CASES) - {"50 MB line",
-                                                                    "50 MB line cut mid-write"})))
+@pytest.mark.parametrize("name", sorted(set(ROLLOUT_CASES) - {"50 MB line",
+                                                              "50 MB line cut mid-write"}))
 def test_batch_reads_each_bad_rollout_file(name: str, rollout_files: dict[str, Path]) -> None:
     """`batch` stops at the first bad line with exit 1 and names it (nothing silently dropped)."""
     result = cli("batch", rollout_files[name], "--map", CARTPOLE_MAP, big=name in BIG)
@@ -237,6 +232,57 @@ def test_runs_reads_each_bad_file_as_a_run_log(name: str, rollout_files: dict[st
     if name == "a million fields":
         assert result.err == ("error: line 1: too many keys: expected at most 100 keys (a "
                               "RunRecord has 13 fields), got 1000000 keys\n")
+
+
+# -- memory that grows with a file's runs or episodes -------------------------------------------
+# (a million runs or episodes, run in a subprocess under RLIMIT_AS: tests/test_bounds.py)
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_memory  # noqa: E402
+
+
+def _peak_per_item(argv: list[str | Path], make: Callable[[Path, int], None], tmp_path: Path,
+                   small: int, big: int) -> float:
+    """Bytes of traced peak memory per item (run, episode) of a file of `big` items beyond one
+    of `small`; a first run on a tiny file imports what the command needs (not measured)."""
+    paths = []
+    for n in (10, small, big):
+        paths.append(tmp_path / f"{n}.jsonl")
+        make(paths[-1], n)
+    cli(*argv[:1], paths[0], *argv[1:])
+    peaks = [cli(*argv[:1], path, *argv[1:]).peak_mb for path in paths[1:]]
+    return (peaks[1] - peaks[0]) * 2**20 / (big - small)
+
+
+@pytest.fixture
+def small_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files read 64 KiB at a time: what is measured is what is kept, not the read buffer."""
+    import gyre_contract.io.lines as lines
+
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 2**16)
+
+
+def test_runs_keeps_a_few_numbers_per_run(tmp_path: Path, small_reads: None) -> None:
+    """About 100 bytes a run (`Summary`: each run's times and final metrics in arrays), never
+    the runs themselves (1.3 KB each once, traced; a run log of a million runs took 2.7 GB)."""
+
+    def make(path: Path, n: int) -> None:
+        bench_memory.make("run-log-1m", path, n)
+
+    assert _peak_per_item(["runs"], make, tmp_path, 200, 800) < 500
+
+
+def test_batch_keeps_columns_not_lines_per_episode(tmp_path: Path, small_reads: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many one-step episodes: about 150 bytes an episode, traced (its columns, its id once, its
+    row of the batch), never the lines or a dict of ids (530 bytes an episode once). The file's
+    columns are a fast path: `GYRE_FAST_PATHS=0` collates `Episode` objects, as it always did."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+
+    def make(path: Path, n: int) -> None:
+        bench_memory.make("episodes-1m", path, n)
+
+    assert _peak_per_item(["batch", "--map", CARTPOLE_MAP], make, tmp_path, 2000, 8000) < 350
 
 
 # -- schema files --------------------------------------------------------------------------------

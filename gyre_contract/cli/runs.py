@@ -8,7 +8,7 @@ from typing import Any, TextIO
 from gyre_contract.cli.common import UsageError
 from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
-from gyre_contract.harness.runlog import RunLog, RunsReport
+from gyre_contract.harness.runlog import RunLog, RunsReport, Summary
 from gyre_contract.harness.runplot import curve_names, plot_runs
 
 
@@ -37,17 +37,25 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.curve is not None and not args.plot:
         raise UsageError("error: --curve needs --plot P.png")
-    records, torn = RunLog(args.runs).scan()  # a torn line is skipped and reported
+    log = RunLog(args.runs)
+    if not args.plot:  # the table alone: a few numbers per run, never the runs themselves
+        summary = Summary()
+        torn = log.fold(summary.add)  # a torn line is skipped and reported
+        if not summary.runs:
+            raise InputError(f"no runs in {args.runs}")
+        report = RunsReport(path=str(args.runs), runs=summary.runs,
+                            summaries=summary.summaries(), torn=torn)
+        out.write(report.render(args.format) + "\n")
+        return report.exit_code()
+    records, torn = log.scan()  # the plot draws every run
     if not records:
         raise InputError(f"no runs in {args.runs}")
-    plot = None
-    if args.plot:
-        if args.curve is not None and args.curve not in curve_names(records):
-            known = ", ".join(curve_names(records)) or "none"
-            raise UsageError(f"error: --curve {args.curve}: no run in {args.runs} has a curve of it; "
-                             f"curves: {known}")
-        _require_matplotlib()
-        plot = str(plot_runs(records, args.plot, curve=args.curve))
+    if args.curve is not None and args.curve not in curve_names(records):
+        known = ", ".join(curve_names(records)) or "none"
+        raise UsageError(f"error: --curve {args.curve}: no run in {args.runs} has a curve of it; "
+                         f"curves: {known}")
+    _require_matplotlib()
+    plot = str(plot_runs(records, args.plot, curve=args.curve))
     report = RunsReport.of(args.runs, records, plot, torn, curve=args.curve)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()

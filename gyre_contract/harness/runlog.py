@@ -14,6 +14,7 @@ import math
 import os
 import statistics
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,11 +34,12 @@ from pydantic import (
     field_validator,
 )
 
-from gyre_contract.core.errors import ContractError, Problem, describe
+from gyre_contract.core.errors import ContractError, InputError, Problem, describe
 from gyre_contract.core.report import Report
 from gyre_contract.core.text import MAX_MESSAGE_CHARS, printable, shorten, shown
-from gyre_contract.io.jsonfile import read_bounded
-from gyre_contract.io.lines import hidden_problems
+from gyre_contract.io.jsonfile import refuse_devices
+from gyre_contract.io.lines import Crowded, LineSource, Overlong, hidden_problems, unparsed_problem
+from gyre_contract.io.linescan import scan, surely_json
 from gyre_contract.io.writer import ends_with_newline, open_for_append
 
 TIMES = ("rollout_s", "train_s", "total_s")
@@ -98,7 +100,9 @@ class RunRecord(BaseModel):
 
 
 MAX_RUN_KEYS = 100
-"""A run-log line with more keys is one `too many keys` problem, not one per unknown key."""
+"""A run-log line with more keys (its own, as written: a duplicate counts each time) is one
+`too many keys` problem, not one per unknown key; counted on the line's bytes, so a line of a
+million keys is refused without being parsed."""
 
 MAX_RUN_LOG_BYTES = 256 * 2**20
 """Largest run log `RunLog.read` reads (256 MiB, about 250,000 runs); read with a bounded reader,
@@ -316,7 +320,8 @@ class RunLog:
     def read(self) -> list[RunRecord]:
         """Every record; blank lines skipped; bad lines (torn ones too) raise one
         `ContractError` listing all."""
-        records, torn, problems = self._parse()
+        records: list[RunRecord] = []
+        torn, problems = self._fold(records.append)
         if torn or problems:
             raise ContractError(sorted(torn + problems, key=lambda p: p.line or 0))
         return records
@@ -327,18 +332,25 @@ class RunLog:
         Why: one append cut short by a kill or a full disk must not make the whole log
         unreadable. Any other bad line still raises one `ContractError` listing all of them.
         """
-        records, torn, problems = self._parse()
+        records: list[RunRecord] = []
+        return records, self.fold(records.append)
+
+    def fold(self, add: Callable[[RunRecord], None]) -> list[Problem]:
+        """`scan` without keeping the records: each good one is handed to `add` as it is read
+        (a `Summary` keeps a few numbers per run, so a log of a million runs is summarized in
+        bounded memory). Returns the torn lines; any other bad line raises as in `scan`."""
+        torn, problems = self._fold(add)
         if problems:
             raise ContractError(problems)
-        return records, torn
+        return torn
 
-    def _parse(self) -> tuple[list[RunRecord], list[Problem], list[Problem]]:
-        data = read_bounded(self.path, what="run log", max_bytes=MAX_RUN_LOG_BYTES,
-                            limit_name="MAX_RUN_LOG_BYTES")
-        records: list[RunRecord] = []
+    def _fold(self, add: Callable[[RunRecord], None]) -> tuple[list[Problem], list[Problem]]:
         torn: list[Problem] = []
         problems: list[Problem] = []
-        for number, line in enumerate(data.splitlines(), start=1):
+        for number, line in self.numbered_lines():
+            if not isinstance(line, bytes):
+                problems.append(unparsed_problem(line).at_line(number))
+                continue
             if not line.strip():
                 continue
             record, line_problems = parse_run_line(line)
@@ -348,8 +360,55 @@ class RunLog:
             else:
                 problems += found
             if record is not None:
-                records.append(record)
-        return records, torn, problems
+                add(record)
+        return torn, problems
+
+    def numbered_lines(self) -> Iterator[tuple[int, bytes | Overlong | Crowded]]:
+        """(number, line) of each line, read in blocks (`io.lines.LineSource`), numbered as
+        `bytes.splitlines` numbers them (a lone `\\r` ends a line too), never more than
+        `MAX_RUN_LOG_BYTES` read, whatever `stat` says."""
+        refuse_devices(self.path, "run log")
+        number = 0
+        try:
+            with self.path.open("rb", buffering=0) as handle:
+                info = os.fstat(handle.fileno())
+                if info.st_size > MAX_RUN_LOG_BYTES:
+                    raise InputError(f"run log file {self.path} is {info.st_size} bytes, more "
+                                     f"than the limit of {MAX_RUN_LOG_BYTES} (MAX_RUN_LOG_BYTES)")
+                source = LineSource(_Capped(handle, MAX_RUN_LOG_BYTES, self.path))
+                for block in source:
+                    for line in block:
+                        for part in _split_cr(line):
+                            number += 1
+                            yield number, part
+                if source.tail is not None:
+                    for part in _split_cr(source.tail):
+                        number += 1
+                        yield number, part
+        except OSError as exc:
+            raise InputError(f"cannot read run log {self.path}: {exc.strerror or exc}") from exc
+
+
+def _split_cr(line: bytes | Overlong | Crowded) -> list[bytes | Overlong | Crowded]:
+    """A line split on `\\r` as well, as `bytes.splitlines` splits it."""
+    if not isinstance(line, bytes) or b"\r" not in line:
+        return [line]
+    return [*line.splitlines()] or [b""]
+
+
+class _Capped:
+    """A binary handle that refuses to read beyond `limit` bytes (a pipe, a growing file)."""
+
+    def __init__(self, handle: Any, limit: int, path: Path) -> None:
+        self._handle, self._left, self._path = handle, limit + 1, path
+
+    def read(self, size: int) -> bytes:
+        block = self._handle.read(min(size, self._left)) if self._left > 0 else b""
+        self._left -= len(block)
+        if self._left <= 0:
+            raise InputError(f"run log file {self._path} holds more than {MAX_RUN_LOG_BYTES} "
+                             f"bytes, the limit (MAX_RUN_LOG_BYTES)")
+        return block
 
 
 def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
@@ -358,16 +417,21 @@ def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
     Strict like a rollout line: a duplicate key or an integer beyond 64 bits is a problem, and
     `config` may nest at most `MAX_CONFIG_DEPTH` levels. A line that is not JSON is torn.
     """
+    keys = None  # the line's own keys as written, counted on its bytes when there may be many
+    if line.count(b":") > MAX_RUN_KEYS:
+        counts = scan(line)
+        if counts.top > MAX_RUN_KEYS:
+            keys = counts.top
+            if surely_json(line, counts):  # refused unparsed: no key is made
+                return None, [_too_many_keys(keys)]
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as e:
         return None, [Problem("", "a JSON object", f"{TORN} ({e.msg})", "bad line")]
     if not isinstance(value, dict):
         return None, [Problem("", "a JSON object", describe(value), "bad line")]
-    if len(value) > MAX_RUN_KEYS:  # one problem, not one per unknown key (bounded memory)
-        return None, [Problem("", f"at most {MAX_RUN_KEYS} keys (a RunRecord has "
-                                  f"{len(RunRecord.model_fields)} fields)",
-                              f"{len(value)} keys", "too many keys")]
+    if keys is not None:  # one problem, not one per unknown key (bounded memory)
+        return None, [_too_many_keys(keys)]
     for name in ("metrics", "curves"):
         if isinstance(value.get(name), dict) and len(value[name]) > MAX_RUN_METRICS:
             return None, [Problem(name, f"at most {MAX_RUN_METRICS} metrics",
@@ -383,6 +447,11 @@ def parse_run_line(line: bytes) -> tuple[RunRecord | None, list[Problem]]:
         return RunRecord.model_validate(value), []
     except ValidationError as e:
         return None, [_problem(error) for error in e.errors()]
+
+
+def _too_many_keys(keys: int) -> Problem:
+    return Problem("", f"at most {MAX_RUN_KEYS} keys (a RunRecord has "
+                       f"{len(RunRecord.model_fields)} fields)", f"{keys} keys", "too many keys")
 
 
 def _depth(value: Any) -> int:
@@ -465,24 +534,64 @@ class ConfigSummary:
 def summarize(records: Iterable[RunRecord]) -> list[ConfigSummary]:
     """Per configuration (in order of first appearance): min / median / max of times, steps/s
     and the final value of each of the user's metrics (in order of first appearance)."""
-    groups: dict[str, list[RunRecord]] = {}
+    summary = Summary()
     for record in records:
-        groups.setdefault(record.config_key, []).append(record)
-    summaries = []
-    for key, runs in groups.items():
-        names = list(dict.fromkeys(n for r in runs for n in r.metrics))
-        finals = {n: [r.metrics[n] for r in runs if n in r.metrics] for n in names}
-        summaries.append(ConfigSummary(
-            config=key, runs=len(runs), n_steps=sum(r.n_steps for r in runs),
-            n_episodes=sum(r.n_episodes for r in runs),
-            spreads={
-                **{name: Spread.of([getattr(r, name) for r in runs]) for name in TIMES},
-                "steps_per_s": Spread.of([r.n_steps / r.total_s for r in runs]),
-            },
-            metrics={n: Spread.of(values) for n, values in finals.items()},
-            metric_runs={n: len(values) for n, values in finals.items()},
-        ))
-    return summaries
+        summary.add(record)
+    return summary.summaries()
+
+
+class Summary:
+    """`summarize`, one run at a time: per configuration, the runs' numbers that the summary
+    spreads (8 bytes each, in arrays) and their sums, never the runs themselves. Why: a run log
+    of a million runs is summarized in tens of megabytes (`RunLog.fold`), where holding every
+    `RunRecord` took gigabytes."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self._configs: dict[str, _ConfigRuns] = {}
+
+    def add(self, record: RunRecord) -> None:
+        """Count one run."""
+        self.runs += 1
+        key = record.config_key
+        runs = self._configs.get(key)
+        if runs is None:
+            runs = self._configs[key] = _ConfigRuns()
+        runs.add(record)
+
+    def summaries(self) -> list[ConfigSummary]:
+        """One `ConfigSummary` per configuration, in order of first appearance."""
+        return [runs.summary(key) for key, runs in self._configs.items()]
+
+
+class _ConfigRuns:
+    """The numbers of one configuration's runs that its `ConfigSummary` needs."""
+
+    def __init__(self) -> None:
+        self.runs = self.n_steps = self.n_episodes = 0
+        self.spreads = {name: array("d") for name in SUMMARY_METRICS}
+        self.finals: dict[str, array[float]] = {}  # the user's metrics, first appearance first
+
+    def add(self, record: RunRecord) -> None:
+        self.runs += 1
+        self.n_steps += record.n_steps
+        self.n_episodes += record.n_episodes
+        for name in TIMES:
+            self.spreads[name].append(getattr(record, name))
+        self.spreads["steps_per_s"].append(record.n_steps / record.total_s)
+        for name, value in record.metrics.items():
+            values = self.finals.get(name)
+            if values is None:
+                values = self.finals[name] = array("d")
+            values.append(value)
+
+    def summary(self, key: str) -> ConfigSummary:
+        return ConfigSummary(
+            config=key, runs=self.runs, n_steps=self.n_steps, n_episodes=self.n_episodes,
+            spreads={name: Spread.of(values) for name, values in self.spreads.items()},
+            metrics={name: Spread.of(values) for name, values in self.finals.items()},
+            metric_runs={name: len(values) for name, values in self.finals.items()},
+        )
 
 
 def format_summary(summaries: Sequence[ConfigSummary]) -> str:

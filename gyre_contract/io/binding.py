@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import orjson
 from pydantic import BaseModel, Field
 
 from gyre_contract.core.dims import FLOAT_DTYPES, dtype_name
@@ -35,6 +34,7 @@ from gyre_contract.core.tensor import Tensor, TensorSpec, tensor_annotation
 from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.core.validate import validate_step
 from gyre_contract.io.fastfile import Block, BulkPlan, build_plan
+from gyre_contract.io.lines import MAX_RECORD_KEYS, parse_lines
 
 SAMPLE_LINES = 64
 """Lines of a block read one by one to see what the file binds."""
@@ -67,14 +67,16 @@ class Binder:
 def bind_plan(model: type[RolloutStepV1], lines: list[Any]) -> BulkPlan | None:
     """The plan of `model` pinned to what the first lines of `lines` show; None when they are
     not all clean steps of one shape per field, or the model is not simple enough once pinned."""
+    sample = lines[:SAMPLE_LINES]
+    if any(raw.__class__ is not bytes or raw.count(b":") > MAX_RECORD_KEYS for raw in sample):
+        return None  # a line the reader refuses unparsed, or may refuse for its keys: parsed once
     steps = []
-    for raw in lines[:SAMPLE_LINES]:
-        if raw.__class__ is not bytes:
-            return None
+    for item in parse_lines(1, sample):  # the reader's checks
+        if item.__class__ is not tuple:
+            return None  # not a clean record: the line path explains it
         try:
-            record = orjson.loads(raw)
-            steps.append(validate_step(record, model))
-        except (orjson.JSONDecodeError, ContractError, TypeError):
+            steps.append(validate_step(item[1], model))
+        except (ContractError, TypeError):
             return None
     if not steps:
         return None

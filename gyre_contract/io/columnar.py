@@ -41,8 +41,8 @@ class FileColumns:
     columns: dict[str, np.ndarray]
     """Wire name -> `[N, ...]` array over the steps (floats NaN where a step lacks the field),
     in the model's field order; `info` and `episode_id` are not among them."""
-    episode_ids: list[str]
-    """Episode code -> id, in order of first appearance."""
+    episode_ids: np.ndarray
+    """Episode code -> id (a numpy string array), in order of first appearance."""
     code: np.ndarray
     """[N] int64: the episode code of each step."""
     episodes: np.ndarray
@@ -53,23 +53,63 @@ class FileColumns:
 
 
 class _Sink:
-    """Stands where `StepChecker.feed` takes an `EpisodeAssembler`: keeps blocks and steps."""
+    """Stands where `StepChecker.feed` takes an `EpisodeAssembler`: turns each checked block,
+    and each run of steps checked one by one, into columns as it comes, so that only the
+    columns stay (never a block's lines or step objects), and the episode ids as one string
+    per run of steps of one episode (numpy, no Python object per episode: a million one-step
+    episodes took 130 MB as a dict of ids). `fits` turns False for good once a chunk does not
+    fit columns (the checking goes on: a problem further on must still raise)."""
 
     takes_blocks = True  # a checked block is kept whole, never taken apart into steps
 
-    def __init__(self) -> None:
-        self.chunks: list[Block | list[RolloutStepV1]] = []
+    def __init__(self, model: type[RolloutStepV1]) -> None:
+        self.info, self.specs = model_info(model), field_specs(model)
+        self.fits = True
+        self.chunks: list[tuple[int, dict[str, Any]]] = []  # (steps, columns) per chunk
+        self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, lengths) of its runs, per chunk
+        self._steps: list[RolloutStepV1] = []
 
     def add(self, n: int, step: RolloutStepV1) -> None:
-        last = self.chunks[-1] if self.chunks else None
-        if isinstance(last, list):
-            last.append(step)
-        else:
-            self.chunks.append([step])
+        if self.fits:
+            self._steps.append(step)
+            if len(self._steps) >= _STEP_CHUNK:
+                self.flush()
 
     def add_block(self, checked: Block, first: int) -> list[Any]:
-        self.chunks.append(checked)
+        self.flush()
+        if self.fits:
+            self._keep(_block_columns(checked), checked.episode_id)
         return []
+
+    def flush(self) -> None:
+        """Turn the steps read one by one so far into a chunk of columns."""
+        steps, self._steps = self._steps, []
+        if steps and self.fits:
+            self._keep(_step_columns(steps, self.info, self.specs),
+                       [s.episode_id for s in steps])
+
+    def _keep(self, found: dict[str, Any] | None, ids: Any) -> None:
+        runs = None if found is None else _runs(ids)
+        if runs is None:
+            self.fits, self.chunks, self.runs = False, [], []
+            return
+        self.chunks.append((len(ids), found))  # type: ignore[arg-type]
+        self.runs.append(runs)
+
+    def codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the episode code of each step, the ids by code in order of first appearance)."""
+        names = np.concatenate([ids for ids, _ in self.runs])
+        unique, first, inverse = np.unique(names, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        code = np.empty(len(unique), np.int64)
+        code[order] = np.arange(len(unique))
+        lengths = np.concatenate([lengths for _, lengths in self.runs])
+        return np.repeat(code[inverse.reshape(-1)], lengths), unique[order]
+
+
+_STEP_CHUNK = 65_536
+"""Steps checked one by one that are turned into columns at a time (any run of steps gives the
+same columns in pieces as whole: `_joined` refuses what a whole run would refuse)."""
 
 
 def read_columns(path: str | os.PathLike[str], model: type[RolloutStepV1] = RolloutStep, *,
@@ -77,38 +117,26 @@ def read_columns(path: str | os.PathLike[str], model: type[RolloutStepV1] = Roll
     """The file's valid steps as columns; raises ContractError on the first problem (as
     `read_episodes`), None when its fields do not fit columns (module doc). A Parquet file
     (`.parquet`, `.pq`) is read a record batch at a time, its rows numbered from 1."""
-    sink = _Sink()
+    sink = _Sink(model)
     source = ParquetRows(path, model) if is_parquet(path) else \
         Lines(path, allow_partial_tail=allow_partial_tail)
     for _ in StepChecker(model).feed(source, sink):
         pass
-    if not sink.chunks:
+    sink.flush()
+    if not sink.fits or not sink.chunks:
         return None
-    info = model_info(model)
-    specs = field_specs(model)
-    ids: list[Any] = []
-    chunks: list[tuple[int, dict[str, Any]]] = []
-    for chunk in sink.chunks:
-        if isinstance(chunk, list):
-            found = _step_columns(chunk, info, specs)
-            ids.append([s.episode_id for s in chunk])
-        else:
-            found = _block_columns(chunk)
-            ids.append(chunk.episode_id)
-        if found is None:
-            return None
-        chunks.append((len(ids[-1]), found))
+    chunks, specs = sink.chunks, sink.specs
     columns = {}
-    for wire in info.wires:
+    for wire in sink.info.wires:
         if wire in ("episode_id", "info") or not any(wire in found for _, found in chunks):
             continue
-        column = _joined([found.get(wire, n) for n, found in chunks], specs.get(wire))
+        # each chunk's piece is let go once joined: the pieces of one field at a time
+        column = _joined([found.pop(wire, n) for n, found in chunks], specs.get(wire))
         if column is None:
             return None
         columns[wire] = column
-    index: dict[str, int] = {}
-    code = np.concatenate([_codes(chunk, index) for chunk in ids])
-    n_episodes = len(index)
+    code, episode_ids = sink.codes()
+    n_episodes = len(episode_ids)
     rows = np.arange(len(code))
     first = np.full(n_episodes, len(code), np.int64)
     np.minimum.at(first, code, rows)
@@ -119,17 +147,20 @@ def read_columns(path: str | os.PathLike[str], model: type[RolloutStepV1] = Roll
     still_open = np.flatnonzero(~done)
     order = np.r_[ended[np.argsort(last[ended], kind="stable")],
                   still_open[np.argsort(first[still_open], kind="stable")]]
-    return FileColumns(columns, list(index), code, order.astype(np.int64),
+    return FileColumns(columns, episode_ids, code, order.astype(np.int64),
                        np.bincount(code, minlength=n_episodes).astype(np.int64))
 
 
-def _codes(ids: Any, index: dict[str, int]) -> np.ndarray:
-    """Each id's code in `index` (new ids get the next codes), a run of equal ids at a time."""
+def _runs(ids: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the id of each run of equal ids, the run's length); None for an id numpy would not keep
+    as it is (a trailing NUL, which numpy strings drop: episodes decide)."""
     n = len(ids)
     changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, max(n - 1, 0))
     starts = np.r_[0, np.flatnonzero(changes) + 1]
-    codes = [index.setdefault(ids[i], len(index)) for i in starts.tolist()]
-    return np.repeat(np.array(codes, np.int64), np.diff(np.r_[starts, n]))
+    names = [ids[i] for i in starts.tolist()]
+    if any(name.endswith("\0") for name in names):
+        return None
+    return np.array(names, dtype=np.str_), np.diff(np.r_[starts, n])
 
 
 def _block_columns(block: Block) -> dict[str, Any] | None:

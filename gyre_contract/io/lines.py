@@ -10,8 +10,8 @@ Wire format: one JSON object per line, UTF-8, `\\n` line ends. What the reader d
   line is still checked;
 - a blank line, bytes that are not UTF-8, text that is not JSON, JSON that is not an object,
   `NaN` / `Infinity`, a duplicate key, an integer beyond int64/uint64, a line longer than
-  `MAX_LINE_BYTES` and a record with more than `MAX_RECORD_KEYS` keys are each a problem on
-  their line;
+  `MAX_LINE_BYTES` or holding more than `MAX_LINE_VALUES` values, and a record with more than
+  `MAX_RECORD_KEYS` keys are each a problem on their line;
 - a last line with no newline that does not parse is a *truncated line* (a writer cut
   mid-write). `allow_partial_tail=True` skips it and reports how many bytes were left
   unchecked, which is also how to check a file that is still being appended to.
@@ -19,27 +19,40 @@ Wire format: one JSON object per line, UTF-8, `\\n` line ends. What the reader d
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any, TypeAlias
+from typing import IO, Any, Protocol, TypeAlias
 
 import orjson
 
 from gyre_contract.core.errors import InputError, Problem, describe
 from gyre_contract.core.text import quoted
 from gyre_contract.io.jsonfile import refuse_devices
+from gyre_contract.io.linescan import Counts, scan, surely_json
 from gyre_contract.io.progress import reading_observer
 
 MAX_LINE_BYTES = 128 * 2**20
 """A longer line is reported (`line too long`) and skipped, so memory stays bounded."""
 
+MAX_LINE_VALUES = 6 * 2**20
+"""A line with more `,` `:` `[` `{` outside strings (about one per value, two per object member)
+is reported (`too many values`) and not parsed. Why: parsing makes a Python object per value,
+32-120 bytes each whatever the line's bytes (`[],` is 3 bytes and 64 bytes parsed), so it is the
+count of values, not the line's length, that bounds the memory a line takes: about 60 MB + 2 x
+the line's bytes + 100 bytes a value, under 1 GB at the limits (docs/robustness.md, "The
+limits"). 6 Mi values hold a 1024 x 1024 RGBA image as nested lists. Counted in bounded blocks
+(`linescan`), only on a line longer than this many bytes (a shorter one cannot hold more)."""
+
 MAX_RECORD_KEYS = 10_000
-"""A record with more keys (through nested objects) is reported (`too many keys`) and not
-validated key by key, so time and memory stay bounded."""
+"""A record with more keys (through nested objects, not into lists; as written, a duplicate
+counting each time) is reported (`too many keys`) and not validated key by key. The keys are
+counted on the line's bytes (`linescan`), and a line that is surely JSON is refused without
+being parsed, so the refusal costs a scan, not a million Python strings."""
 _MANY_KEYS_BYTES = 4 * MAX_RECORD_KEYS  # a shorter line cannot hold that many keys ("":0,)
 
 CHUNK_BYTES = 2**20
@@ -59,20 +72,43 @@ class Overlong:
     size: int
 
 
+@dataclass(frozen=True, slots=True)
+class Crowded:
+    """Stands in for a line holding more than MAX_LINE_VALUES values (not parsed)."""
+
+    size: int
+    values: int
+
+
+def bounded(line: bytes) -> bytes | Crowded:
+    """`line`, or a `Crowded` when it holds more than MAX_LINE_VALUES values."""
+    if len(line) <= MAX_LINE_VALUES or sum(map(line.count, (b",", b":", b"[", b"{"))) \
+            <= MAX_LINE_VALUES:
+        return line
+    values = scan(line).values
+    return line if values <= MAX_LINE_VALUES else Crowded(len(line), values)
+
+
+class Readable(Protocol):
+    """What `LineSource` reads from: a binary handle, or one that bounds it (`runs`)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 class LineSource:
     """Splits a binary file into lines, in blocks, in bounded memory.
 
-    Iterating yields lists of complete lines (without `\\n`). After the iteration, `tail` holds
+    Iterating yields lists of complete lines (without `\\n`): bytes, or an `Overlong` or a
+    `Crowded` in place of a line that is not to be parsed. After the iteration, `tail` holds
     the bytes after the last newline (None when the file ends with a newline or is empty).
     """
 
-    def __init__(self, handle: IO[bytes]) -> None:
+    def __init__(self, handle: Readable) -> None:
         self._handle = handle
-        self.tail: bytes | Overlong | None = None
+        self.tail: bytes | Overlong | Crowded | None = None
 
-    def __iter__(self) -> Iterator[list[bytes | Overlong]]:
-        pending: list[bytes] = []
-        pending_size = 0
+    def __iter__(self) -> Iterator[list[bytes | Overlong | Crowded]]:
+        pending = _Pending()
         skipped = -1  # >= 0 while inside an over-long line: bytes dropped so far
         read = self._handle.read
         observer = reading_observer()
@@ -83,30 +119,61 @@ class LineSource:
             last = parts.pop()
             if parts:
                 first = parts[0]
-                if len(block) <= MAX_LINE_BYTES:
+                if len(block) <= min(MAX_LINE_BYTES, MAX_LINE_VALUES):
                     lines = parts  # the usual case: no line of the chunk can be over-long
                 else:
-                    lines = [p if len(p) <= MAX_LINE_BYTES else Overlong(len(p)) for p in parts]
+                    lines = [bounded(p) if len(p) <= MAX_LINE_BYTES else Overlong(len(p))
+                             for p in parts]
                 if skipped >= 0:
                     lines[0] = Overlong(skipped + len(first))
                     skipped = -1
-                elif pending:
-                    size = pending_size + len(first)
-                    lines[0] = (Overlong(size) if size > MAX_LINE_BYTES
-                                else b"".join([*pending, first]))
-                pending, pending_size = [], 0
+                elif pending.size:
+                    size = pending.size + len(first)
+                    lines[0] = Overlong(size) if size > MAX_LINE_BYTES else \
+                        bounded(pending.take(first))
+                    pending = _Pending()
                 yield lines
             if skipped >= 0:
                 skipped += len(last)
             elif last:
-                pending.append(last)
-                pending_size += len(last)
-                if pending_size > MAX_LINE_BYTES:
-                    skipped, pending, pending_size = pending_size, [], 0
+                pending.add(last)
+                if pending.size > MAX_LINE_BYTES:
+                    skipped, pending = pending.size, _Pending()
         if skipped >= 0:
             self.tail = Overlong(skipped)
-        elif pending:
-            self.tail = b"".join(pending)
+        elif pending.size:
+            self.tail = bounded(pending.take())
+
+
+class _Pending:
+    """The start of a line that goes on in the next read. One piece is kept as it is; more are
+    written into one buffer that grows in place (`realloc`), which `BytesIO.getvalue` hands
+    over: a long line is never held twice over, as pieces and as their join."""
+
+    __slots__ = ("piece", "buffer", "size")
+
+    def __init__(self) -> None:
+        self.piece = b""
+        self.buffer: io.BytesIO | None = None
+        self.size = 0
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self.buffer is None:
+            if not self.piece:
+                self.piece = piece
+                return
+            self.buffer = io.BytesIO()
+            self.buffer.write(self.piece)
+            self.piece = b""
+        self.buffer.write(piece)
+
+    def take(self, end: bytes = b"") -> bytes:
+        """The line: what was added, then `end`."""
+        if self.buffer is None:
+            return self.piece + end if end else self.piece
+        self.buffer.write(end)
+        return self.buffer.getvalue()
 
 
 def open_rollout(path: str | os.PathLike[str]) -> IO[bytes]:
@@ -156,7 +223,7 @@ class Lines:
         self.allow_partial_tail = allow_partial_tail
         self.lines = 0
         self.tail_bytes = 0
-        self._tail_bytes_left: bytes | Overlong | None = None
+        self._tail_bytes_left: bytes | Overlong | Crowded | None = None
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]] | Parsed]:
         for first, block in self.blocks():
@@ -165,7 +232,7 @@ class Lines:
         if item is not None:
             yield item
 
-    def blocks(self) -> Iterator[tuple[int, list[bytes | Overlong]]]:
+    def blocks(self) -> Iterator[tuple[int, list[bytes | Overlong | Crowded]]]:
         """(number of the first line, the lines) of each block of complete lines, unparsed.
 
         A caller that checks a block in bulk takes it whole; otherwise it calls `parse`. After
@@ -183,32 +250,10 @@ class Lines:
                 raise InputError(f"cannot read {os.fspath(self.path)}: {err.strerror}") from None
             self._tail_bytes_left = source.tail
 
-    def parse(self, first: int, block: list[bytes | Overlong]
+    def parse(self, first: int, block: list[bytes | Overlong | Crowded]
               ) -> Iterator[tuple[int, dict[str, Any]] | Parsed]:
         """Each line of a block: `(line, record)` when clean, else a `Parsed` (see class doc)."""
-        loads, dumps, spaced = orjson.loads, orjson.dumps, _python_dumps
-        n = first - 1
-        for raw in block:
-            n += 1
-            if raw.__class__ is bytes:
-                if raw[-1:] == b"\r":
-                    raw = raw[:-1]
-                try:
-                    obj = loads(raw)
-                except orjson.JSONDecodeError:
-                    yield _parse_failure(raw, n)
-                    continue
-                try:
-                    same = obj.__class__ is dict and (dumps(obj) == raw or spaced(obj) == raw)
-                except (TypeError, ValueError, RecursionError):  # deeper than orjson writes
-                    same = False
-                if same:
-                    yield (n, obj) if len(raw) < _MANY_KEYS_BYTES else \
-                        _key_count_checked(obj, n)
-                else:
-                    yield _checked(raw, obj, n, [])
-            else:
-                yield _too_long(raw, n)
+        return parse_lines(first, block)
 
     def tail_item(self) -> tuple[int, dict[str, Any]] | Parsed | None:
         """The bytes after the last newline, once the blocks are read: a line, or None."""
@@ -219,8 +264,12 @@ class Lines:
         self.lines += 1
         return self._tail(tail, self.lines)
 
-    def _tail(self, tail: bytes | Overlong, n: int) -> tuple[int, dict[str, Any]] | Parsed | None:
-        """The bytes after the last newline: a record, a blank line, or a truncated line."""
+    def _tail(self, tail: bytes | Overlong | Crowded, n: int
+              ) -> tuple[int, dict[str, Any]] | Parsed | None:
+        """The bytes after the last newline: a record, a blank line, or a truncated line (one
+        holding too many values to parse: that problem, or skipped as a partial tail)."""
+        if tail.__class__ is Crowded and not self.allow_partial_tail:
+            return _unparsed(tail, n)
         if isinstance(tail, bytes):
             raw = tail[:-1] if tail[-1:] == b"\r" else tail
             if not raw.strip(b" \t\r"):
@@ -244,6 +293,39 @@ class Lines:
             "truncated line (the writer was cut off mid-write?)", line=n)])
 
 
+def parse_lines(first: int, block: list[bytes | Overlong | Crowded]
+            ) -> Iterator[tuple[int, dict[str, Any]] | Parsed]:
+    """Each line of a block (numbered from `first`): `(line, record)` when the line holds a clean
+    record, else a `Parsed` with its problems (see `Lines`). Every reader of rollout lines goes
+    through here, so every limit holds on every path."""
+    loads, dumps, spaced = orjson.loads, orjson.dumps, _python_dumps
+    n = first - 1
+    for raw in block:
+        n += 1
+        if isinstance(raw, bytes):
+            if raw[-1:] == b"\r":
+                raw = raw[:-1]
+            many = None if len(raw) < _MANY_KEYS_BYTES else _many_keys(raw)
+            if many is not None and surely_json(raw, many):
+                yield _too_many_keys(many, n)  # refused on its bytes: no key is made
+                continue
+            try:
+                obj = loads(raw)
+            except orjson.JSONDecodeError:
+                yield _parse_failure(raw, n)
+                continue
+            try:
+                same = obj.__class__ is dict and (dumps(obj) == raw or spaced(obj) == raw)
+            except (TypeError, ValueError, RecursionError):  # deeper than orjson writes
+                same = False
+            if same:
+                yield (n, obj) if many is None else _too_many_keys(many, n)
+            else:
+                yield _checked(raw, obj, n, [])
+        else:
+            yield _unparsed(raw, n)
+
+
 def _python_dumps(obj: dict[str, Any]) -> bytes:
     """The line as Python's `json.dumps` writes it (", " and ": " separators, ASCII escapes):
     a line equal to it holds no duplicate key and no integer orjson changed, like one equal to
@@ -260,9 +342,9 @@ def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> Any:
         problems.append(Problem("", "a JSON object {...} per line", describe(obj),
                                 "not a JSON object", line=n))
         return Parsed(n, None, problems)
-    counted = _key_count_checked(obj, n)
-    if counted.__class__ is Parsed:
-        return Parsed(n, None, problems + counted.problems)
+    many = None if len(raw) < _MANY_KEYS_BYTES else _many_keys(raw)
+    if many is not None:
+        return Parsed(n, None, problems + _too_many_keys(many, n).problems)
     hidden = hidden_problems(raw, obj)
     if hidden:
         problems += [p.at_line(n) for p in hidden]
@@ -272,14 +354,20 @@ def _checked(raw: bytes, obj: Any, n: int, problems: list[Problem]) -> Any:
     return n, obj
 
 
-def _key_count_checked(obj: dict[str, Any], n: int) -> Any:
-    """`(n, obj)`, or a `Parsed` problem when the record holds more than MAX_RECORD_KEYS keys."""
-    keys, _ = _count_keys(obj)
-    if keys <= MAX_RECORD_KEYS:
-        return n, obj
+def _many_keys(raw: bytes) -> Counts | None:
+    """The counts of a line holding more than MAX_RECORD_KEYS keys (`linescan.Counts.keys`:
+    through nested objects, not into lists, as written), else None. Most lines are ruled out
+    by their length or their count of `:`, without a scan."""
+    if raw.count(b":") <= MAX_RECORD_KEYS:
+        return None
+    counts = scan(raw)
+    return counts if counts.keys > MAX_RECORD_KEYS else None
+
+
+def _too_many_keys(counts: Counts, n: int) -> Parsed:
     return Parsed(n, None, [Problem(
         "", f"at most {MAX_RECORD_KEYS} keys per record (counted through nested objects)",
-        f"{keys} keys", "too many keys (record not validated)", line=n)])
+        f"{counts.keys} keys", "too many keys (record not validated)", line=n)])
 
 
 def _parse_failure(raw: bytes, n: int) -> Parsed:
@@ -347,10 +435,18 @@ def _blank(n: int) -> Parsed:
                                      "blank line", line=n)])
 
 
-def _too_long(raw: bytes | Overlong, n: int) -> Parsed:
-    size = raw.size if isinstance(raw, Overlong) else len(raw)
-    return Parsed(n, None, [Problem("", f"at most {MAX_LINE_BYTES} bytes", f"{size} bytes",
-                                     "line too long (not parsed)", line=n)])
+def _unparsed(raw: Overlong | Crowded, n: int) -> Parsed:
+    return Parsed(n, None, [unparsed_problem(raw).at_line(n)])
+
+
+def unparsed_problem(raw: Overlong | Crowded) -> Problem:
+    """The problem of a line left unparsed: too long, or holding too many values."""
+    if raw.__class__ is Crowded:
+        return Problem("", f"at most {MAX_LINE_VALUES} values per line (each ',' ':' '[' '{{' "
+                       "outside strings)", f"{raw.values} in {raw.size} bytes",
+                       "too many values (not parsed)")
+    return Problem("", f"at most {MAX_LINE_BYTES} bytes", f"{raw.size} bytes",
+                   "line too long (not parsed)")
 
 
 # -- what orjson does not say: duplicate keys, integers beyond 64 bits -----------------------

@@ -92,8 +92,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
         out[f"{name}_present"] = present
     out["mask"] = np.arange(nt)[None, :] < row_lengths[:, None]
     row_episode = np.repeat(found.episodes, per_episode)
-    ids = np.array(found.episode_ids, dtype=np.str_)
-    out["episode_id"] = ids[row_episode]
+    out["episode_id"] = found.episode_ids[row_episode]
     if "policy_version" in columns:
         oldest = np.full(b, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(oldest, row, columns["policy_version"])

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gyre_contract.core.errors import ContractError, InputError
 from gyre_contract.core.report import Report
@@ -136,6 +138,36 @@ def test_runlog_rejects_lossy_and_non_finite_values(tmp_path: Path) -> None:
         "line 1: batch_shape.1: bad value: expected a list of integers, got float 2.5",
         "line 1: policy_version: bad value: expected an integer, got bool true",
     ]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.lists(st.sampled_from([b"\n", b"\r", b"\r\n", b"a", b"{}", b" ", b"\x0b"]),
+                     max_size=20).map(b"".join), chunk=st.integers(1, 8))
+def test_runlog_numbers_lines_as_splitlines_read_in_blocks(data, chunk, tmp_path, monkeypatch):
+    """Read a block at a time (never the whole file), numbered as the whole file's
+    `bytes.splitlines` numbers it: a lone CR ends a line, CRLF is one end."""
+    import gyre_contract.io.lines as lines
+
+    monkeypatch.setattr(lines, "CHUNK_BYTES", chunk)
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(data)
+    assert list(RunLog(path).numbered_lines()) == list(enumerate(data.splitlines(), start=1))
+
+
+def test_a_run_log_line_of_too_many_values_is_reported_unparsed(tmp_path, monkeypatch):
+    import gyre_contract.io.lines as lines
+
+    monkeypatch.setattr(lines, "MAX_LINE_VALUES", 50)
+    good = orjson.dumps(run("a", "small", 1.0, 2.0, 3.5).model_dump(mode="json"))
+    crowded = orjson.dumps(orjson.loads(good) | {"config": {"x": [[]] * 40}})
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(good + b"\n" + crowded + b"\n")
+    with pytest.raises(ContractError) as info:
+        RunLog(path).scan()
+    assert [str(p) for p in info.value.problems] == [
+        "line 2: too many values (not parsed): expected at most 50 values per line (each ',' "
+        f"':' '[' '{{' outside strings), got 112 in {len(crowded)} bytes"]
 
 
 def test_runlog_missing_file_is_an_input_error(tmp_path: Path) -> None:

@@ -135,6 +135,24 @@ def test_what_columns_cannot_say_goes_to_episodes(cartpole_record, tmp_path, mon
     assert collate_file(path, RolloutStep, fields=["reward"]) is None
 
 
+def test_ids_kept_once_per_run_collate_as_episodes(cartpole_record, tmp_path, small_blocks):
+    """Episode ids are kept as numpy strings, one per run of steps: an id that comes back after
+    others, in a later block, is the same episode; one that numpy would cut (a trailing NUL:
+    "a" and "a\\0" are two episodes) sends the file to episodes."""
+    lines = cartpole_lines(dict(cartpole_record), episodes=12, interleave=4)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    found = collate_file(path, RolloutStep)
+    assert found is not None
+    same(found[0], collate(list(read_episodes(path, RolloutStep))))
+    assert found[1] == 12
+    record = {**cartpole_record, "step": 0, "terminated": True, "truncated": False}
+    path.write_bytes(orjson.dumps({**record, "episode_id": "a"}) + b"\n"
+                     + orjson.dumps({**record, "episode_id": "a\0"}) + b"\n")
+    assert collate_file(path, RolloutStep) is None
+    assert len(list(read_episodes(path, RolloutStep))) == 2
+
+
 @pytest.mark.parametrize("max_len", [None, 3])
 def test_v11_fields_collate_from_columns_as_episodes(cartpole_record, tmp_path, small_blocks,
                                                      max_len):
