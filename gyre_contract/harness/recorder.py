@@ -10,7 +10,7 @@ step in every autoreset mode. Gymnasium is an optional extra, imported only when
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,9 @@ from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
-from gyre_contract.io.checking import ProblemList, StepChecker
+from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.episodes import Episode
+from gyre_contract.io.reading import episodes_from_records  # noqa: F401 (its public home here)
 
 Policy = Callable[[Any], Any]
 """`policy(obs) -> action`, or `-> {"action": a, "logprob": lp, "entropy": h, "value": v}`.
@@ -397,33 +398,6 @@ def chosen_logprobs(name: str, value: Any, action: Any) -> Any:
                                         f"{token}", got, "no log-prob for the generated token"))
         out[i] = number
     return out
-
-
-def episodes_from_records(
-    records: Iterable[Mapping[str, Any]], model: type[RolloutStepV1] = RolloutStep,
-) -> list[Episode]:
-    """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
-
-    Each record is validated and the episode rules applied (step + 1, nothing after a done
-    step, ...) by io's one loop (`StepChecker`, as for a file: a record that fails validation
-    still advances its episode); all problems are raised together, located as `records[i]`.
-    """
-    problems = ProblemList()
-    checker = StepChecker(model, problems)
-    assembler = EpisodeAssembler(model)
-    # as dicts: a record that fails validation advances its episode only when the checker can
-    # read its episode id and step, which it does of a dict
-    rows = (r if r.__class__ is dict else dict(r) for r in records)
-    episodes = list(checker.feed(enumerate(rows), assembler))
-    checker.finish(require_complete=False)
-    if problems:
-        raise ContractError([replace(p, line=None).under(f"records[{p.line}]")
-                             if p.line is not None else p for p in problems])
-    episodes += assembler.rest()
-    episodes.sort(key=lambda e: e.lines[0] if e.lines else 0)
-    for episode in episodes:
-        episode.lines = None  # not read from a file
-    return episodes
 
 
 def _split_policy_output(output: Any) -> dict[str, Any]:
