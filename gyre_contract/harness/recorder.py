@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gyre_contract.adapters.generation import chosen_logprobs
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.validate import EpisodeTracker, validate_step
@@ -365,39 +366,6 @@ class TurnRecorder:
     def _read_policy_version(self) -> int:
         version = self._policy_version
         return version() if callable(version) else version
-
-
-def chosen_logprobs(name: str, value: Any, action: Any) -> Any:
-    """Per-position log-probs as an inference engine returns them — a list of dicts
-    `{token_id: logprob}` or `{token_id: Logprob(logprob=..., rank=..., decoded_token=...)}`, one
-    per generated token (vLLM's `CompletionOutput.logprobs`) — as the generated tokens'
-    log-probs, float32 `[A]`; anything else is returned as it is. The engine is never
-    imported: an object with a `logprob` attribute, or a number, is read. A position without
-    the generated token, a position that is not a dict, or a count that differs from the
-    action's is a ContractError naming `name` and the position."""
-    if not isinstance(value, (list, tuple)) or not any(isinstance(v, Mapping) for v in value):
-        return value
-    ids = np.asarray(action).reshape(-1).tolist()
-    if len(value) != len(ids):
-        raise ContractError(Problem(name, f"{len(ids)} positions (one per generated token)",
-                                    f"{len(value)} positions", "per-position log-probs do not "
-                                    "match the generated tokens"))
-    out = np.empty(len(ids), np.float32)
-    for i, (position, token) in enumerate(zip(value, ids)):
-        if not isinstance(position, Mapping):
-            raise ContractError(Problem(f"{name}[{i}]", "a dict {token_id: logprob} at every "
-                                        "position", describe(position),
-                                        "per-position log-probs mix dicts and other values"))
-        entry = position.get(token, position.get(str(token)))
-        number = getattr(entry, "logprob", entry)
-        if entry is None or isinstance(number, bool) or \
-                not isinstance(number, (int, float, np.integer, np.floating)):
-            keys = ", ".join(sorted(map(str, position))[:5])
-            got = f"token ids [{keys}]" if entry is None else describe(entry)
-            raise ContractError(Problem(f"{name}[{i}]", f"the log-prob of the generated token "
-                                        f"{token}", got, "no log-prob for the generated token"))
-        out[i] = number
-    return out
 
 
 def _split_policy_output(output: Any) -> dict[str, Any]:
