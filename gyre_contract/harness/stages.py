@@ -24,7 +24,7 @@ from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem
 from gyre_contract.core.report import Report
 from gyre_contract.core.validate import staleness_problems
-from gyre_contract.harness.losscall import LossFn, call_loss
+from gyre_contract.harness.losscall import LossFn, call_loss, check_container, in_container
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
 from gyre_contract.harness.tokenrows import TokenRowStats, is_token_rows, token_row_stats
@@ -155,6 +155,7 @@ def half_way(
     batch_model: Any = None,
     trainer: SchemaInput | TrainerSchema | None = None,
     batch_dims: tuple[str, ...] | str | None = None,
+    container: str = "numpy",
 ) -> HalfWayReport:
     """Stage 2: map, collate, validate, then call `loss_fn(batch)` once with no update.
 
@@ -173,16 +174,20 @@ def half_way(
     batch breaks docs/contract.md §4 or the trainer schema (a missing field, a wrong shape or
     dtype, stale policy versions), when `loss_fn` raises, or when the loss is not one finite
     number; SchemaError when the trainer schema cannot describe a batch.
+    `container` is what `loss_fn` gets: `"numpy"` (the dict of arrays), `"torch"`,
+    `"tensordict"` or `"dataproto"` (`gyre_contract.adapters`; the report keeps the arrays).
     """
     if max_staleness is not None and max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    check_container(container)
     fmap = _field_map(field_map)
     built = build_batch(fmap, episodes_or_path, trainer=trainer, batch_dims=batch_dims,
                         model=model, batch_model=batch_model, max_len=max_len,
                         current_version=current_version, max_staleness=max_staleness)
     batch, columns = built.batch, built.columns
     validated = time.perf_counter()
-    loss = None if loss_fn is None else call_loss(loss_fn, batch)
+    dims = built.schema.batch_dims if built.schema is not None else None
+    loss = None if loss_fn is None else call_loss(loss_fn, batch, container, dims)
     done = time.perf_counter()
     mask = batch_rows(columns)
     versions = sorted({int(v) for v in np.asarray(columns.get("policy_version", [])).tolist()})
@@ -344,6 +349,7 @@ def full_loop(
     batch_model: Any = None,
     trainer: SchemaInput | TrainerSchema | None = None,
     batch_dims: tuple[str, ...] | str | None = None,
+    container: str = "numpy",
 ) -> LoopReport:
     """Stage 3: `cycles` rounds of sample → map → collate → validate → train, timed and checked.
 
@@ -355,17 +361,21 @@ def full_loop(
     One `train_fn` call is one update: the version goes up by 1 (when the returned metrics
     hold `policy_version`, it must be exactly that). The first
     failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
-    failed. The run's `RunRecord` is appended to `run_log` when one is given; its `notes` say
-    how the batch was made, from the map (`FieldMap.describe`), then the caller's `notes`.
+    failed. `train_fn` gets the batch in `container` (`"numpy"`, `"torch"`, `"tensordict"`,
+    `"dataproto"`: see `half_way`). The run's `RunRecord` is appended to `run_log` when one is
+    given; its `notes` say how the batch was made, from the map (`FieldMap.describe`), then the
+    caller's `notes`.
     """
     if cycles < 1:
         raise ValueError(f"cycles must be >= 1, got {cycles}")
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    check_container(container)
     # a FieldMap, or a stand-in with its methods (a test's map that loses an episode)
     fmap = cast(FieldMap, field_map) if hasattr(field_map, "to_train_batch") else \
         _field_map(field_map)
     schema = resolve_trainer(fmap, trainer, batch_dims, batch_model)
+    dims = schema.batch_dims if schema is not None else None
     version = start_version
     reports: list[CycleReport] = []
     batch_shape: tuple[int, int] = (0, 0)
@@ -387,7 +397,7 @@ def full_loop(
                     _check_batch(batch, counts, version, max_staleness, cycle)
                     arrays = schema.check(fmap.apply(columns), columns.get("mask"),
                                           rows=fmap.rows, episode_id=columns.get("episode_id"))
-                metrics = _metrics(train_fn(arrays))
+                metrics = _metrics(train_fn(in_container(arrays, container, dims)))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]

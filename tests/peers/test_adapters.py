@@ -234,3 +234,67 @@ def test_verl_policy_loss_equals_the_packages_grpo_loss(grpo) -> None:
     print(f"\nGRPO loss: package {ours:.8f}, verl {theirs:.8f} (clip fraction {float(clipfrac):.3f})")
     assert float(clipfrac) > 0  # the clip is exercised
     assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-6)
+
+
+# -- the stages hand the container over -------------------------------------------------------
+
+def test_half_way_hands_torchrls_loss_a_tensordict(batch) -> None:
+    """TorchRL's ClipPPOLoss is the loss function itself: no glue between stage 2 and it."""
+    from test_real_trainers import torchrl_loss
+
+    from gyre_contract.harness import half_way
+
+    fmap = FieldMap.from_dict(diff(CartPoleStep, TORCHRL, batch_dims="B,T").field_map())
+    seen = []
+
+    def loss(td):
+        seen.append(td)
+        return torchrl_loss(td)["loss_objective"]
+
+    report = half_way(ROLLOUTS, fmap, loss, model=CartPoleStep, trainer=TORCHRL,
+                      container="tensordict")
+    assert isinstance(seen[0], tensordict.TensorDict)
+    assert seen[0].batch_size == torch.Size([8, 40])  # the trainer schema's batch dims B, T
+    assert report.loss == pytest.approx(torchrl_loss(to_tensordict(batch))["loss_objective"])
+    assert isinstance(report.batch["observation"], np.ndarray)  # the report keeps the arrays
+
+
+def test_half_way_hands_a_nested_dict_of_tensors() -> None:
+    from gyre_contract.harness import half_way
+
+    def loss(t):
+        assert isinstance(t["obs"], torch.Tensor) and t["episode_id"].dtype == object
+        return (t["advantage"] * t["mask"]).sum() / t["mask"].sum()
+
+    report = half_way(ROLLOUTS, ROOT / "examples" / "cartpole_map.json", loss,
+                      model=CartPoleStep, container="torch")
+    arrays = report.batch
+    want = (arrays["advantage"] * arrays["mask"]).sum() / arrays["mask"].sum()
+    assert report.loss == pytest.approx(float(want), rel=1e-6)
+
+
+def test_full_loop_hands_verl_a_dataproto(grpo) -> None:
+    """Two GRPO cycles whose train function is verl's own code on a DataProto."""
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from gyre_contract.harness import full_loop
+    from gyre_contract.harness.llmdemo import AdditionStep, GroupSampler, verl_actor_schema
+    from gyre_contract.harness.tokenpolicy import AdditionTask, TokenPolicy
+
+    policy = TokenPolicy(seed=5)
+    sampler = GroupSampler(policy, AdditionTask(), seed=5, run_id="loop", prompts=4, group=4)
+    gaps = []
+
+    def train(data):
+        assert isinstance(data, DataProto) and data.non_tensor_batch["uid"].dtype == object
+        theirs, _ = compute_grpo_outcome_advantage(data.batch["token_level_rewards"],
+                                                   data.batch["response_mask"],
+                                                   data.non_tensor_batch["uid"], epsilon=1e-6)
+        gaps.append(float((theirs - data.batch["advantages"]).abs().max()))
+        return {"gap": gaps[-1]}
+
+    report = full_loop(lambda v: sampler.sample(v, policy.weights, v), train, grpo["map"],
+                       cycles=2, model=AdditionStep, trainer=verl_actor_schema(),
+                       container="dataproto")
+    assert len(report.cycles) == 2 and len(gaps) == 2 and max(gaps) < 2e-6
