@@ -25,12 +25,13 @@ def installed(name: str) -> bool:
      "'gyre-contract[torch]'"),
     (to_tensordict, "torch", (), "to_tensordict needs torch, which is not installed: pip install "
      "'gyre-contract[torch]'"),
-    (to_tensordict, "tensordict", ("torch",), "to_tensordict needs tensordict, which is not "
-     "installed: pip install 'gyre-contract[torch]'"),
+    pytest.param(to_tensordict, "tensordict", ("torch",), "to_tensordict needs tensordict, "
+                 "which is not installed: pip install 'gyre-contract[torch]'",
+                 marks=pytest.mark.peers),
     (to_dataproto, "torch", (), "to_dataproto needs torch, which is not installed: pip install "
      "'gyre-contract[verl]'"),
-    (to_dataproto, "verl", ("torch",), "to_dataproto needs verl, which is not installed: pip "
-     "install 'gyre-contract[verl]'"),
+    pytest.param(to_dataproto, "verl", ("torch",), "to_dataproto needs verl, which is not "
+                 "installed: pip install 'gyre-contract[verl]'", marks=pytest.mark.peers),
 ])
 def test_a_missing_library_is_one_line_naming_the_extra(monkeypatch, function, blocked, needs,
                                                         message) -> None:
