@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from gyre_contract.core.errors import ContractError, Problem, describe
+from gyre_contract.core.models import RolloutStepV1
 from gyre_contract.core.validate import validate_step
 from gyre_contract.pinned import LLMStep
 
@@ -26,7 +26,7 @@ the token limit cuts it (a trainer must not treat the cut as the end of the task
 
 
 def from_vllm(request_output: Any, *, rewards: Iterable[float], policy_version: int,
-              group_id: str | None = None, model: type[BaseModel] = LLMStep
+              group_id: str | None = None, model: type[RolloutStepV1] = LLMStep
               ) -> list[dict[str, Any]]:
     """One step record per completion of a vLLM `RequestOutput` (docs/llm.md), in order:
     `observation.token_ids` the prompt's ids (and `observation.text` its text, when vLLM kept
@@ -61,10 +61,11 @@ def from_vllm(request_output: Any, *, rewards: Iterable[float], policy_version: 
         where = f"outputs[{i}]"
         action = _ids(_attr(output, "token_ids"))
         logprob = _logprobs(getattr(output, "logprobs", None), action, where, problems)
-        ended = FINISHED.get(getattr(output, "finish_reason", None))
+        reason = getattr(output, "finish_reason", None)
+        ended = FINISHED.get(reason) if isinstance(reason, str) else None
         if ended is None:
             problems.append(Problem(f"{where}.finish_reason", '"stop" or "length" (finished)',
-                                    repr(getattr(output, "finish_reason", None)),
+                                    repr(reason),
                                     "the completion did not finish: no step record for it"))
         if logprob is None or ended is None or len(rewards) != len(outputs):
             continue

@@ -43,7 +43,10 @@ class MapLike(Protocol):
     source: str
     rows: str
     batch_dims: tuple[str, ...] | None
-    batch_model: Any
+
+    @property
+    def batch_model(self) -> Any:
+        ...
 
     def collated(self, episodes: Iterable[Any], *, max_len: int | None = None) -> dict[str, Any]:
         ...
