@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -39,3 +40,32 @@ def cartpole_model() -> type[CartPoleStep]:
 @pytest.fixture
 def llm_model() -> type[LLMStep]:
     return LLMStep
+
+
+# -- the peers lane: a skipped peer test fails it -----------------------------------------------
+
+PEERS_STRICT = "GYRE_PEERS_STRICT"
+"""Set to 1 by `.ci/peers`: the real libraries are installed there, so a test that skips (a
+library that did not import, a TRL that changed) is a failure of the lane, not a pass."""
+
+
+def _peer_skips(config: pytest.Config) -> list:
+    """The skips of this run, when it is the peers lane; none otherwise."""
+    if os.environ.get(PEERS_STRICT) != "1":
+        return []
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return list(reporter.stats.get("skipped", [])) if reporter is not None else []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _peer_skips(session.config):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    skipped = _peer_skips(config)
+    if skipped:
+        terminalreporter.write_line(f"{PEERS_STRICT}=1: {len(skipped)} skipped, so the peers lane "
+                                    f"fails: every peer check must run here (the skip reasons "
+                                    f"are listed with -rs)", red=True)

@@ -16,7 +16,7 @@ import gyre_contract
 
 ROOT = Path(__file__).resolve().parent.parent
 API_DOC = ROOT / "docs" / "api.md"
-SUBPACKAGES = ("core", "io", "schema", "trainer", "channel", "harness")
+SUBPACKAGES = ("core", "io", "schema", "adapters", "trainer", "channel", "harness")
 
 # docs/contract.md §8 (public API), in its order: the names users import.
 CONTRACT_NAMES = [
@@ -40,14 +40,19 @@ def test_public_names_import():
 
 def heavy_modules_after(statement: str) -> list[str]:
     code = (f"import sys; {statement}; "
-            "print(','.join(m for m in ('torch', 'gymnasium', 'matplotlib', 'jsonschema', 'ray',"
-            " 'pyarrow') if m in sys.modules))")
+            "print(','.join(m for m in ('torch', 'tensordict', 'verl', 'vllm', 'gymnasium', "
+            "'matplotlib', 'jsonschema', 'ray', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return [m for m in out.stdout.strip().split(",") if m]
 
 
 def test_import_is_light():
     assert heavy_modules_after("import gyre_contract") == []
+    # the trainer's containers: the adapters and the stages that hand batches over import no
+    # torch, tensordict or verl until a container is asked for
+    assert heavy_modules_after("import gyre_contract; from gyre_contract.adapters import "
+                               "to_torch, to_tensordict, to_dataproto, from_vllm; "
+                               "from gyre_contract.harness import half_way") == []
 
 
 def test_the_lightness_check_can_fail():
@@ -163,7 +168,7 @@ def test_an_unknown_name_is_an_attribute_error():
 def test_subpackages_import_light():
     """A subpackage's `__init__` loads none of its modules: names load on first use."""
     code = ("import sys, gyre_contract.io, gyre_contract.schema, gyre_contract.trainer, "
-            "gyre_contract.harness; "
+            "gyre_contract.harness, gyre_contract.adapters; "
             "print(','.join(sorted(m for m in sys.modules if m.startswith('gyre_contract.') "
             "and m.split('.')[1] != 'core' and m.count('.') > 1)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -26,7 +26,8 @@ from gyre_contract.core.errors import InputError
 from gyre_contract.core.report import FORMATS
 from gyre_contract.harness.stages import BatchReport, half_way
 from gyre_contract.io.atomic import atomic_write
-from gyre_contract.schema.trainerbatch import flatten_batch, trainer_schema
+from gyre_contract.schema.layouts import BATCH_DIMS_SPELLINGS
+from gyre_contract.schema.trainerbatch import flatten_batch
 from gyre_contract.trainer.fieldmap import FieldMap
 
 
@@ -70,8 +71,9 @@ def add_parser(sub: Any) -> None:
                    "of TrainBatch, and write it under the trainer's own keys (nested names "
                    "joined with '.')")
     p.add_argument("--batch-dims", metavar="DIMS",
-                   help="the trainer schema's leading batch dims when it names none "
-                   "(x-gyre-batch-dims): B,T, T,B (time-major), M or T*N (flat: real steps only)")
+                   help="the trainer schema's leading batch dims when neither it "
+                   "(x-gyre-batch-dims) nor the map (\"batch_dims\", written by diff) names "
+                   f"them: {BATCH_DIMS_SPELLINGS}")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text or json; with json an error too is a JSON object on stdout")
     p.set_defaults(run=run, json_error={"stage": "half_way"})
@@ -85,13 +87,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     loss_fn = load_function(args.loss, "--loss") if args.loss else None
     if args.batch_dims is not None and args.trainer is None:
         raise InputError("--batch-dims goes with --trainer (the trainer schema's batch dims)")
-    trainer = trainer_schema(args.trainer, args.batch_dims) if args.trainer else None
     fmap = FieldMap.load(args.map_path)
     model = load_model(args.model) if args.model else None
     with file_progress(args.rollouts, err, args.format):
+        # the trainer schema's batch dims: --batch-dims, else its own, else the map's
         stage = half_way(args.rollouts, fmap, loss_fn, max_len=args.max_len,
                          current_version=args.current_version, max_staleness=args.max_staleness,
-                         model=model, trainer=trainer)
+                         model=model, trainer=args.trainer, batch_dims=args.batch_dims)
     report = BatchReport(stage, output=write_npz(args.out, stage.batch) if args.out else None)
     out.write(report.render(args.format) + "\n")
     return report.exit_code()

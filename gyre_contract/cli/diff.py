@@ -12,6 +12,7 @@ from gyre_contract.core.errors import SchemaError
 from gyre_contract.io.atomic import write_text_atomic
 from gyre_contract.schema.diffing import diff, parse_batch_dims
 from gyre_contract.schema.diffreport import FORMATS
+from gyre_contract.schema.layouts import BATCH_DIMS_SPELLINGS
 
 
 def add_parser(sub: Any) -> None:
@@ -26,8 +27,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("sampler", help="the sampler's JSON Schema (what it writes)")
     p.add_argument("trainer", help="the trainer's JSON Schema (what it reads)")
     p.add_argument("--batch-dims", metavar="DIMS",
-                   help="the trainer's leading batch dims for a foreign schema: B,T (batch-major)"
-                   ", T,B (time-major), M or T*N (flat)")
+                   help="the trainer's leading batch dims for a foreign schema: "
+                   f"{BATCH_DIMS_SPELLINGS}; the written map records them")
     p.add_argument("--rename", action="append", default=[], metavar="TRAINER=SAMPLER",
                    help="use this sampler field for this trainer field (repeatable)")
     p.add_argument("--strict", action="store_true", help="exit 1 also when a conversion is needed")

@@ -10,17 +10,19 @@ step in every autoreset mode. Gymnasium is an optional extra, imported only when
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from gyre_contract.adapters.generation import chosen_logprobs
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.validate import EpisodeTracker, validate_step
 from gyre_contract.io.assembly import EpisodeAssembler
-from gyre_contract.io.checking import ProblemList, StepChecker
+from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.episodes import Episode
+from gyre_contract.io.reading import episodes_from_records  # noqa: F401 (its public home here)
 
 Policy = Callable[[Any], Any]
 """`policy(obs) -> action`, or `-> {"action": a, "logprob": lp, "entropy": h, "value": v}`.
@@ -364,66 +366,6 @@ class TurnRecorder:
     def _read_policy_version(self) -> int:
         version = self._policy_version
         return version() if callable(version) else version
-
-
-def chosen_logprobs(name: str, value: Any, action: Any) -> Any:
-    """Per-position log-probs as an inference engine returns them — a list of dicts
-    `{token_id: logprob}` or `{token_id: Logprob(logprob=..., rank=..., decoded_token=...)}`, one
-    per generated token (vLLM's `CompletionOutput.logprobs`) — as the generated tokens'
-    log-probs, float32 `[A]`; anything else is returned as it is. The engine is never
-    imported: an object with a `logprob` attribute, or a number, is read. A position without
-    the generated token, a position that is not a dict, or a count that differs from the
-    action's is a ContractError naming `name` and the position."""
-    if not isinstance(value, (list, tuple)) or not any(isinstance(v, Mapping) for v in value):
-        return value
-    ids = np.asarray(action).reshape(-1).tolist()
-    if len(value) != len(ids):
-        raise ContractError(Problem(name, f"{len(ids)} positions (one per generated token)",
-                                    f"{len(value)} positions", "per-position log-probs do not "
-                                    "match the generated tokens"))
-    out = np.empty(len(ids), np.float32)
-    for i, (position, token) in enumerate(zip(value, ids)):
-        if not isinstance(position, Mapping):
-            raise ContractError(Problem(f"{name}[{i}]", "a dict {token_id: logprob} at every "
-                                        "position", describe(position),
-                                        "per-position log-probs mix dicts and other values"))
-        entry = position.get(token, position.get(str(token)))
-        number = getattr(entry, "logprob", entry)
-        if entry is None or isinstance(number, bool) or \
-                not isinstance(number, (int, float, np.integer, np.floating)):
-            keys = ", ".join(sorted(map(str, position))[:5])
-            got = f"token ids [{keys}]" if entry is None else describe(entry)
-            raise ContractError(Problem(f"{name}[{i}]", f"the log-prob of the generated token "
-                                        f"{token}", got, "no log-prob for the generated token"))
-        out[i] = number
-    return out
-
-
-def episodes_from_records(
-    records: Iterable[Mapping[str, Any]], model: type[RolloutStepV1] = RolloutStep,
-) -> list[Episode]:
-    """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
-
-    Each record is validated and the episode rules applied (step + 1, nothing after a done
-    step, ...) by io's one loop (`StepChecker`, as for a file: a record that fails validation
-    still advances its episode); all problems are raised together, located as `records[i]`.
-    """
-    problems = ProblemList()
-    checker = StepChecker(model, problems)
-    assembler = EpisodeAssembler(model)
-    # as dicts: a record that fails validation advances its episode only when the checker can
-    # read its episode id and step, which it does of a dict
-    rows = (r if r.__class__ is dict else dict(r) for r in records)
-    episodes = list(checker.feed(enumerate(rows), assembler))
-    checker.finish(require_complete=False)
-    if problems:
-        raise ContractError([replace(p, line=None).under(f"records[{p.line}]")
-                             if p.line is not None else p for p in problems])
-    episodes += assembler.rest()
-    episodes.sort(key=lambda e: e.lines[0] if e.lines else 0)
-    for episode in episodes:
-        episode.lines = None  # not read from a file
-    return episodes
 
 
 def _split_policy_output(output: Any) -> dict[str, Any]:

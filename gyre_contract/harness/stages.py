@@ -22,20 +22,18 @@ import numpy as np
 
 from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem
-from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
 from gyre_contract.core.text import shorten
-from gyre_contract.core.validate import staleness_problems, validate_batch
+from gyre_contract.core.validate import staleness_problems
 from gyre_contract.harness.channelloop import CHANNEL_CHECKS, ChannelLeg
 from gyre_contract.harness.channelloop import batch_shape as channel_batch_shape
-from gyre_contract.harness.losscall import LossFn, call_loss
+from gyre_contract.harness.losscall import LossFn, call_loss, check_container, in_container
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
-from gyre_contract.harness.tokenrows import TokenRowStats, batch_rows, is_token_rows, token_row_stats
-from gyre_contract.io import read_episodes, read_steps
-from gyre_contract.pinned import LLMStep
+from gyre_contract.harness.tokenrows import TokenRowStats, is_token_rows, token_row_stats
 from gyre_contract.schema.fieldtable import SchemaInput
-from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
+from gyre_contract.schema.trainerbatch import TrainerSchema
+from gyre_contract.trainer.batching import batch_rows, build_batch, resolve_trainer, row_keys, step_model
 from gyre_contract.trainer.fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
 
@@ -160,54 +158,39 @@ def half_way(
     batch_model: Any = None,
     trainer: SchemaInput | TrainerSchema | None = None,
     batch_dims: tuple[str, ...] | str | None = None,
+    container: str = "numpy",
 ) -> HalfWayReport:
     """Stage 2: map, collate, validate, then call `loss_fn(batch)` once with no update.
 
+    The batch is built as `FieldMap.batch` builds it (`trainer.batching.build_batch`, one path):
     `episodes_or_path` is a rollout file (read with `read_episodes(path, model)`, `model`
-    defaulting to `RolloutStep`) or episodes already read; the batch is validated as
-    `batch_model` (default `TrainBatch`); `step_model=` is the deprecated name of `model=`.
+    defaulting to `RolloutStep`), episodes already read, or step records (validated as
+    `model`); the batch is validated as `batch_model` (default `TrainBatch`); `step_model=` is
+    the deprecated name of `model=`.
     With a map of token rows (`"rows": "step"`) a file is read step by step in file order
     (`read_steps`, `model` defaulting to `LLMStep`), steps or episodes may be given, and the
     batch is a `TokenBatch` by default; the report's `tokens` gives the staleness of every row.
-    With `trainer=` (a JSON Schema path or dict, ours or foreign; `batch_dims=` when it has no
-    `x-gyre-batch-dims`) the batch is checked against that schema instead and keyed by its
+    With `trainer=` (a JSON Schema path or dict, ours or foreign; `batch_dims=` when neither it
+    (`x-gyre-batch-dims`) nor the map (`"batch_dims"`, written by the diff) names them) the
+    batch is checked against that schema instead and keyed by its
     names, nested ones joined with `.` (see `trainer_schema`). Raises ContractError when the
     batch breaks docs/contract.md §4 or the trainer schema (a missing field, a wrong shape or
     dtype, stale policy versions), when `loss_fn` raises, or when the loss is not one finite
     number; SchemaError when the trainer schema cannot describe a batch.
+    `container` is what `loss_fn` gets: `"numpy"` (the dict of arrays), `"torch"`,
+    `"tensordict"` or `"dataproto"` (`gyre_contract.adapters`; the report keeps the arrays).
     """
     if max_staleness is not None and max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-    clock = time.perf_counter()
-    schema = _trainer(trainer, batch_dims, batch_model)
+    check_container(container)
     fmap = _field_map(field_map)
-    flat = None
-    if isinstance(episodes_or_path, (str, os.PathLike)) and fmap.rows != "step":
-        # a file of [B, T] rows: its columns, no episode objects (None: episodes decide)
-        flat = fmap.collated_file(episodes_or_path, model or RolloutStep, max_len=max_len)
-    if flat is not None:
-        columns, n_episodes = flat
-    else:
-        episodes = _episodes(episodes_or_path, model or _step_model(fmap), fmap)
-        columns = fmap.collated(episodes, max_len=max_len)
-        n_episodes = len(episodes) if "mask" in columns else \
-            len(np.unique(columns["episode_id"]))
-    arrays = fmap.apply(columns)
-    built = time.perf_counter()
-    if schema is None:
-        validated_batch = validate_batch(arrays, batch_model or fmap.batch_model,
-                                         current_version=current_version,
-                                         max_staleness=max_staleness)
-        batch = validated_batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
-    else:
-        batch = schema.check(arrays, columns.get("mask"), rows=fmap.rows,
-                             episode_id=columns.get("episode_id"))
-        if max_staleness is not None:
-            stale = staleness_problems(_row_keys(columns), current_version, max_staleness)
-            if stale:
-                raise ContractError(stale)
+    built = build_batch(fmap, episodes_or_path, trainer=trainer, batch_dims=batch_dims,
+                        model=model, batch_model=batch_model, max_len=max_len,
+                        current_version=current_version, max_staleness=max_staleness)
+    batch, columns = built.batch, built.columns
     validated = time.perf_counter()
-    loss = None if loss_fn is None else call_loss(loss_fn, batch)
+    dims = built.schema.batch_dims if built.schema is not None else None
+    loss = None if loss_fn is None else call_loss(loss_fn, batch, container, dims)
     done = time.perf_counter()
     mask = batch_rows(columns)
     versions = sorted({int(v) for v in np.asarray(columns.get("policy_version", [])).tolist()})
@@ -216,63 +199,18 @@ def half_way(
         rows=int(mask.shape[0]),
         time_steps=int(mask.shape[1]),
         steps=int(mask.sum()),
-        episodes=n_episodes,
+        episodes=built.episodes,
         policy_versions=versions,
         loss=loss,
-        seconds={"read_and_build": built - clock, "validate": validated - built,
-                 "loss": done - validated},
+        seconds={**built.seconds, "loss": done - validated},
         batch=batch,
-        trainer=None if schema is None else schema.name,
+        trainer=None if built.schema is None else built.schema.name,
         tokens=token_row_stats(columns, current_version) if is_token_rows(columns) else None,
     )
 
 
-@dataclass(frozen=True)
-class _RowKeys:
-    """The per-row keys of a collated batch, for checks a trainer's own batch may not hold."""
-
-    mask: np.ndarray
-    policy_version: np.ndarray
-    episode_id: np.ndarray | None
-
-
-def _row_keys(columns: Mapping[str, Any]) -> _RowKeys:
-    versions = columns.get("policy_version")
-    return _RowKeys(batch_rows(columns),
-                    np.asarray(versions if versions is not None else [], dtype=np.int64),
-                    columns.get("episode_id"))
-
-
-def _trainer(trainer: SchemaInput | TrainerSchema | None, batch_dims: Any,
-             batch_model: Any) -> TrainerSchema | None:
-    """The trainer schema to check against, or None for a batch model (default TrainBatch)."""
-    if trainer is None:
-        if batch_dims is not None:
-            raise ValueError("batch_dims= goes with trainer=, the trainer's schema")
-        return None
-    if batch_model is not None:
-        raise ValueError("give trainer= (a trainer's schema) or batch_model=, not both")
-    return trainer_schema(trainer, batch_dims)
-
-
 def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
     return as_field_map(field_map)
-
-
-def _step_model(fmap: Any) -> Any:
-    """The step model rollouts are read as by default: `LLMStep` for a map of token rows
-    (turns of any length within an episode), else `RolloutStep`."""
-    return LLMStep if getattr(fmap, "rows", "episode") == "step" else RolloutStep
-
-
-def _episodes(source: Iterable[Any] | str | os.PathLike[str], model: Any,
-              fmap: FieldMap) -> list[Any]:
-    """The episodes of a file (its steps in file order, for a map of token rows)."""
-    if isinstance(source, (str, os.PathLike)):
-        if fmap.rows == "step":
-            return list(read_steps(source, model))
-        return list(read_episodes(source, model or RolloutStep))
-    return list(source)
 
 
 # -- stage 3: full loop -----------------------------------------------------------------------
@@ -422,6 +360,7 @@ def full_loop(
     batch_model: Any = None,
     trainer: SchemaInput | TrainerSchema | None = None,
     batch_dims: tuple[str, ...] | str | None = None,
+    container: str = "numpy",
     channel: Any = None,
     rows: int | None = None,
     channel_timeout: float | None = 60.0,
@@ -436,8 +375,10 @@ def full_loop(
     One `train_fn` call is one update: the version goes up by 1 (when the returned metrics
     hold `policy_version`, it must be exactly that). The first
     failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
-    failed. The run's `RunRecord` is appended to `run_log` when one is given; its `notes` say
-    how the batch was made, from the map (`FieldMap.describe`), then the caller's `notes`.
+    failed. `train_fn` gets the batch in `container` (`"numpy"`, `"torch"`, `"tensordict"`,
+    `"dataproto"`: see `half_way`). The run's `RunRecord` is appended to `run_log` when one is
+    given; its `notes` say how the batch was made, from the map (`FieldMap.describe`), then the
+    caller's `notes`.
 
     With `channel=` (a channel URI, or a `TrainerEnd` already open; docs/channel.md) the steps
     go through a channel: `sample_fn`'s step records are put by a sampler end and the batch is
@@ -450,27 +391,30 @@ def full_loop(
         raise ValueError(f"cycles must be >= 1, got {cycles}")
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    check_container(container)
     # a FieldMap, or a stand-in with its methods (a test's map that loses an episode)
     fmap = cast(FieldMap, field_map) if hasattr(field_map, "to_train_batch") else \
         _field_map(field_map)
     if channel is not None:
         return _channel_loop(sample_fn, train_fn, fmap, cycles, max_staleness,
                              ChannelLeg.open(channel, fmap, trainer, batch_dims,
-                                             model or _step_model(fmap),
+                                             model or step_model(fmap),
                                              sampling=sample_fn is not None,
                                              timeout=channel_timeout),
                              rows=rows, start_version=start_version, run_id=run_id,
-                             config=config, run_log=run_log, notes=notes, clock=clock)
+                             config=config, run_log=run_log, notes=notes, clock=clock,
+                             container=container)
     if sample_fn is None:
         raise ValueError("sample_fn=None needs channel= (another process samples)")
-    schema = _trainer(trainer, batch_dims, batch_model)
+    schema = resolve_trainer(fmap, trainer, batch_dims, batch_model)
+    dims = schema.batch_dims if schema is not None else None
     version = start_version
     reports: list[CycleReport] = []
     batch_shape: tuple[int, int] = (0, 0)
     with RunTimer(clock=clock) as timer:
         for cycle in range(cycles):
             with timer.rollout():
-                episodes = _as_episodes(list(sample_fn(version)), model or _step_model(fmap))
+                episodes = _as_episodes(list(sample_fn(version)), model or step_model(fmap))
             counts = _episode_counts(episodes, cycle)
             timer.count(steps=counts.n_steps, episodes=counts.n_ended)
             with timer.train():
@@ -481,11 +425,11 @@ def full_loop(
                     columns = arrays
                 else:
                     columns = fmap.collated(episodes, max_len=max_len)
-                    batch = _row_keys(columns)
+                    batch = row_keys(columns)
                     _check_batch(batch, counts, version, max_staleness, cycle)
                     arrays = schema.check(fmap.apply(columns), columns.get("mask"),
                                           rows=fmap.rows, episode_id=columns.get("episode_id"))
-                metrics = _metrics(train_fn(arrays))
+                metrics = _metrics(train_fn(in_container(arrays, container, dims)))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]
@@ -512,8 +456,9 @@ def _channel_loop(sample_fn: SampleFn | None, train_fn: TrainFn, fmap: Any, cycl
                   max_staleness: int, leg: ChannelLeg, *, rows: int | None,
                   start_version: int, run_id: str, config: str | dict[str, Any],
                   run_log: RunLog | str | os.PathLike[str] | None, notes: str,
-                  clock: Callable[[], float]) -> LoopReport:
-    """`full_loop` through a channel (`channel=`): see `harness.channelloop`."""
+                  clock: Callable[[], float], container: str = "numpy") -> LoopReport:
+    """`full_loop` through a channel (`channel=`): see `harness.channelloop`. `train_fn` gets
+    the delivered batch in `container` (a TensorDict's batch size inferred from the arrays)."""
     if sample_fn is None and (rows is None or rows < 1):
         raise ValueError("with sample_fn=None, give rows= (the steps each cycle trains on)")
     version = start_version
@@ -533,7 +478,7 @@ def _channel_loop(sample_fn: SampleFn | None, train_fn: TrainFn, fmap: Any, cycl
                     if sample_fn is not None:
                         delivery = leg.take(wanted, version, max_staleness, cycle)
                     leg.check(delivery, cycle)
-                    metrics = _metrics(train_fn(delivery.batch))
+                    metrics = _metrics(train_fn(in_container(delivery.batch, container)))
                     version = _next_version(metrics, version, cycle)
                     leg.commit(delivery, version)
                 timer.count(steps=delivery.steps, episodes=delivery.ended)

@@ -63,14 +63,6 @@ def is_token_rows(columns: Mapping[str, Any]) -> bool:
     return "response_length" in columns and "mask" not in columns
 
 
-def batch_rows(columns: Mapping[str, Any]) -> np.ndarray:
-    """The `[B, T]` mask of collated columns, or for token rows a `[B, 1]` True mask (each row
-    is one real step): what counts a batch's rows and steps either way."""
-    if "mask" in columns:
-        return np.asarray(columns["mask"])
-    return np.ones((len(columns["response_length"]), 1), dtype=bool)
-
-
 def token_row_stats(columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
     """The summary of collated token columns; `current_version` defaults to the newest row's."""
     prompt = np.asarray(columns["prompt_mask"])

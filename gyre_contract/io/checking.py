@@ -54,7 +54,7 @@ class _EpisodeSink(Protocol):
 
 class ProblemList(list[Problem]):
     """Every problem, in order, with nothing grouped: a `StepChecker` sink for callers that raise
-    them all together (`harness.recorder.episodes_from_records`)."""
+    them all together (`reading.episodes_from_records`)."""
 
     def add(self, problems: Iterable[Problem]) -> None:
         """Keep `problems` (what `ProblemGroups.add` is to a file report)."""

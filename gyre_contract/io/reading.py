@@ -2,18 +2,22 @@
 
 A JSON Lines file (`lines.Lines`) or a Parquet file (`parquet.iter_parquet_records`) is a source
 of records; both go through the same checks (`checking.StepChecker`, raising on the first broken
-rule with its line) and the same episode assembly (`assembly.EpisodeAssembler`).
+rule with its line) and the same episode assembly (`assembly.EpisodeAssembler`). Records a
+sampler holds in memory (dicts or step models) go through the same loop: `steps_from_records`,
+`episodes_from_records`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar, overload
 
+from gyre_contract.core.errors import ContractError
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.io.assembly import EpisodeAssembler
-from gyre_contract.io.checking import StepChecker
+from gyre_contract.io.checking import ProblemList, StepChecker
 from gyre_contract.io.episodes import Episode
 from gyre_contract.io.lines import Lines
 from gyre_contract.io.parquet import is_parquet, read_parquet_episodes, read_parquet_steps
@@ -81,3 +85,53 @@ def read_episodes(
     yield from StepChecker(model).feed(lines, episodes)
     if include_open:
         yield from episodes.rest()
+
+
+def steps_from_records(
+    records: Iterable[Mapping[str, Any] | RolloutStepV1],
+    model: type[RolloutStepV1] = RolloutStep,
+) -> list[RolloutStepV1]:
+    """Step records (dicts or step models, in stream order) as validated `model` steps, in that
+    order: the checks of `read_steps` (each record, then the episode rules one step can break),
+    every problem raised together, located as `records[i]`."""
+    problems = ProblemList()
+    checker = StepChecker(model, problems)
+    steps = [found[1] for n, record in enumerate(_plain(records))
+             if (found := checker.record(n, record)) is not None]
+    _raise(problems)
+    return steps
+
+
+def episodes_from_records(
+    records: Iterable[Mapping[str, Any]], model: type[RolloutStepV1] = RolloutStep,
+) -> list[Episode]:
+    """Step records (any sampler's, in stream order) as `Episode` columns, in order of first step.
+
+    Each record is validated and the episode rules applied (step + 1, nothing after a done
+    step, ...) by io's one loop (`StepChecker`, as for a file: a record that fails validation
+    still advances its episode); all problems are raised together, located as `records[i]`.
+    """
+    problems = ProblemList()
+    checker = StepChecker(model, problems)
+    assembler = EpisodeAssembler(model)
+    episodes = list(checker.feed(enumerate(_plain(records)), assembler))
+    checker.finish(require_complete=False)
+    _raise(problems)
+    episodes += assembler.rest()
+    episodes.sort(key=lambda e: e.lines[0] if e.lines else 0)
+    for episode in episodes:
+        episode.lines = None  # not read from a file
+    return episodes
+
+
+def _plain(records: Iterable[Any]) -> Iterator[Any]:
+    """Mappings as dicts: a record that fails validation advances its episode only when the
+    checker can read its episode id and step, which it does of a dict; step models as they are."""
+    return (r if r.__class__ is dict or not isinstance(r, Mapping) else dict(r) for r in records)
+
+
+def _raise(problems: ProblemList) -> None:
+    """Every problem of records held in memory, each located as `records[i]`."""
+    if problems:
+        raise ContractError([replace(p, line=None).under(f"records[{p.line}]")
+                             if p.line is not None else p for p in problems])

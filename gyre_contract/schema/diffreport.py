@@ -255,7 +255,8 @@ class DiffReport(Report):
         spell out) are left out and named in the `comment`; a person adds them by hand (see the
         `map_incomplete` warning). A flat trainer layout also gets `mask`, which the
         `flat_layout` warning tells the user to select real steps with. A token trainer's map
-        reads token rows, one per generation: `"rows": "step"`.
+        reads token rows, one per generation: `"rows": "step"`. The map records the trainer's
+        batch dims and layout (`"batch_dims"`, `"layout"`) this diff decided.
         """
         fields: dict[str, Any] = {}
         left_out: list[str] = []
@@ -279,6 +280,7 @@ class DiffReport(Report):
         doc: dict[str, Any] = {"gyre_field_map": 1}
         if self.layout.kind == "token":
             doc["rows"] = "step"
+        doc.update(self._decided_layout())
         comment = f"written by gyre-contract diff {self.sampler.name} {self.trainer.name}"
         missing = [e.trainer_field for e in self.tier("missing") if e.trainer_field]
         if missing:
@@ -288,6 +290,15 @@ class DiffReport(Report):
         doc["comment"] = comment
         doc["fields"] = fields
         return doc
+
+    def _decided_layout(self) -> dict[str, Any]:
+        """The map's `batch_dims` and `layout`: what this diff decided about the trainer's
+        batch (the dims `B` it assumed for a token trainer included), so `batch --trainer` on
+        the same schema needs no `--batch-dims`. Nothing for a per-step trainer (no dims)."""
+        dims, kind = self.layout.batch_dims, self.layout.kind
+        if not dims or (kind == "token" and len(dims) != 1):
+            return {}
+        return {"batch_dims": list(dims), "layout": "padded" if kind == "token" else kind}
 
 
 def padding_mask_key(trainer: FieldTable, layout: Layout) -> str | None:

@@ -12,6 +12,9 @@ from gyre_contract.schema.diffreport import Layout
 from gyre_contract.schema.fieldtable import shape_text
 
 _TIME_NAMES = frozenset({"T", "time", "t"})
+BATCH_DIMS_SPELLINGS = ("B,T (batch-major), T,B (time-major), M or T*N (flat: real steps only), "
+                        "B (token rows: one per generation)")
+"""Every spelling of `--batch-dims` / `batch_dims=` the layouts read, for usage hints."""
 
 
 def parse_batch_dims(text: str) -> tuple[str, ...]:
@@ -19,8 +22,8 @@ def parse_batch_dims(text: str) -> tuple[str, ...]:
     dims = tuple(d.strip() for d in text.split(",") if d.strip())
     if not dims or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\*[A-Za-z_][A-Za-z0-9_]*)?", d)
                            for d in dims):
-        raise SchemaError(f"--batch-dims must be names separated by commas (B,T or M or T*N), "
-                          f"got {text!r}")
+        raise SchemaError(f"--batch-dims must be names separated by commas ({BATCH_DIMS_SPELLINGS}"
+                          f"), got {text!r}")
     return dims
 
 

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem, SchemaError
-from gyre_contract.schema.diffing import layout_of, parse_batch_dims
 from gyre_contract.schema.diffreport import Layout
 from gyre_contract.schema.fieldtable import (
     UNKNOWN_DIM,
@@ -36,6 +35,7 @@ from gyre_contract.schema.fieldtable import (
     as_table,
     shape_text,
 )
+from gyre_contract.schema.layouts import BATCH_DIMS_SPELLINGS, layout_of, parse_batch_dims
 
 _JSON_KINDS = {"number": "fiu", "integer": "iu", "bool": "b", "string": "US"}
 """JSON types of a foreign schema and the numpy dtype kinds each accepts."""
@@ -222,7 +222,8 @@ def trainer_schema(source: SchemaInput | TrainerSchema,
     if not table.batch_dims:
         raise SchemaError(f"{name}: the trainer schema names no batch dims (x-gyre-batch-dims), "
                           f"so it cannot describe a batch; say which lead its arrays: "
-                          f"--batch-dims B,T (T,B time-major, M or T*N flat)")
+                          f"--batch-dims {BATCH_DIMS_SPELLINGS} (a map that diff wrote "
+                          f"records them)")
     return TrainerSchema(table, layout_of(table.batch_dims))
 
 

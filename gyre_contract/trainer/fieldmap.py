@@ -40,6 +40,11 @@ Top-level `"rows"` says what one batch row is: `"episode"` (the default: a conti
 one episode, `[B, T, ...]` with a `mask`, collated by `collate`) or `"step"` (one row per step,
 an LLM's generated turn: token rows `[B, R]` collated by `trainer.tokens.collate_tokens`, whose
 column names the sources then refer to; the batch is validated as `TokenBatch` by default).
+
+Top-level `"batch_dims"` and `"layout"` record what `diff --write-map` decided about the trainer's
+batch: its leading dims (`["B", "T"]`, `["T", "B"]`, `["M"]`, `["B"]` for token rows) and its
+layout (`batch`, `time_major`, `flat`; `padded` for token rows), so `FieldMap.batch` and
+`gyre-contract batch --trainer` need no `--batch-dims` for the very schema the diff read.
 """
 
 from __future__ import annotations
@@ -52,12 +57,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gyre_contract.core.deprecation import renamed_arguments
-from gyre_contract.core.errors import FieldMapError, InputError, MissingFieldError
+from gyre_contract.core.errors import FieldMapError, InputError, MissingFieldError, SchemaError
 from gyre_contract.core.models import TrainBatch
 from gyre_contract.core.tokenbatch import TokenBatch
 from gyre_contract.core.validate import validate_batch
 from gyre_contract.io.jsonfile import JSONFileError, read_json_file
+from gyre_contract.schema.fieldtable import SchemaInput, shape_text
+from gyre_contract.schema.layouts import layout_of, parse_batch_dims
+from gyre_contract.schema.trainerbatch import TrainerSchema
+from gyre_contract.trainer.batching import Source, build_batch
 from gyre_contract.trainer.collation import DERIVED_FIELDS, collate
 from gyre_contract.trainer.flatcollate import collate_file
 from gyre_contract.trainer.ops import (
@@ -90,6 +101,9 @@ MAX_THEN = 8
 """Steps a `then` chain may hold at most: a map stays short enough to review."""
 ROWS = ("episode", "step")
 """What one batch row is: a run of one episode (`[B, T]`, the default) or one step (tokens)."""
+LAYOUTS = {"episode": ("batch", "time_major", "flat"), "step": ("padded",)}
+"""The trainer layouts a map may record, by its rows: `[B, T]`, `[T, B]` or flat `[M]` runs of
+episodes; token rows `[B, L]` padded to the longest row."""
 ADD_OP_HINT = "your own op: register_op in Python, or on the command line --ops MODULE_OR_FILE.py"
 """How to add an op, said after the list of known ops when a map names an unknown one."""
 MAX_MAP_BYTES = 1024 * 1024
@@ -144,16 +158,25 @@ class FieldMap:
     """A checked field map. Build it with `FieldMap.load(path)` or `FieldMap.from_dict(d)`."""
 
     def __init__(self, fields: Mapping[str, FieldSpec], *, source: str = "field map",
-                 rows: str = "episode") -> None:
+                 rows: str = "episode", batch_dims: tuple[str, ...] | None = None,
+                 layout: str | None = None) -> None:
         if rows not in ROWS:
             raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
+        problems = _layout_problems(rows, batch_dims, layout)
+        if problems:
+            raise ValueError("; ".join(problems))
         self.fields: dict[str, FieldSpec] = dict(fields)
         self.source = source
         self.rows = rows
+        self.batch_dims = tuple(batch_dims) if batch_dims is not None else None
+        """The trainer's leading batch dims the map was written for (None: not recorded)."""
+        self.layout = layout
+        """The trainer's batch layout the map was written for (None: not recorded)."""
 
     def __repr__(self) -> str:
         rows = "" if self.rows == "episode" else f", rows={self.rows!r}"
-        return f"FieldMap({self.source!r}, fields=[{', '.join(self.fields)}]{rows})"
+        dims = "" if self.batch_dims is None else f", batch_dims={list(self.batch_dims)!r}"
+        return f"FieldMap({self.source!r}, fields=[{', '.join(self.fields)}]{rows}{dims})"
 
     @property
     def batch_model(self) -> Any:
@@ -183,14 +206,20 @@ class FieldMap:
         if not isinstance(data, Mapping):
             raise FieldMapError(f"{source}: expected a JSON object with keys gyre_field_map and "
                                 f"fields, got {_json_type(data)}")
-        extra = sorted(set(data) - {"gyre_field_map", "fields", "rows", "comment"})
+        extra = sorted(set(data) - {"gyre_field_map", "fields", "rows", "batch_dims", "layout",
+                                    "comment"})
         if extra:
             problems.append(f"unknown top-level keys {extra}; allowed: gyre_field_map, fields, "
-                            f"rows, comment")
+                            f"rows, batch_dims, layout, comment")
         rows = data.get("rows", "episode")
         if rows not in ROWS:
             problems.append(f'"rows" must be "episode" (a run of one episode per row, the '
                             f'default) or "step" (one token row per step), got {json.dumps(rows)}')
+        batch_dims = _parse_batch_dims(data["batch_dims"], problems) if "batch_dims" in data \
+            else None
+        layout = data.get("layout")
+        if rows in ROWS:
+            problems += _layout_problems(rows, batch_dims, layout)
         version = data.get("gyre_field_map")
         if "gyre_field_map" not in data:
             problems.append(f'not a field map: no "gyre_field_map" key (expected '
@@ -209,15 +238,36 @@ class FieldMap:
                     fields[target] = parsed
         if problems:
             raise FieldMapError(_render(source, problems))
-        return cls(fields, source=source, rows=rows)
+        return cls(fields, source=source, rows=rows, batch_dims=batch_dims, layout=layout)
 
     def to_dict(self) -> dict[str, Any]:
         """The map as JSON-ready data (what `load` reads)."""
         out: dict[str, Any] = {"gyre_field_map": FORMAT_VERSION}
         if self.rows != "episode":
             out["rows"] = self.rows
+        if self.batch_dims is not None:
+            out["batch_dims"] = list(self.batch_dims)
+        if self.layout is not None:
+            out["layout"] = self.layout
         out["fields"] = {t: s.to_dict() for t, s in self.fields.items()}
         return out
+
+    def batch(self, source: Source, *, trainer: SchemaInput | TrainerSchema | None = None,
+              batch_dims: tuple[str, ...] | list[str] | str | None = None,
+              model: Any = None) -> dict[str, np.ndarray]:
+        """The trainer's batch in memory, in one call: exactly the arrays
+        `gyre-contract batch --map M.json [--trainer T.json] -o` writes (nested names joined
+        with `.`), validated as `self.batch_model` or, with `trainer=` (a JSON Schema path or
+        dict, ours or foreign, or a `TrainerSchema`), against that schema under its keys.
+
+        `source`: a rollout file (JSON Lines or Parquet; read on every call), episodes, or step
+        records (dicts or step models, validated as `model`: default `RolloutStep`, `LLMStep`
+        for token rows). A list can be passed again; an iterator such as `read_episodes(path)`
+        is consumed by the call. The trainer schema's batch dims: `batch_dims=`, else the
+        schema's own, else the ones this map records. Raises ContractError (the batch breaks
+        the contract or the schema), SchemaError (the schema cannot describe a batch)."""
+        return build_batch(self, source, trainer=trainer, batch_dims=batch_dims,
+                           model=model).arrays
 
     def describe(self) -> str:
         """How this map makes the batch, in plain terms, one clause per field that does more
@@ -399,6 +449,40 @@ def _source(columns: Mapping[str, Any], name: str) -> Any:
 
 
 # -- parsing -------------------------------------------------------------------------------
+
+def _parse_batch_dims(raw: Any, problems: list[str]) -> tuple[str, ...] | None:
+    """The map's `batch_dims`: a non-empty list of dim names (`["B", "T"]`, `["T*N"]`)."""
+    if isinstance(raw, list) and raw and all(isinstance(d, str) for d in raw):
+        try:
+            dims = parse_batch_dims(",".join(raw))
+        except SchemaError:
+            dims = None
+        if dims is not None and len(dims) == len(raw):
+            return dims
+    problems.append(f'"batch_dims" must be a list of dim names such as ["B", "T"], ["T", "B"], '
+                    f'["M"], ["T*N"] or ["B"], got {json.dumps(raw)}')
+    return None
+
+
+def _layout_problems(rows: str, batch_dims: tuple[str, ...] | None, layout: Any) -> list[str]:
+    """What is wrong with a map's recorded layout for its rows and batch dims."""
+    allowed = LAYOUTS[rows]
+    if layout is not None and layout not in allowed:
+        return [f'"layout" of a map with "rows": "{rows}" must be one of '
+                f'{", ".join(json.dumps(a) for a in allowed)}, got {json.dumps(layout)}']
+    if batch_dims is None:
+        return []
+    if rows == "step":
+        if len(batch_dims) != 1:
+            return [f'"batch_dims" of a map with "rows": "step" is one dim (token rows '
+                    f'[B, ...]), got {shape_text(batch_dims)}']
+        return []
+    kind = layout_of(batch_dims).kind
+    if layout is not None and layout != kind:
+        return [f'"layout" {json.dumps(layout)} does not fit "batch_dims" '
+                f'{shape_text(batch_dims)}, which is the {json.dumps(kind)} layout']
+    return []
+
 
 def _parse_spec(target: str, spec: Any, problems: list[str]) -> FieldSpec | None:
     where = f"fields.{target}"

@@ -4,13 +4,12 @@ verl's `core_algos` (GRPO and RLOO outcome advantages, `kl_penalty`), its `apply
 (`token_level_rewards`) and `compute_position_id_with_mask`; TRL's GRPOTrainer advantages (every
 `scale_rewards`), its per-token KL and RLOOTrainer's leave-one-out baseline, run as TRL's own
 source lines (they sit inside the trainers' methods, so the lines are taken from the installed
-trainer and run on our inputs). Skipped unless torch, trl and verl are installed (`.ci/run`
-does not install them):
+trainer and run on our inputs). Skipped unless torch, trl and verl are installed; `.ci/peers`
+(run by `.ci/run`) installs them in a second venv, with torch pinned to its CPU build, and fails
+on any skip:
 
-    python -m venv /tmp/llm-peers && /tmp/llm-peers/bin/pip install torch trl pytest hypothesis -e .
-    /tmp/llm-peers/bin/pip install --no-deps verl && /tmp/llm-peers/bin/pip install omegaconf \
-        tensordict codetiming ray orjson torchdata pillow peft cachetools uvicorn fastapi
-    /tmp/llm-peers/bin/python -m pytest -m peers tests/peers/test_llm_trainers.py -s
+    bash .ci/peers                      # or, in that venv:
+    $GYRE_PEERS_VENV/bin/python -m pytest -m peers tests/peers/test_llm_trainers.py -s
 
 `-s` prints the largest difference of each comparison and the versions compared.
 """

@@ -4,11 +4,10 @@ TorchRL's `ClipPPOLoss` and Stable-Baselines3's `PPO.train` get the batch that `
 and `batch --trainer` make from CartPole rollouts, and must give the same loss as the same
 library computes on the real steps only; without the mask (padding taken as data) the loss
 differs, which is what `padding_unmasked` warns about. Skipped unless torch, torchrl and
-stable-baselines3 are installed (`.ci/run` does not install them):
+stable-baselines3 are installed; `.ci/peers` (run by `.ci/run`) installs them in a second venv,
+with torch pinned to its CPU build, and fails on any skip:
 
-    python -m venv /tmp/peers-venv
-    /tmp/peers-venv/bin/pip install torch torchrl stable-baselines3 pytest -e .
-    /tmp/peers-venv/bin/python -m pytest -m peers tests/peers -s
+    bash .ci/peers
 """
 
 from __future__ import annotations

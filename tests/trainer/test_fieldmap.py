@@ -106,7 +106,8 @@ def test_unreadable_map_is_an_input_error(tmp_path):
      "got an object"),
     ({"gyre_field_map": 1, "fields": {"a": "b"}, "extra": 1},
      "field map: 2 problems: unknown top-level keys ['extra']; allowed: gyre_field_map, fields, "
-     'rows, comment; fields.a: expected an object such as {"from": "..."}, got the string "b"'),
+     'rows, batch_dims, layout, comment; fields.a: expected an object such as {"from": "..."}, '
+     'got the string "b"'),
     ({"gyre_field_map": 1, "fields": {"a": {"op": "any", "from": "x"}}},
      'field map: fields.a: op "any" needs "from" to be a list of field names (a list of field '
      'names), got "x"'),
@@ -129,6 +130,35 @@ def test_bad_map_data_messages(data, message):
     with pytest.raises(FieldMapError) as err:
         FieldMap.from_dict(data)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(("top", "message"), [
+    ({"batch_dims": "B,T"}, '"batch_dims" must be a list of dim names such as ["B", "T"], '
+     '["T", "B"], ["M"], ["T*N"] or ["B"], got "B,T"'),
+    ({"batch_dims": ["B", "T,N"]}, '"batch_dims" must be a list of dim names'),
+    ({"batch_dims": []}, '"batch_dims" must be a list of dim names'),
+    ({"layout": "packed"}, '"layout" of a map with "rows": "episode" must be one of "batch", '
+     '"time_major", "flat", got "packed"'),
+    ({"batch_dims": ["T", "B"], "layout": "batch"},
+     '"layout" "batch" does not fit "batch_dims" [T, B], which is the "time_major" layout'),
+    ({"rows": "step", "batch_dims": ["B", "T"]},
+     '"batch_dims" of a map with "rows": "step" is one dim (token rows [B, ...]), got [B, T]'),
+    ({"rows": "step", "layout": "flat"}, '"layout" of a map with "rows": "step" must be one of '
+     '"padded", got "flat"'),
+])
+def test_bad_recorded_dims_and_layout(top, message):
+    with pytest.raises(FieldMapError, match=re.escape(message)):
+        FieldMap.from_dict({"gyre_field_map": 1, "fields": {"a": {"from": "b"}}, **top})
+
+
+def test_recorded_dims_and_layout_round_trip():
+    data = {"gyre_field_map": 1, "batch_dims": ["T", "B"], "layout": "time_major",
+            "fields": {"a": {"from": "b"}}}
+    fmap = FieldMap.from_dict(data)
+    assert (fmap.batch_dims, fmap.layout) == (("T", "B"), "time_major")
+    assert fmap.to_dict() == data
+    plain = FieldMap.from_dict({"gyre_field_map": 1, "fields": {"a": {"from": "b"}}})
+    assert plain.batch_dims is None and "batch_dims" not in plain.to_dict()
 
 
 # -- apply ---------------------------------------------------------------------------------
