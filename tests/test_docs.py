@@ -210,12 +210,18 @@ def test_every_registered_rule_is_in_the_contract_and_only_those():
     assert documented - registered == set(), "docs/contract.md names rules that do not exist"
 
 
-def contract_section(number: int) -> str:
-    text = (DOCS / "contract.md").read_text(encoding="utf-8")
-    start = re.search(rf"^## {number}\. ", text, re.M)
-    assert start, f"docs/contract.md has no section {number}"
+def doc_section(page: str, heading: str) -> str:
+    """The `## ` section of docs/`page` whose heading starts with the regex `heading`, up to the
+    next `## ` heading."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    start = re.search(rf"^## {heading}", text, re.M)
+    assert start, f"docs/{page} has no section {heading}"
     end = re.search(r"^## ", text[start.end():], re.M)
     return text[start.start(): start.end() + end.start() if end else len(text)]
+
+
+def contract_section(number: int) -> str:
+    return doc_section("contract.md", rf"{number}\. ")
 
 
 def test_the_roles_of_section_2_are_the_codes():
@@ -237,21 +243,13 @@ def test_every_diff_warning_the_code_emits_is_in_section_6_and_only_those():
     assert documented - emitted == set(), "docs/contract.md §6 names warnings the code never emits"
 
 
-def api_section(title: str) -> str:
-    text = (DOCS / "api.md").read_text(encoding="utf-8")
-    start = re.search(rf"^## {re.escape(title)}$", text, re.M)
-    assert start, f"docs/api.md has no section {title}"
-    end = re.search(r"^## ", text[start.end():], re.M)
-    return text[start.start(): start.end() + end.start() if end else len(text)]
-
-
 def test_every_cli_command_has_its_exit_codes_in_section_9_and_every_flag_in_the_api():
     """Each command has its row in the exit-code table of contract.md §9, and its row of the
     command table in api.md names each of its flags (by any of its spellings: `-o` or `--out`)."""
     from gyre_contract.cli import COMMANDS, build_parser
 
     section = contract_section(9)
-    reference = api_section("Command line")
+    reference = doc_section("api.md", "Command line$")
     subparsers = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(subparsers.choices) == set(COMMANDS)
     for name, parser in subparsers.choices.items():
