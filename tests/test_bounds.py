@@ -9,6 +9,7 @@ budget.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -17,12 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from gyre_contract.cli import run
+
 ROOT = Path(__file__).resolve().parent.parent
 SAFETY_NET_S = 600
 """Only a hang reaches this; the commands below finish in seconds."""
 
 
-def gyre(*argv: str | Path, memory_gb: float | None = None) -> subprocess.CompletedProcess[str]:
+def gyre(*argv: str | Path, memory_gb: float | None = None,
+         timeout: float = SAFETY_NET_S) -> subprocess.CompletedProcess[str]:
     """Run `python -m gyre_contract ARGV` in a subprocess, optionally under RLIMIT_AS."""
     code = "import sys; from gyre_contract.cli import main; sys.exit(main(sys.argv[1:]))"
     if memory_gb is not None:
@@ -30,7 +34,7 @@ def gyre(*argv: str | Path, memory_gb: float | None = None) -> subprocess.Comple
         code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, "
                 f"({limit}, {limit})); " + code)
     return subprocess.run([sys.executable, "-c", code, *map(str, argv)], capture_output=True,
-                          text=True, timeout=SAFETY_NET_S, cwd=ROOT, env=os.environ.copy())
+                          text=True, timeout=timeout, cwd=ROOT, env=os.environ.copy())
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
@@ -117,6 +121,75 @@ def testunevaluated_nesting_follows_local_refs() -> None:
                                 for i in range(12)}
     chain["d12"] = {"$ref": "#/$defs/d0"}  # a cycle is walked once
     assert unevaluated_nesting({"$ref": "#/$defs/d0", "$defs": chain}) == 12
+
+
+DATA_SCHEMAS = ROOT / "tests" / "data" / "schemas"
+
+
+def ref_chain(depth: int) -> dict[str, object]:
+    """`$defs` d0..d{depth}: each `allOf` two `$ref`s to the next (2**depth paths to the last)."""
+    defs: dict[str, object] = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2}
+                               for i in range(depth)}
+    defs[f"d{depth}"] = {"type": "object"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+@pytest.mark.parametrize("depth", [20, pytest.param(30, marks=pytest.mark.slow)])
+def test_refs_that_multiply_are_refused_when_the_schema_is_loaded(tmp_path: Path,
+                                                                  depth: int) -> None:
+    """1.5 KB whose `$ref`s expand to 4 million subschemas: 25 s per record (depth 30: never
+    finished); now refused before any record is read, with the numbers."""
+    schema = DATA_SCHEMAS / "ref_bomb_20.json"
+    if depth != 20:
+        schema = tmp_path / "bomb.json"
+        schema.write_text(json.dumps(ref_chain(depth)))
+    assert json.loads((DATA_SCHEMAS / "ref_bomb_20.json").read_text())["$defs"] == \
+        ref_chain(20)["$defs"]
+    rollouts = write_jsonl(tmp_path / "r.jsonl", [step("e", 0, True)])
+    proc = gyre("validate", rollouts, "--schema", schema)
+    assert proc.returncode == 2 and proc.stdout == ""
+    expanded = {20: "4,194,302", 30: "4,294,967,294"}[depth]
+    assert one_line_error(proc) == (
+        f"error: schema: its $refs expand to {expanded} subschemas ({3 * depth + 3} written), "
+        f"more than 200,000 (MAX_EXPANDED_SUBSCHEMAS): each record would be checked against "
+        f"all of them; #/$defs/d0 alone expands to {int(expanded.replace(',', '')) - 1:,}")
+
+
+def test_the_expanded_size_counts_each_ref_where_it_is_used() -> None:
+    from gyre_contract.io.schemakeywords import expanded_size
+
+    assert expanded_size({"type": "object"}) == (1, 1, None)
+    # d2 = 1; d1 = 1 + 2 * (1 + d2) = 5; d0 = 1 + 2 * (1 + d1) = 13; the root {"$ref"} adds 1
+    assert expanded_size(ref_chain(2)) == (14, 9, ("#/$defs/d0", 13))
+    assert expanded_size(ref_chain(200))[0] > 2**200  # counted in linear time (memoised)
+    unused = {"$defs": ref_chain(30)["$defs"], "type": "object"}
+    assert expanded_size(unused)[0] == 1  # $defs count only where a $ref uses them
+
+
+def test_a_recursive_schema_still_validates(tmp_path: Path) -> None:
+    """A tree (a node whose children are `$ref`s to the node, a root that refers to itself)
+    counts each recursion once: the record's own nesting pays for the levels."""
+    from gyre_contract.io.schemakeywords import expanded_size
+
+    tree_schema = json.loads((DATA_SCHEMAS / "ref_tree.json").read_text())
+    assert expanded_size(tree_schema)[0] < 50
+
+    def tree(levels: int, leaf: object = 1.0) -> dict[str, object]:
+        node: dict[str, object] = {"value": leaf}
+        for _ in range(levels):
+            node = {"value": 1.0, "left": node, "right": {"value": 2.0}, "children": [node]}
+        return node
+
+    def validate(record: dict[str, object]) -> tuple[int, str]:
+        rollouts = write_jsonl(tmp_path / "r.jsonl", [record])
+        out = io.StringIO()
+        code = run(["validate", str(rollouts), "--schema", str(DATA_SCHEMAS / "ref_tree.json")],
+                   out, io.StringIO())
+        return code, out.getvalue()
+
+    assert validate({"tree": tree(6), "again": {"tree": tree(3)}})[0] == 0
+    code, out = validate({"tree": tree(6), "again": {"tree": tree(3, "x")}})
+    assert code == 1 and "line 1: again.tree.left.left.left.value: 'x' is not of type" in out
 
 
 def test_unevaluated_properties_with_pattern_properties_is_refused(tmp_path: Path) -> None:
@@ -337,6 +410,60 @@ def test_a_pipe_is_still_a_rollout_source(tmp_path: Path) -> None:
     finally:
         writer.wait(timeout=SAFETY_NET_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def shard_folder(tmp_path: Path) -> Path:
+    """A folder of shards: one rollout file and a FIFO that nobody writes (it blocked forever)."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(ROLLOUTS.read_bytes())
+    os.mkfifo(folder / "b.jsonl")
+    return folder
+
+
+@pytest.mark.parametrize("listing", ["folder", "glob"])
+def test_a_fifo_found_by_listing_is_skipped_with_a_warning(tmp_path: Path, listing: str) -> None:
+    folder = shard_folder(tmp_path)
+    source = folder if listing == "folder" else folder / "*.jsonl"
+    # the timeout only turns the old hang into a failure; it is not a timing assertion
+    proc = gyre("validate", source, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout + proc.stderr
+    assert f"warnings: 1\n  skipped {folder / 'b.jsonl'}: not a regular file (a FIFO); a pipe " \
+        "is read only when named itself\n" in proc.stdout
+    assert "1 shards checked" in proc.stdout and "holds: no problems" in proc.stdout
+    out = io.StringIO()
+    assert run(["validate", str(source), "--format", "json", "--strict"], out, io.StringIO()) == 1
+    report = json.loads(out.getvalue())
+    assert report["skipped"] == [{"code": "skipped_not_a_regular_file", "kind": "a FIFO",
+                                  "path": str(folder / "b.jsonl"), "message": report["skipped"][0]
+                                  ["message"]}]
+    assert [s["path"] for s in report["shards"]] == [str(folder / "a.jsonl")]
+
+
+def test_devices_and_sockets_found_by_listing_are_skipped(tmp_path: Path) -> None:
+    import socket
+
+    folder = shard_folder(tmp_path)
+    os.unlink(folder / "b.jsonl")
+    (folder / "zero.jsonl").symlink_to("/dev/zero")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(folder / "s.jsonl"))
+        out, err = io.StringIO(), io.StringIO()
+        assert run(["validate", str(folder)], out, err) == 0, out.getvalue() + err.getvalue()
+    finally:
+        sock.close()
+    assert f"skipped {folder / 's.jsonl'}: not a regular file (a socket)\n" in out.getvalue()
+    assert f"skipped {folder / 'zero.jsonl'}: not a regular file (a character device)\n" in \
+        out.getvalue()
+
+
+def test_a_glob_that_finds_only_a_fifo_is_one_line(tmp_path: Path) -> None:
+    folder = shard_folder(tmp_path)
+    proc = gyre("validate", folder / "b*", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert one_line_error(proc) == (f"error: no shard matches '{folder / 'b*'}' (skipped: "
+                                    f"{folder / 'b.jsonl'}, not regular files)")
 
 
 def test_a_small_pipe_is_read_whole(tmp_path: Path) -> None:

@@ -319,7 +319,9 @@ EXTRAS = frozenset({"ray", "gymnasium", "pyarrow", "matplotlib"})
 
 def run_python_block(code: str, where: str, namespace: dict[str, object]) -> None:
     try:
-        exec(compile(code, where, "exec"), namespace)
+        # dont_inherit: a snippet runs as in a user's file, without this module's
+        # `from __future__ import annotations` (a pinned model's fields are then real types)
+        exec(compile(code, where, "exec", dont_inherit=True), namespace)
     except ModuleNotFoundError as err:
         if (err.name or "").split(".")[0] in EXTRAS:
             pytest.skip(f"{where}: extra {err.name} is not installed")

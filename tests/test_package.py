@@ -16,7 +16,7 @@ import gyre_contract
 
 ROOT = Path(__file__).resolve().parent.parent
 API_DOC = ROOT / "docs" / "api.md"
-SUBPACKAGES = ("core", "io", "schema", "trainer", "harness")
+SUBPACKAGES = ("core", "io", "schema", "trainer", "channel", "harness")
 
 # docs/contract.md §8 (public API), in its order: the names users import.
 CONTRACT_NAMES = [

@@ -1,6 +1,7 @@
 """`gyre-contract`: a thin argparse shell over library functions that return exit codes.
 
-Exit codes: 0 the contract holds, 1 it is violated, 2 unusable input or usage.
+Exit codes: 0 the contract holds, 1 it is violated, 2 unusable input or usage, 130 interrupted
+(Ctrl-C).
 Errors are one line on stderr; with `--format json` a command's error is a JSON object on stdout
 instead (`common.write_json_error`), same exit code. `--debug` shows the traceback.
 """
@@ -11,6 +12,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -18,16 +20,18 @@ from types import ModuleType
 from typing import NoReturn, TextIO
 
 from gyre_contract import __version__
-from gyre_contract.cli.common import UsageError, error_text, write_json_error
+from gyre_contract.cli.common import UsageError, error_text, outputs_guarded, write_json_error
 from gyre_contract.cli.conventions import deprecation_messages, finish_parser
 from gyre_contract.core.errors import ContractError, GyreError
 
-__all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_VIOLATED", "UsageError", "build_parser", "main", "run"]
+__all__ = ["EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_VIOLATED", "UsageError",
+           "build_parser", "main", "run"]
 
-EXIT_OK, EXIT_VIOLATED, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_VIOLATED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # Each command lives in gyre_contract/cli/<name>.py with add_parser(subparsers) and run(args, out, err).
-COMMANDS = ("export", "validate", "show", "diff", "compat", "infer", "batch", "runs", "demo")
+COMMANDS = ("export", "validate", "show", "diff", "compat", "infer", "batch", "runs", "demo",
+            "channel")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gyre-contract",
         description="Check the contract between an RL sampler and its trainer.",
-        epilog="exit codes: 0 holds, 1 contract violated, 2 usage or unreadable input",
+        epilog="exit codes: 0 holds, 1 contract violated, 2 usage or unreadable input, "
+        "130 interrupted (Ctrl-C)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"gyre-contract {__version__}",
@@ -81,11 +86,14 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             return EXIT_INPUT
         for message in deprecation_messages(args):
             print(message, file=err)
-        return args.run(args, out, err)
+        with outputs_guarded(args):
+            return args.run(args, out, err)
     except SystemExit as exc:  # --help and --version exit through argparse
         return int(exc.code or 0)
     except (UsageError, GyreError, OSError) as exc:
-        code = EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT
+        # an error may carry its own code: a refused channel handshake is unusable input (2)
+        code = getattr(exc, "exit_code", None) or (
+            EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT)
         if args is not None and getattr(args, "format", None) == "json":  # the command's, as JSON
             if debug:
                 traceback.print_exception(exc, file=err)
@@ -138,9 +146,16 @@ class ReaderGoneStdout:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Ctrl-C (SIGINT) ends any command with the one line
+    `interrupted` on stderr and exit 130, never a traceback: every output is written
+    atomically (`io.atomic`), so the previous file is still whole and the temporary one gone."""
     out = ReaderGoneStdout(sys.stdout)
-    # it writes, flushes and says whether it is a terminal: all that the commands ask of stdout
-    code = run(argv, stdout=out)  # type: ignore[arg-type]
-    out.flush()
+    try:
+        # it writes, flushes and says whether it is a terminal: all that the commands ask of stdout
+        code = run(argv, stdout=out)  # type: ignore[arg-type]
+        out.flush()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot cut this short
+        print("interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
     sys.exit(code)

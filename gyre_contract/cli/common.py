@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from gyre_contract.cli.conventions import OUTPUTS, TO_STDOUT
 from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, printable, shorten
+from gyre_contract.io.atomic import output_target, protect_inputs
 
 
 class UsageError(Exception):
@@ -27,7 +31,8 @@ def error_text(exc: BaseException) -> str:
         text = f"{exc.strerror}: {exc.filename}"
     if not (isinstance(exc, ContractError) and len(exc.problems) > 1):
         text = printable(text)
-    return text
+    # a message that echoes a long name from the data stays readable (`core.text`)
+    return "\n".join(shorten(line, MAX_MESSAGE_CHARS) for line in text.split("\n"))
 
 
 def write_json_error(out: TextIO, exc: BaseException, code: int, command: str,
@@ -49,6 +54,43 @@ def emit(out: TextIO, fmt: str, data: Any, lines: Iterable[str]) -> None:
     else:
         for line in lines:
             out.write(line + "\n")
+
+
+@contextlib.contextmanager
+def outputs_guarded(args: argparse.Namespace) -> Iterator[None]:
+    """Run a command so that no output replaces one of its inputs or lands on a FIFO or device.
+
+    Every file the command line names outside the output options (`OUTPUTS`), and the FILE of a
+    `FILE.py:NAME`, is an input: while the block runs, every atomic write refuses it, by device
+    and inode (`io.atomic.protect_inputs`), so after links and under any name, and whatever
+    path the command derives (`batch -o b` writes `b.npz`). Each output file is also checked
+    before the command reads anything, so a refusal costs no work. `-` is stdout where the
+    command allows it (`TO_STDOUT`), a usage error elsewhere.
+    """
+    inputs: list[str] = []
+    for dest, value in vars(args).items():
+        if dest in OUTPUTS:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, (str, os.PathLike)):
+                name = os.fspath(item)
+                head, sep, _ = name.rpartition(":")
+                inputs += [name, head] if sep and head else [name]
+    with protect_inputs(inputs):
+        for dest, option in OUTPUTS.items():
+            value = getattr(args, dest, None)
+            if value is None:
+                continue
+            if os.fspath(value) == "-":
+                if dest == "out_dir":
+                    raise UsageError(f"error: {option} -: a folder cannot be stdout; name a "
+                                     f"folder")
+                if TO_STDOUT.get(args.command) != dest:
+                    raise UsageError(f"error: {option} -: stdout carries the report of "
+                                     f"{args.command}; name a file")
+            elif dest != "out_dir":
+                output_target(value)
+        yield
 
 
 def import_named(spec: str, option: str, kind: str) -> Any:

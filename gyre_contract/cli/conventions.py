@@ -16,8 +16,9 @@ from typing import Any
 from gyre_contract.core.deprecation import REMOVAL
 
 EXIT_CODES: dict[str, str] = {
-    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted; "
-              "2 usage, or a folder that cannot be written",
+    "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted "
+              "or is missing; 2 usage, a folder that cannot be written, or (--check) no such "
+              "folder",
     "validate": "0 the contract holds; 1 any problem (each with its line); 2 usage, a missing "
                 "or unreadable file, a directory, a bad --model or --schema",
     "diff": "0 nothing missing; 1 something missing (--strict: or any conversion); 2 usage or "
@@ -30,9 +31,22 @@ EXIT_CODES: dict[str, str] = {
     "runs": "0 the run log reads; 1 a bad line of the run log (named); 2 usage or an "
             "unreadable or empty file",
     "demo": "0 every stage passes; 1 a stage fails; 2 usage or a missing extra",
+    "channel": "0 the two ends' counts agree (status), the map runs on the sampler's records "
+               "(check); 1 the counts disagree (a segment missing or unreadable); 2 usage, not "
+               "a channel, or the handshake refuses the map (check)",
     "show": "0 the episode holds; 1 it breaks a rule (marked); 2 usage, an unreadable file or "
             "no such episode",
 }
+OUTPUTS: dict[str, str] = {"out": "-o", "write_map": "--write-map", "plot": "--plot",
+                           "out_dir": "--out-dir"}
+"""The dests of the options that name what a command writes (with the option a message names).
+Every other file a command line names is an input, which no output may replace
+(`common.outputs_guarded`)."""
+
+TO_STDOUT: dict[str, str] = {"infer": "out"}
+"""The outputs that `-` sends to stdout: text the command would print anyway. Everywhere else
+stdout carries the report (or the output is binary, or a folder), so `-` is refused."""
+
 DEFAULT_EXIT_CODES = "0 the contract holds; 1 it is violated; 2 usage or unusable input"
 
 FORMAT_HELP = {

@@ -35,6 +35,11 @@ def add_parser(sub: Any) -> None:
         "version ahead of the trainer (max staleness 1).")
     p.add_argument("--llm", action="store_true",
                    help="run the LLM online-RL demo (GRPO on token rollouts; no extra needed)")
+    p.add_argument("--procs", action="store_true",
+                   help="with --llm: stage 3 runs the sampler and the trainer as two OS "
+                   "processes that meet only through a channel (docs/channel.md); the "
+                   "weights go to the sampler by version through a file; same criteria and "
+                   "curve (extra parquet: pyarrow)")
     add_out_dir(p, default=None, type=Path,
                 help="keep rollouts.jsonl, map.json, runs.jsonl (and runs.png) here "
                 "(default: a temporary folder, removed at the end)")
@@ -61,6 +66,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cycles = args.cycles if args.cycles is not None else (
         LLM_CYCLES if args.llm else CARTPOLE_CYCLES)
+    if args.procs and not args.llm:
+        raise UsageError("error: --procs goes with --llm (the LLM demo's sampler and trainer "
+                         "as two processes)")
     if args.llm and args.episodes is not None:
         raise UsageError("error: --episodes is for the CartPole demo; --llm samples 16 prompts x 8 "
                          "completions per cycle")
@@ -91,6 +99,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _run(args: argparse.Namespace, out: TextIO, out_dir: Path, cycles: int, episodes: int,
          *, plot: bool) -> DemoReport:
     if args.llm:
+        if args.procs:
+            from gyre_contract.harness.procdemo import HOW, train_run_procs
+
+            return run_llm_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,
+                                notes=args.notes, plot=plot, train_run=train_run_procs, how=HOW)
         return run_llm_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,
                             notes=args.notes, plot=plot)
     return run_demo(out, out_dir=out_dir, cycles=cycles, seed=args.seed,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, printable, shorten, shorten_path
 
 _MAX_SHOWN_CHARS = 40
 
@@ -34,9 +34,18 @@ class Problem:
     rule: str | None = None
 
     def __str__(self) -> str:
+        shown = self.shown()
         where = f"line {self.line}: " if self.line is not None else ""
-        path = f"{self.path}: " if self.path else ""
-        return printable(f"{where}{path}{self.message}: expected {self.expected}, got {self.got}")
+        path = f"{shown['path']}: " if self.path else ""
+        return printable(f"{where}{path}{shown['message']}: expected {shown['expected']}, "
+                         f"got {shown['got']}")
+
+    def shown(self) -> dict[str, str]:
+        """path, message, expected and got as reports echo them: each name of the path
+        shortened (`core.text.shorten_path`), a message bounded; the fields stay exact."""
+        return {"path": shorten_path(self.path), "message": shorten(self.message, MAX_MESSAGE_CHARS),
+                "expected": shorten(self.expected, MAX_MESSAGE_CHARS),
+                "got": shorten(self.got, MAX_MESSAGE_CHARS)}
 
     def under(self, prefix: str) -> Problem:
         """The same problem seen from a containing object (`steps[3]` + `reward`)."""
@@ -55,12 +64,14 @@ class Problem:
         return replace(self, rule=rule)
 
     def to_dict(self) -> dict[str, Any]:
+        """The problem as JSON reports give it, echoed names shortened as in text (`shown`)."""
+        shown = self.shown()
         out: dict[str, Any] = {
             "line": self.line,
-            "path": self.path,
-            "message": self.message,
-            "expected": self.expected,
-            "got": self.got,
+            "path": shown["path"],
+            "message": shown["message"],
+            "expected": shown["expected"],
+            "got": shown["got"],
         }
         if self.rule is not None:
             out["rule"] = self.rule
@@ -118,9 +129,10 @@ class MissingFieldError(ContractError, KeyError):
 
     def _render(self) -> str:
         why = f" ({self.reason})" if self.reason else ""
-        at = f" {self.where}" if self.where else ""
+        at = f" {shorten_path(self.where)}" if self.where else ""
         line = f" (line {self.line})" if self.line is not None else ""
-        return f"missing sample field: {self.name}{at}{line}{why}, have [{', '.join(self.have)}]"
+        have = shorten(", ".join(map(shorten, self.have)), MAX_MESSAGE_CHARS)
+        return f"missing sample field: {shorten(self.name)}{at}{line}{why}, have [{have}]"
 
 
 class SchemaError(GyreError, ValueError):

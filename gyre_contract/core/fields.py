@@ -24,6 +24,7 @@ from gyre_contract.core.dims import (
 from gyre_contract.core.errors import Problem, describe
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.tensor import TensorSpec, check_annotation, gyre_error, tensor_spec_of
+from gyre_contract.core.text import quoted
 
 F32 = "float32"
 
@@ -137,7 +138,7 @@ def _strip_x(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _modality_error(key: str, reason: str, expected: str, got: str) -> Exception:
     """A gyre error whose message names the modality (pydantic's location stops at the field)."""
-    return gyre_error(f"modality {key!r}: {reason}", expected, got)
+    return gyre_error(f"modality {quoted(key)}: {reason}", expected, got)
 
 
 def _jsonable_observation(value: Any) -> Any:
@@ -156,7 +157,7 @@ class JsonScalars:
             raise gyre_error("not an object", "an object of JSON scalars", describe(value))
         for key, item in value.items():
             if not isinstance(key, str) or not _json_scalar(item):
-                raise gyre_error(f"key {key!r}: not a JSON scalar", "string, integer, finite "
+                raise gyre_error(f"key {quoted(key)}: not a JSON scalar", "string, integer, finite "
                                  "number or bool", describe(item))
         return value
 

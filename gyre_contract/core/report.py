@@ -11,6 +11,11 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any
 
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, bounded, shorten
+
+MAX_LINE_CHARS = 2 * MAX_MESSAGE_CHARS
+"""Longest line of a text report; a longer one (a name nobody shortened) is cut around `…`."""
+
 FORMATS = ("text", "json")
 """Formats every report renders; some add their own (the diff also renders `markdown`)."""
 
@@ -46,10 +51,24 @@ class Report(ABC):
             return 1
         return 1 if strict and self.warnings else 0
 
+    def shorten_names(self, text: str) -> str:
+        """`text` with each long name the report echoes shortened (`core.text.name_shortener`);
+        a report that embeds names in its messages (diff, compat) overrides it."""
+        return text
+
+    def guarded(self, text: str) -> str:
+        """`text` as a report prints it: each long name it echoes shortened
+        (`shorten_names`), each line at most `MAX_LINE_CHARS`."""
+        return "\n".join(shorten(self.shorten_names(line), MAX_LINE_CHARS)
+                         for line in text.split("\n"))
+
     def render(self, format: str = "text") -> str:
-        """The report in `format` ("text" or "json"; a subclass may add more)."""
+        """The report in `format` ("text" or "json"; a subclass may add more). Every string of
+        the JSON passes `shorten_names` and is bounded (`core.text.bounded`), every text line
+        too (`guarded`): a megabyte-long name in the data never makes megabytes of output."""
         if format == "json":
-            return json.dumps(self.to_dict(), indent=2, allow_nan=False, ensure_ascii=False)
+            return json.dumps(bounded(self.to_dict(), self.shorten_names), indent=2,
+                              allow_nan=False, ensure_ascii=False)
         if format == "text":
-            return self.to_text()
+            return self.guarded(self.to_text())
         raise ValueError(f"unknown report format {format!r}: expected one of {', '.join(FORMATS)}")

@@ -31,6 +31,7 @@ from gyre_contract.core.fields import (
 from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.registry import Rule, register
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.text import quoted
 from gyre_contract.core.tokenfields import (
     TOKEN_FIELDS,
     TOKENS_REASON,
@@ -325,7 +326,7 @@ def _after_end(s: StepInEpisode) -> list[Problem]:
     where = f" at line {s.ended_at}" if s.ended_at is not None else ""
     step = s.step
     return [Problem("episode_id", "no step after the episode's terminated or truncated step",
-                    f"step {step.step} of episode {step.episode_id!r}, which ended{where}",
+                    f"step {step.step} of episode {quoted(step.episode_id)}, which ended{where}",
                     "step after the episode ended (a phantom reset transition?)")]
 
 
@@ -398,7 +399,7 @@ def _dtype_kept(s: StepInEpisode) -> list[Problem]:
 
 def _open(episodes: Mapping[str, OpenEpisode]) -> list[Problem]:
     return [Problem("episode_id", "a terminated or truncated last step",
-                    f"episode {eid!r} open after step {state.step}", "open episode",
+                    f"episode {quoted(eid)} open after step {state.step}", "open episode",
                     line=state.line)
             for eid, state in episodes.items()]
 
@@ -554,7 +555,7 @@ def _fresh(view: BatchView) -> list[Problem]:
     problems = []
     for row in np.flatnonzero((versions < current - most) | (versions > current)):
         version = int(versions[row])
-        episode = f" (episode {str(ids[row])!r})" if ids is not None else ""
+        episode = f" (episode {quoted(str(ids[row]))})" if ids is not None else ""
         future = version > current
         message = "policy version from the future" if future else "stale policy version"
         window = f"at most {current}" if future else f"{current - most}..{current}"

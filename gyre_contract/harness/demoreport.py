@@ -104,7 +104,7 @@ def cycle_rows(loop: Any) -> list[dict[str, Any]]:
     the staleness of its oldest row (token rows), counts, phase times and the trainer's metrics."""
     rows = []
     for c in loop.cycles:
-        stale = list(c.tokens.staleness) if c.tokens is not None else []
+        stale = c.staleness
         rows.append({"cycle": c.cycle, "policy_version": c.policy_version,
                      "staleness": max(stale) if stale else None, "episodes": c.n_episodes,
                      "steps": c.n_steps, "batch_shape": list(c.batch_shape),

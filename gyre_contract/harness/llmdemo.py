@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +26,7 @@ import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem
 from gyre_contract.core.tensor import Tensor
+from gyre_contract.harness.channelloop import CHANNEL_CHECKS
 from gyre_contract.harness.demoreport import (
     DemoReport,
     Say,
@@ -264,13 +265,20 @@ class LLMDemoResult(DemoReport):
     """Per seed, the greedy exact accuracy on all 100 problems before and after training."""
 
 
+TrainRun = Callable[..., "list[float] | None"]
+"""One stage-3 run: `(say, result, task, map_path, trainer_path, cycles, seed, log, notes)` ->
+the run's reward curve, or None when it broke the contract (and said so)."""
+
+
 def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
-                 seeds: int = STAGE3_SEEDS, notes: str = "", plot: bool = False
-                 ) -> LLMDemoResult:
+                 seeds: int = STAGE3_SEEDS, notes: str = "", plot: bool = False,
+                 train_run: TrainRun | None = None, how: str = "") -> LLMDemoResult:
     """Run stage 1, the diff, stage 2 and stage 3 (`seeds` runs of `cycles` updates).
 
     Files land in `out_dir`; with `plot`, stage 3's reward curves go to `runs.png` too
-    (matplotlib, the `demo` extra)."""
+    (matplotlib, the `demo` extra). `train_run` runs one seed of stage 3 (default: sampler and
+    trainer in this process; `procdemo.train_run_procs`: the sampler in its own process, through
+    a channel), `how` says how in stage 3's heading."""
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     say = Say(out)
@@ -289,7 +297,7 @@ def run_llm_demo(out: TextIO, *, out_dir: Path, cycles: int = 40, seed: int = 0,
     if result.passed:
         with timed(result, "stage 3"):
             _stage3(say, result, task, map_path, trainer_path, out_dir, cycles, seed, seeds,
-                    notes, plot)
+                    notes, plot, train_run or _train_run, how)
     else:
         result.record("stage 3", False, ran=False)
         say("\n=== Stage 3: the full loop ===\nnot run: an earlier stage failed")
@@ -422,8 +430,8 @@ def _stage2(say: Say, result: LLMDemoResult, rollouts: Path, map_path: Path,
 
 def _stage3(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
             trainer_path: Path, out_dir: Path, cycles: int, seed: int, seeds: int,
-            notes: str, plot: bool) -> None:
-    say.heading("Stage 3: the full loop, sampling one version ahead",
+            notes: str, plot: bool, train_run: TrainRun, how: str) -> None:
+    say.heading(f"Stage 3: the full loop, sampling one version ahead{how}",
                 f"{seeds} seeds x {cycles} GRPO updates; every cycle's rows are at most 1 "
                 "version old (the sampler runs one version behind the trainer after the "
                 "first cycle); in every run the mean reward rises")
@@ -433,11 +441,12 @@ def _stage3(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Path,
     result.record("stage 3", False, seeds=stage3_seeds(seed, seeds), cycles=cycles,
                   max_staleness=1, runs=[], run_log=log.path.name)
     for run_seed in stage3_seeds(seed, seeds):
-        curve = _train_run(say, result, task, map_path, trainer_path, cycles, run_seed, log,
-                           notes)
+        curve = train_run(say, result, task, map_path, trainer_path, cycles, run_seed, log,
+                          notes)
         if curve is None:
             return
-    say("\nchecks that held in every run:\n" + "\n".join(f"  ok: {c}" for c in FULL_LOOP_CHECKS))
+    checks = (*FULL_LOOP_CHECKS, *(CHANNEL_CHECKS if how else ()))
+    say("\nchecks that held in every run:\n" + "\n".join(f"  ok: {c}" for c in checks))
     say("\nmean reward per cycle (one run per seed; each batch sampled one version behind):")
     for run_seed, curve in zip(stage3_seeds(seed, seeds), result.rewards, strict=True):
         say(f"  seed {run_seed}: " + " ".join(f"{x:.2f}" for x in curve))
@@ -463,40 +472,57 @@ def _train_run(say: Say, result: LLMDemoResult, task: AdditionTask, map_path: Pa
     policy = TokenPolicy(seed=run_seed)
     sampler = GroupSampler(policy, task, seed=run_seed, run_id=f"seed{run_seed}")
     accuracy_before = policy.greedy_accuracy(task)
-    config = {"task": "a+b=", "group": GROUP_SIZE, "prompts": PROMPTS_PER_BATCH,
-              "cycles": cycles, "lr": policy.lr, "clip": policy.clip, "beta": policy.beta,
-              "max_staleness": 1}
     say(f"\nseed {run_seed}: a fresh policy, {cycles} updates")
+
     def train_step(batch: Mapping[str, Any]) -> dict[str, float]:
         trained = policy.version  # the batch this update trains on is the cycle's own
-        mask = np.asarray(batch["response_mask"], bool)
-        return {**policy.train_step(batch), "mean_reward": sampler.rewards[trained],
-                "exact": sampler.exact[trained],
-                "rollout_kl": float(np.asarray(batch["kl"])[mask].mean())}
+        return grpo_metrics(policy, batch, sampler.rewards[trained], sampler.exact[trained])
 
     try:
         with OneAheadSampler(sampler) as ahead:
             report = full_loop(ahead, train_step, map_path, cycles, max_staleness=1,
-                               run_id=f"llm-demo-seed{run_seed}", config=config,
-                               run_log=log, notes=notes, model=AdditionStep,
-                               trainer=trainer_path)
+                               run_id=f"llm-demo-seed{run_seed}",
+                               config=run_config(policy, cycles), run_log=log, notes=notes,
+                               model=AdditionStep, trainer=trainer_path)
     except ContractError as err:
         say(str(err))
         result.failed("stage 3", err)
         say.verdict(False, "the loop broke the contract")
         return None
+    return finish_run(say, result, report, sampler.rewards[:cycles], list(ahead.staleness),
+                      accuracy_before, policy, task, run_seed)
+
+
+def run_config(policy: TokenPolicy, cycles: int, **more: Any) -> dict[str, Any]:
+    """A stage-3 run's configuration (its run-log key): the task, the batch, the optimiser."""
+    return {"task": "a+b=", "group": GROUP_SIZE, "prompts": PROMPTS_PER_BATCH,
+            "cycles": cycles, "lr": policy.lr, "clip": policy.clip, "beta": policy.beta,
+            "max_staleness": 1, **more}
+
+
+def grpo_metrics(policy: TokenPolicy, batch: Mapping[str, Any], mean_reward: float,
+                 exact: float) -> dict[str, float]:
+    """One GRPO update on `batch`; its metrics with the sampled batch's mean reward."""
+    mask = np.asarray(batch["response_mask"], bool)
+    return {**policy.train_step(batch), "mean_reward": mean_reward, "exact": exact,
+            "rollout_kl": float(np.asarray(batch["kl"])[mask].mean())}
+
+
+def finish_run(say: Say, result: LLMDemoResult, report: Any, curve: list[float],
+               staleness: list[int], accuracy_before: float, policy: TokenPolicy,
+               task: AdditionTask, run_seed: int) -> list[float]:
+    """Say and keep what one stage-3 run did: its compact table, curve, staleness, accuracy."""
     rows = cycle_rows(report)
     say(f"stage 3 (full loop): {len(report.cycles)} cycles, {report.n_steps} steps, "
         f"{report.n_episodes} episodes, policy version {report.policy_version}; every 5th "
         f"cycle and the last (the full table: runs.jsonl, or --format json):")
     say(compact_table(rows))
-    curve = sampler.rewards[:cycles]
     accuracy = (accuracy_before, policy.greedy_accuracy(task))
     result.rewards.append(curve)
-    result.staleness.append(ahead.staleness)
+    result.staleness.append(staleness)
     result.accuracy.append(accuracy)
     result.figures["stage 3"]["runs"].append({
-        "seed": run_seed, "mean_reward": curve, "staleness": list(ahead.staleness),
+        "seed": run_seed, "mean_reward": curve, "staleness": list(staleness),
         "accuracy_before": accuracy[0], "accuracy_after": accuracy[1],
         "policy_version": report.policy_version, "steps": report.n_steps,
         "cycles": rows})

@@ -35,7 +35,7 @@ from pydantic import (
 
 from gyre_contract.core.errors import ContractError, Problem, describe
 from gyre_contract.core.report import Report
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, printable, shorten, shown
 from gyre_contract.io.jsonfile import read_bounded
 from gyre_contract.io.lines import hidden_problems
 from gyre_contract.io.writer import ends_with_newline, open_for_append
@@ -495,8 +495,8 @@ def format_summary(summaries: Sequence[ConfigSummary]) -> str:
     rows: list[tuple[str, ...]] = []
     for s in summaries:
         named = [(name, spread, _number) for name, spread in s.spreads.items()]
-        named += [(name if s.metric_runs[name] == s.runs
-                   else f"{name} ({s.metric_runs[name]} of {s.runs} runs)", spread, _value)
+        named += [(shown(name) if s.metric_runs[name] == s.runs
+                   else f"{shown(name)} ({s.metric_runs[name]} of {s.runs} runs)", spread, _value)
                   for name, spread in s.metrics.items()]
         for i, (name, spread, show) in enumerate(named):
             first = i == 0
@@ -512,7 +512,8 @@ def format_summary(summaries: Sequence[ConfigSummary]) -> str:
             for c, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
-    lines += [f"{s.label} = {s.config}" for s in summaries if s.label != s.config]
+    lines += [printable(f"{s.label} = {shorten(s.config, MAX_MESSAGE_CHARS)}")
+              for s in summaries if s.label != s.config]
     return "\n".join(lines)
 
 

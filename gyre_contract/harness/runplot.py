@@ -8,15 +8,14 @@ here and only when drawing; the Agg canvas, no display. The PNG replaces its fil
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gyre_contract.harness.runlog import RunRecord, config_label
+from gyre_contract.io.atomic import atomic_path
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf")
@@ -139,15 +138,9 @@ def _median_per_cycle(curves: Sequence[Sequence[float | None]]) -> list[float]:
 
 
 def _save(fig: Any, out: Path) -> Path:
-    """Writes the figure next to `out` under a temporary name, then renames it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=100)
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Writes the figure atomically (`io.atomic`: through a link, never onto an input)."""
+    with atomic_path(out, fsync=False) as tmp, open(tmp, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
     return out
 
 

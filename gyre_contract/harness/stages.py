@@ -24,7 +24,10 @@ from gyre_contract.core.deprecation import renamed_arguments
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem
 from gyre_contract.core.models import RolloutStep
 from gyre_contract.core.report import Report
+from gyre_contract.core.text import shorten
 from gyre_contract.core.validate import staleness_problems, validate_batch
+from gyre_contract.harness.channelloop import CHANNEL_CHECKS, ChannelLeg
+from gyre_contract.harness.channelloop import batch_shape as channel_batch_shape
 from gyre_contract.harness.losscall import LossFn, call_loss
 from gyre_contract.harness.recorder import episodes_from_records
 from gyre_contract.harness.runlog import Phase, RunLog, RunRecord, RunTimer
@@ -33,7 +36,7 @@ from gyre_contract.io import read_episodes, read_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema.fieldtable import SchemaInput
 from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer.fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer.inspection import Inspection, format_table, inspect_batch
 
 
@@ -76,8 +79,8 @@ class HalfWayReport(Report):
         return {
             "stage": "half_way",
             "ok": self.ok,
-            "fields": {k: {"type": v.type_name, "shape": list(v.shape or ()), "dtype": v.dtype}
-                       for k, v in self.fields.items()},
+            "fields": {shorten(k): {"type": v.type_name, "shape": list(v.shape or ()),
+                                    "dtype": v.dtype} for k, v in self.fields.items()},
             "rows": self.rows,
             "time_steps": self.time_steps,
             "steps": self.steps,
@@ -253,11 +256,7 @@ def _trainer(trainer: SchemaInput | TrainerSchema | None, batch_dims: Any,
 
 
 def _field_map(field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
-    if isinstance(field_map, FieldMap):
-        return field_map
-    if isinstance(field_map, Mapping):
-        return FieldMap.from_dict(field_map)
-    return FieldMap.load(field_map)
+    return as_field_map(field_map)
 
 
 def _step_model(fmap: Any) -> Any:
@@ -301,6 +300,8 @@ class CycleReport(Report):
     metrics: dict[str, Any]
     tokens: TokenRowStats | None = None
     """For token rows: their sizes, the staleness of every row, group warnings."""
+    channel: dict[str, Any] | None = None
+    """Through a channel: the delivery's facts (segments, steps, staleness of its rows)."""
 
     @property
     def ok(self) -> bool:
@@ -309,6 +310,15 @@ class CycleReport(Report):
     @property
     def warnings(self) -> list[Any]:
         return list(self.tokens.warnings) if self.tokens is not None else []
+
+    @property
+    def staleness(self) -> list[int]:
+        """The staleness of the batch's rows (token rows, or a channel's delivery)."""
+        if self.tokens is not None:
+            return list(self.tokens.staleness)
+        if self.channel is not None:
+            return [int(k) for k, n in self.channel["staleness"].items() for _ in range(n)]
+        return []
 
     def to_text(self) -> str:
         """One line: the cycle, its version, what it sampled and how long each phase took."""
@@ -324,6 +334,7 @@ class CycleReport(Report):
             "batch_shape": list(self.batch_shape), "rollout_s": self.rollout_s,
             "train_s": self.train_s, "metrics": self.metrics,
             **({"tokens": self.tokens.to_dict()} if self.tokens is not None else {}),
+            **({"channel": self.channel} if self.channel is not None else {}),
         }
 
 
@@ -394,7 +405,7 @@ FULL_LOOP_CHECKS = (
 
 
 def full_loop(
-    sample_fn: SampleFn,
+    sample_fn: SampleFn | None,
     train_fn: TrainFn,
     field_map: FieldMap | Mapping[str, Any] | str | os.PathLike[str],
     cycles: int,
@@ -411,6 +422,9 @@ def full_loop(
     batch_model: Any = None,
     trainer: SchemaInput | TrainerSchema | None = None,
     batch_dims: tuple[str, ...] | str | None = None,
+    channel: Any = None,
+    rows: int | None = None,
+    channel_timeout: float | None = 60.0,
 ) -> LoopReport:
     """Stage 3: `cycles` rounds of sample → map → collate → validate → train, timed and checked.
 
@@ -424,6 +438,13 @@ def full_loop(
     failed check raises `ContractError` naming the cycle; the loop never trains on a batch that
     failed. The run's `RunRecord` is appended to `run_log` when one is given; its `notes` say
     how the batch was made, from the map (`FieldMap.describe`), then the caller's `notes`.
+
+    With `channel=` (a channel URI, or a `TrainerEnd` already open; docs/channel.md) the steps
+    go through a channel: `sample_fn`'s step records are put by a sampler end and the batch is
+    what the trainer end delivers (the trainer's own keys; stale rows refused), acked after
+    `train_fn`, and the new version published. With `sample_fn=None` another process is the
+    sampler: each cycle takes `rows` steps. Both ends' counts are run-log metrics per cycle
+    (`channel.sampler.*`, `channel.trainer.*`) and must agree at the end.
     """
     if cycles < 1:
         raise ValueError(f"cycles must be >= 1, got {cycles}")
@@ -432,6 +453,16 @@ def full_loop(
     # a FieldMap, or a stand-in with its methods (a test's map that loses an episode)
     fmap = cast(FieldMap, field_map) if hasattr(field_map, "to_train_batch") else \
         _field_map(field_map)
+    if channel is not None:
+        return _channel_loop(sample_fn, train_fn, fmap, cycles, max_staleness,
+                             ChannelLeg.open(channel, fmap, trainer, batch_dims,
+                                             model or _step_model(fmap),
+                                             sampling=sample_fn is not None,
+                                             timeout=channel_timeout),
+                             rows=rows, start_version=start_version, run_id=run_id,
+                             config=config, run_log=run_log, notes=notes, clock=clock)
+    if sample_fn is None:
+        raise ValueError("sample_fn=None needs channel= (another process samples)")
     schema = _trainer(trainer, batch_dims, batch_model)
     version = start_version
     reports: list[CycleReport] = []
@@ -475,6 +506,56 @@ def full_loop(
     if run_log is not None:
         (run_log if isinstance(run_log, RunLog) else RunLog(run_log)).append(run)
     return LoopReport(cycles=reports, policy_version=version, run=run, checks=FULL_LOOP_CHECKS)
+
+
+def _channel_loop(sample_fn: SampleFn | None, train_fn: TrainFn, fmap: Any, cycles: int,
+                  max_staleness: int, leg: ChannelLeg, *, rows: int | None,
+                  start_version: int, run_id: str, config: str | dict[str, Any],
+                  run_log: RunLog | str | os.PathLike[str] | None, notes: str,
+                  clock: Callable[[], float]) -> LoopReport:
+    """`full_loop` through a channel (`channel=`): see `harness.channelloop`."""
+    if sample_fn is None and (rows is None or rows < 1):
+        raise ValueError("with sample_fn=None, give rows= (the steps each cycle trains on)")
+    version = start_version
+    reports: list[CycleReport] = []
+    batch_shape: tuple[int, int] = (0, 0)
+    wanted = rows or 0  # the steps to take: a cycle's put when this process samples
+    delivery: Any = None
+    try:
+        with RunTimer(clock=clock) as timer:
+            for cycle in range(cycles):
+                with timer.rollout():
+                    if sample_fn is not None:
+                        wanted = leg.put(list(sample_fn(version)), cycle).steps
+                    else:
+                        delivery = leg.take(rows or 0, version, max_staleness, cycle)
+                with timer.train():
+                    if sample_fn is not None:
+                        delivery = leg.take(wanted, version, max_staleness, cycle)
+                    leg.check(delivery, cycle)
+                    metrics = _metrics(train_fn(delivery.batch))
+                    version = _next_version(metrics, version, cycle)
+                    leg.commit(delivery, version)
+                timer.count(steps=delivery.steps, episodes=delivery.ended)
+                timer.add_metrics({**metrics, **leg.metrics()})
+                rollout, train = timer.phases[-2:]
+                _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
+                batch_shape = channel_batch_shape(delivery)
+                reports.append(CycleReport(
+                    cycle=cycle, policy_version=version - 1, n_steps=delivery.steps,
+                    n_episodes=delivery.episodes, n_ended=delivery.ended,
+                    batch_shape=batch_shape, rollout_s=rollout.seconds, train_s=train.seconds,
+                    metrics=metrics, channel=delivery.to_dict()))
+            leg.check_counts()
+    finally:
+        leg.close()
+    run = timer.record(run_id=run_id, config=config, batch_shape=batch_shape,
+                       policy_version=version,
+                       notes=run_notes(fmap, f"through the channel {leg.trainer.uri}; {notes}"))
+    if run_log is not None:
+        (run_log if isinstance(run_log, RunLog) else RunLog(run_log)).append(run)
+    return LoopReport(cycles=reports, policy_version=version, run=run,
+                      checks=(*FULL_LOOP_CHECKS, *CHANNEL_CHECKS))
 
 
 def run_notes(field_map: Any, notes: str = "") -> str:

@@ -7,7 +7,8 @@ Modules, low to high (each imports only those above it):
 - `fastfile` (bulk decoding of JSON Lines blocks), `assembly` (the one episode assembler),
   `binding` (a bulk plan bound from a file's first lines, for an unpinned model),
   `checking` (the one validate → track loop every source goes through), `columnar` (a whole
-  file as columns over its steps);
+  file as columns over its steps), `blocks` (blocks of records held in memory, validated at
+  once: a channel's `put`);
 - `parquet` (writing Parquet; its rows as a record source), `schemamode` (JSON Schema checks);
 - `writer` (`write_steps`), `reading` (`read_steps`, `read_episodes`), `validation`
   (`validate_file`), `show` (one episode step by step), `shards` (many files, locally or on

@@ -40,6 +40,7 @@ from gyre_contract.core.models import (
     field_specs,
 )
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.text import quoted
 from gyre_contract.core.tokenfields import TOKEN_FIELDS
 from gyre_contract.core.validate import validate_step
 
@@ -290,7 +291,7 @@ def _metadata_problems(meta: Mapping[bytes, bytes], model: type[GyreModel]) -> l
 
 def _struct_problems(model: type[BaseModel], columns: Mapping[str, Any], prefix: str
                      ) -> list[Problem]:
-    problems = [Problem(f"{prefix}{name}", "each column once", f"{count} columns named {name!r}",
+    problems = [Problem(f"{prefix}{name}", "each column once", f"{count} columns named {quoted(name)}",
                         "duplicated column") for name, count in columns.items()
                 if isinstance(count, int)]
     duplicated = {name for name, column in columns.items() if isinstance(column, int)}
@@ -356,7 +357,7 @@ def _mismatch(spec: Any, arrow_type: Any) -> str | None:
             for child in arrow_type:
                 leaf, _ = peel(child.type)
                 if _leaf_kind(leaf) not in ("b", "i", "u", "f", "U", "null"):
-                    return f"has modality {child.name!r} of an unsupported type"
+                    return f"has modality {quoted(child.name)} of an unsupported type"
             return None
         return _tensor_mismatch(spec.spec, arrow_type)
     if isinstance(spec, JsonScalars) or spec is str:

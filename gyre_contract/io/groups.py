@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, quoted, shorten
+
 MAX_GROUP_WARNINGS = 20
 """Groups named one by one in a report; the others are counted in one more warning."""
 
@@ -25,10 +27,12 @@ class FileWarning:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **self.details}
+        """As JSON reports give it: the message bounded, every string detail shortened."""
+        details = {k: shorten(v) if isinstance(v, str) else v for k, v in self.details.items()}
+        return {"code": self.code, "message": str(self), **details}
 
     def __str__(self) -> str:
-        return self.message
+        return shorten(self.message, MAX_MESSAGE_CHARS)
 
 
 class GroupVersions:
@@ -56,7 +60,7 @@ class GroupVersions:
             shown = sorted(versions)
             out.append(FileWarning(
                 "group_policy_versions",
-                f"group {group_id!r} mixes policy versions {', '.join(map(str, shown))}: a "
+                f"group {quoted(group_id)} mixes policy versions {', '.join(map(str, shown))}: a "
                 "group-relative advantage would compare samples of different policies",
                 {"group_id": group_id, "policy_versions": shown}))
         more = len(self.mixed) - MAX_GROUP_WARNINGS

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre_contract.core.errors import InputError
+from gyre_contract.io.filekind import path_kind
 
 # A lone surrogate can only come from a JSON escape; look for the escape before walking the tree.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -43,15 +44,9 @@ def refuse_devices(path: str | os.PathLike[str], what: str) -> None:
     """InputError for a device or socket (`/dev/zero`, `/dev/tty`): reading one never ends or
     makes no sense. Regular files and pipes (FIFOs, `<(...)`) pass; a missing path passes (the
     caller's open reports it)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return
-    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            raise InputError(f"cannot read {what} {os.fspath(path)}: not a regular file "
-                             f"({kind})")
+    kind = path_kind(path)
+    if kind is not None and kind != "a FIFO":
+        raise InputError(f"cannot read {what} {os.fspath(path)}: not a regular file ({kind})")
 
 
 def read_bounded(path: str | Path, *, what: str, max_bytes: int, limit_name: str,

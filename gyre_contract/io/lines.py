@@ -30,6 +30,7 @@ from typing import IO, Any, TypeAlias
 import orjson
 
 from gyre_contract.core.errors import InputError, Problem, describe
+from gyre_contract.core.text import quoted
 from gyre_contract.io.jsonfile import refuse_devices
 from gyre_contract.io.progress import reading_observer
 
@@ -422,7 +423,7 @@ def _find_hidden(tree: Any) -> list[Problem]:
         if isinstance(value, dict):
             for key, count in getattr(value, "duplicates", {}).items():
                 problems.append(Problem(join_path(path, key), "each key once per object",
-                                        f"{key!r} {count} times (JSON readers keep only one)",
+                                        f"{quoted(key)} {count} times (JSON readers keep only one)",
                                         "duplicate key"))
             todo += [(join_path(path, k), v) for k, v in reversed(value.items())]
         elif isinstance(value, list):

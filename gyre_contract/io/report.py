@@ -25,7 +25,7 @@ from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import AnyObservation, field_specs
 from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import TensorSpec
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import MAX_MESSAGE_CHARS, printable, shorten, shorten_path, shown
 from gyre_contract.io.episodes import modality_values
 from gyre_contract.io.groups import FileWarning
 
@@ -56,7 +56,7 @@ class FieldSummary:
     count: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": self.shape,
+        return {"name": shorten(self.name), "dtype": self.dtype, "shape": self.shape,
                 "declared": self.declared, "count": self.count}
 
 
@@ -70,12 +70,14 @@ class ProblemGroup:
     examples: list[Problem]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "message": self.message, "count": self.count,
-                "examples": [p.to_dict() for p in self.examples]}
+        return {"path": shorten_path(self.path), "message": shorten(self.message,
+                                                                    MAX_MESSAGE_CHARS),
+                "count": self.count, "examples": [p.to_dict() for p in self.examples]}
 
     def text_lines(self, indent: str) -> list[str]:
         """The group as report text: a heading with its count, then the examples."""
-        head = f"{self.path}: {self.message}" if self.path else self.message
+        message = shorten(self.message, MAX_MESSAGE_CHARS)
+        head = f"{shorten_path(self.path)}: {message}" if self.path else message
         times = "once" if self.count == 1 else f"{self.count} times"
         lines = [printable(f"{indent}{head} ({times})")]
         lines += [f"{indent}  {p}" for p in self.examples]
@@ -211,7 +213,7 @@ def field_table_lines(fields: list[FieldSummary]) -> list[str]:
     if not fields:
         return ["fields: none"]
     rows = [("field", "dtype", "shape", "declared", "records")]
-    rows += [(printable(f.name), f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
+    rows += [(shown(f.name), f.dtype, f.shape, f.declared, str(f.count)) for f in fields]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(r[:4], widths)) + "  " + r[4].rjust(7)

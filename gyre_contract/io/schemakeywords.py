@@ -10,7 +10,7 @@ back-references) makes the schema unusable (`SchemaError`, exit 2), never silent
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -74,15 +74,105 @@ def check_patterns(schema: Any) -> None:
 
 _UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 
+MAX_EXPANDED_SUBSCHEMAS = 200_000
+"""Most subschemas one place of a record may be checked against once local `$ref`s are
+expanded: as many as a schema may hold written out (`MAX_NODES`). `$defs` whose schemas each
+`allOf` two `$ref`s to the next double the work per definition (20 of them, 1.5 KB: 25 s for one
+record); the written size says nothing about it."""
+
+_DATA_KEYS = ("const", "enum", "default", "examples")
+"""Keywords that hold data, not subschemas."""
+
+
+def check_expansion(schema: Any) -> None:
+    """SchemaError when checking one record against `schema` could visit more than
+    `MAX_EXPANDED_SUBSCHEMAS` subschemas (`expanded_size`), with the numbers."""
+    expanded, written, heaviest = expanded_size(schema)
+    if expanded > MAX_EXPANDED_SUBSCHEMAS:
+        where = f"; {heaviest[0]} alone expands to {_count(heaviest[1])}" if heaviest else ""
+        raise SchemaError(
+            f"schema: its $refs expand to {_count(expanded)} subschemas ({_count(written)} "
+            f"written), more than {MAX_EXPANDED_SUBSCHEMAS:,} (MAX_EXPANDED_SUBSCHEMAS): each "
+            f"record would be checked against all of them{where}")
+
+
+def expanded_size(schema: Any) -> tuple[int, int, tuple[str, int] | None]:
+    """(expanded, written, heaviest): how many subschemas the schema holds with every local
+    `$ref` replaced by what it points to, how many it holds as written, and the `$ref` target
+    that expands most (with its size), or None when there is no `$ref`.
+
+    Memoised per subschema, so the count takes time linear in the written schema even when
+    the expansion is exponential. A `$ref` back to a subschema being expanded (recursion, as in
+    a tree) counts once: the record's own nesting pays for each further level. `$defs` count
+    only where a `$ref` uses them."""
+    expanded, memo = _fold(schema, lambda node: int(isinstance(node, Mapping)), sum, cycle=1,
+                           skip=("$defs", "definitions"))
+    resolve = _resolver(schema)
+    refs = {node["$ref"] for node in _subschemas(schema) if isinstance(node.get("$ref"), str)}
+    targets = {ref: memo[id(resolve(ref))] for ref in refs if id(resolve(ref)) in memo}
+    heaviest = max(targets.items(), key=lambda item: item[1], default=None)
+    return expanded, sum(1 for _ in _subschemas(schema)), heaviest
+
 
 def unevaluated_nesting(schema: Any) -> int:
     """How many objects carrying an `unevaluated*` keyword lie on the deepest path of the
     schema, following local `$ref`s (a `$ref` cycle is walked once)."""
+    return _fold(schema, lambda node: int(isinstance(node, Mapping) and any(
+        k in node for k in _UNEVALUATED)), lambda values: max(values, default=0), cycle=0)[0]
+
+
+def _fold(schema: Any, own: Callable[[Any], int], join: Callable[[list[int]], int], *,
+          cycle: int, skip: tuple[str, ...] = ()) -> tuple[int, dict[int, int]]:
+    """`own(node) + join(values of its children)` over the schema, a local `$ref` counting as a
+    child of the object that holds it; a `$ref` back to a node being walked is worth `cycle`.
+    Memoised per node (returned, by `id`), so linear in the written schema; keys in `skip`
+    (and data keywords) are not walked."""
+    resolve = _resolver(schema)
     memo: dict[int, int] = {}
 
+    def walk(node: Any, path: frozenset[int]) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in path:
+            return cycle
+        path = path | {id(node)}
+        if isinstance(node, list):
+            children = [v for v in node if isinstance(v, (dict, list))]
+        elif isinstance(node, Mapping):
+            children = [v for k, v in node.items() if k not in _DATA_KEYS and k not in skip
+                        and isinstance(v, (dict, list))]
+            target = resolve(node["$ref"]) if isinstance(node.get("$ref"), str) else None
+            if isinstance(target, (dict, list)):
+                children.append(target)
+        else:
+            children = []
+        values = []
+        for child in children:  # a loop, not a comprehension: one frame less per level
+            values.append(walk(child, path))
+        memo[id(node)] = own(node) + join(values)
+        return memo[id(node)]
+
+    try:
+        return walk(schema, frozenset()), memo
+    except RecursionError:
+        raise SchemaError("schema: $ref chain too long to check") from None
+
+
+def _count(n: int) -> str:
+    """`1,048,575`, or `about 10^301` for a number too long to read."""
+    return f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
+
+
+def _resolver(schema: Any) -> Any:
+    """A function from a local `$ref` (`#/$defs/a`, `#`) to the node it names, or None."""
+
     def resolve(ref: str) -> Any:
+        if ref == "#":
+            return schema
+        if not ref.startswith("#/"):
+            return None
         node = schema
-        for part in ref[2:].split("/") if ref.startswith("#/") else []:
+        for part in ref[2:].split("/"):
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping) and part in node:
                 node = node[part]
@@ -90,34 +180,9 @@ def unevaluated_nesting(schema: Any) -> int:
                 node = node[int(part)]
             else:
                 return None
-        return node if ref.startswith("#/") or ref == "#" else None
+        return node
 
-    def depth(node: Any, path: frozenset[int]) -> int:
-        if id(node) in memo:
-            return memo[id(node)]
-        if id(node) in path:
-            return 0
-        path = path | {id(node)}
-        children: list[Any] = []
-        if isinstance(node, list):
-            children = node
-        elif isinstance(node, Mapping):
-            children = [v for k, v in node.items()
-                        if k not in ("const", "enum", "default", "examples")
-                        and isinstance(v, (dict, list))]
-            if isinstance(node.get("$ref"), str):
-                target = resolve(node["$ref"])
-                if isinstance(target, (dict, list)):
-                    children.append(target)
-        own = int(isinstance(node, Mapping) and any(k in node for k in _UNEVALUATED))
-        result = own + max((depth(c, path) for c in children), default=0)
-        memo[id(node)] = result
-        return result
-
-    try:
-        return depth(schema, frozenset())
-    except RecursionError:
-        raise SchemaError("schema: $ref chain too long to check") from None
+    return resolve
 
 
 def _subschemas(schema: Any) -> Iterator[Mapping[str, Any]]:
@@ -131,8 +196,7 @@ def _subschemas(schema: Any) -> Iterator[Mapping[str, Any]]:
         elif isinstance(node, Mapping):
             yield node
             todo += (v for k, v in node.items()
-                     if k not in ("const", "enum", "default", "examples")
-                     and isinstance(v, (dict, list)))
+                     if k not in _DATA_KEYS and isinstance(v, (dict, list)))
 
 
 def _search(pattern: str, text: str) -> bool:

@@ -14,9 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from gyre_contract.core.errors import Problem, SchemaError, describe
+from gyre_contract.core.text import shorten
 from gyre_contract.io.lines import Lines, Parsed, join_path
 from gyre_contract.io.report import FieldStats, FileReport, ProblemGroups, finish_report
-from gyre_contract.io.schemakeywords import check_patterns, linear_validator_class
+from gyre_contract.io.schemakeywords import (
+    check_expansion,
+    check_patterns,
+    linear_validator_class,
+)
 
 
 def check_with_schema(
@@ -58,7 +63,7 @@ def check_with_schema(
             groups.add(_schema_problem(e, n) for e in errors)
         else:
             steps += 1
-    title = schema.get("title") or schema.get("$id") or "a JSON Schema"
+    title = shorten(str(schema.get("title") or schema.get("$id") or "a JSON Schema"))
     report = FileReport(path="", checked_against=f"JSON Schema {title}", records=records,
                         steps=steps)
     return finish_report(report, groups, stats, path=path, lines=lines.lines,
@@ -99,6 +104,7 @@ def _schema_validator(schema: Mapping[str, Any]) -> Any:
     except JsonSchemaError as err:
         raise SchemaError(f"not a valid Draft 2020-12 schema: {err.message}") from None
     check_patterns(schema)
+    check_expansion(schema)  # before any record: $refs that multiply never reach a record
     registry: Registry[Any] = Registry(retrieve=refuse)  # type: ignore[call-arg]
     return linear_validator_class()(schema, registry=registry)
 

@@ -32,7 +32,10 @@ from typing import Any
 from gyre_contract.core.errors import GyreError, InputError, Problem
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.report import Report
+from gyre_contract.core.text import printable, quoted
 from gyre_contract.io.checking import check_items
+from gyre_contract.io.filekind import path_kind
+from gyre_contract.io.groups import FileWarning
 from gyre_contract.io.lines import Lines
 from gyre_contract.io.parquet import is_parquet, parquet_report
 from gyre_contract.io.report import (
@@ -64,26 +67,50 @@ def shard_paths(paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLi
                 ) -> list[str]:
     """The shard files: a glob (`shards/*.jsonl`), a directory (its .jsonl / .parquet files), one
     file, or a list of any of these; sorted within each item. InputError when nothing matches.
-    A name that exists is taken literally before it is read as a glob."""
+    A name that exists is taken literally before it is read as a glob. What a listing finds
+    that is not a regular file is left out (`listed_shards` says which)."""
+    return listed_shards(paths_or_glob)[0]
+
+
+def listed_shards(paths_or_glob: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+                  ) -> tuple[list[str], list[FileWarning]]:
+    """`shard_paths`, and a warning for each file a folder or a glob matched that is not a
+    regular file (a FIFO, a device, a socket), which is skipped: reading a FIFO nobody writes
+    blocks forever, a device never ends. A pipe named itself (`validate <(zcat r.jsonl.gz)`)
+    is still read: only the user can know a writer is there."""
     items = [paths_or_glob] if isinstance(paths_or_glob, (str, os.PathLike)) else paths_or_glob
     out: list[str] = []
+    skipped: list[FileWarning] = []
     for item in items:
         name = os.fspath(item)
         if os.path.isdir(name):
             found = sorted(p for pattern in SHARD_PATTERNS
                            for p in glob.glob(os.path.join(glob.escape(name), pattern)))
-            if not found:
-                raise InputError(f"no .jsonl or .parquet shard in directory {name}")
+            where = f"directory {name}"
         elif glob.has_magic(name) and not os.path.lexists(name):  # an existing name is literal
             found = sorted(glob.glob(name))
-            if not found:
-                raise InputError(f"no shard matches {name!r}")
+            where = repr(name)
         else:
-            found = [name]
+            found, where = [name], ""
+        if where:
+            kinds = {p: path_kind(p) for p in found}
+            skipped += [FileWarning("skipped_not_a_regular_file",
+                                    f"skipped {p}: not a regular file ({kind})" + (
+                                        "; a pipe is read only when named itself"
+                                        if kind == "a FIFO" else ""),
+                                    {"path": p, "kind": kind})
+                        for p, kind in kinds.items() if kind is not None]
+            found = [p for p in found if kinds[p] is None]
+            if not found:
+                none = "no .jsonl or .parquet shard in" if os.path.isdir(name) else \
+                    "no shard matches"
+                also = f" (skipped: {', '.join(w.details['path'] for w in skipped)}, not " \
+                    f"regular files)" if skipped else ""
+                raise InputError(f"{none} {where}{also}")
         out += [p for p in found if p not in out]
     if not out:
         raise InputError("no shard given")
-    return out
+    return out, skipped
 
 
 # -- the merged report -----------------------------------------------------------------------
@@ -111,6 +138,8 @@ class ShardsReport(Report):
     cross_shard: list[Problem] = field(default_factory=list)
     strict: bool = False
     """Checked for `--strict`: `to_dict`'s `exit_code` then fails on a warning too."""
+    skipped: list[FileWarning] = field(default_factory=list)
+    """A warning for each file the folder or glob matched that is not a regular file."""
 
     @property
     def ok(self) -> bool:
@@ -130,8 +159,9 @@ class ShardsReport(Report):
 
     @property
     def warnings(self) -> list[Any]:
-        """Every shard's warnings, shard by shard (each shard's report lists its own)."""
-        return [w for s in self.shards for w in s.warnings]
+        """The files skipped, then every shard's warnings, shard by shard (each shard's report
+        lists its own)."""
+        return [*self.skipped, *(w for s in self.shards for w in s.warnings)]
 
     def counts(self) -> dict[str, Any]:
         """Sums over the shards; episode counts are None when any shard did not check them."""
@@ -167,6 +197,7 @@ class ShardsReport(Report):
                 "fields": [f.to_dict() for f in self.fields()],
                 "problems": {"count": self.problem_count,
                              "cross_shard": [p.to_dict() for p in self.cross_shard]},
+                "skipped": [w.to_dict() for w in self.skipped],
                 "shards": [s.to_dict() for s in self.shards]}
 
     def to_text(self) -> str:
@@ -180,6 +211,9 @@ class ShardsReport(Report):
                        f"{s.steps:>8} steps  {verdict}")
         units = "/".join(u for u in ("lines", "rows") if u in {_unit(s.path) for s in self.shards})
         out += ["", *_field_table(self.fields()), "", "counts: " + _counts_text(counts, units), ""]
+        if self.skipped:
+            out += [f"warnings: {len(self.skipped)}", *(printable(f"  {w}") for w in self.skipped),
+                    ""]
         if self.ok:
             out.append("holds: no problems")
             return "\n".join(out)
@@ -242,7 +276,7 @@ def merge(source: str, checked_against: str, results: Sequence[ShardResult]) -> 
             if earlier[0] != shard:
                 cross.append(Problem(
                     "episode_id", "each episode in one shard",
-                    f"episode {eid!r} in {earlier[0]} (line {earlier[1]}) and {shard} "
+                    f"episode {quoted(eid)} in {earlier[0]} (line {earlier[1]}) and {shard} "
                     f"(line {line})", "episode id appears in two shards"))
     return ShardsReport(source, checked_against, [r.report for r in results], cross)
 
@@ -298,7 +332,7 @@ def validate_shards(
     """
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    paths = shard_paths(paths_or_glob)
+    paths, skipped = listed_shards(paths_or_glob)
     source = paths_or_glob if isinstance(paths_or_glob, (str, os.PathLike)) else ", ".join(
         os.fspath(p) for p in paths_or_glob)
     options: dict[str, Any] = {"require_complete": require_complete, "allow_partial_tail": allow_partial_tail,
@@ -308,7 +342,9 @@ def validate_shards(
     else:
         with ray_session(address, num_cpus):
             results = _ray_check_shards(paths, model, options, workers)
-    return merge(os.fspath(source), f"model {model.__name__}", results)
+    report = merge(os.fspath(source), f"model {model.__name__}", results)
+    report.skipped = skipped
+    return report
 
 
 def _ray_check_shards(paths: list[str], model: type[RolloutStepV1], options: dict[str, Any],

@@ -31,6 +31,7 @@ from gyre_contract.core.modelinfo import model_info
 from gyre_contract.core.models import RolloutStep, RolloutStepV1
 from gyre_contract.core.report import Report
 from gyre_contract.core.tensor import TensorSpec
+from gyre_contract.core.text import printable, quoted, shorten, shown
 from gyre_contract.io.checking import StepChecker
 from gyre_contract.io.episodes import modality_values
 from gyre_contract.io.lines import Item, Lines, Parsed
@@ -124,11 +125,11 @@ class EpisodeView(Report):
         return {
             "gyre_show": 1,
             "file": self.path,
-            "episode_id": self.episode_id,
+            "episode_id": shorten(self.episode_id),
             "length": len(self.rows),
             "ended": self.ended,
             "policy_versions": self.policy_versions,
-            "columns": ["step", *self.columns],
+            "columns": ["step", *map(shorten, self.columns)],
             "steps": [_row_dict(row) for row in self.rows],
             "problems": [p.to_dict() for p in self.problems],
             "more_problems": self.more_problems,
@@ -150,8 +151,8 @@ class EpisodeView(Report):
         if self.problems:
             total = len(self.problems) + self.more_problems
             lines.append(f"{total} problem{'s' if total != 1 else ''} "
-                         f"in episode {self.episode_id!r}:")
-            lines += [f"  {_printable(str(p))} [{p.rule or 'file'}]" for p in self.problems]
+                         f"in episode {printable(quoted(self.episode_id))}:")
+            lines += [f"  {printable(str(p))} [{p.rule or 'file'}]" for p in self.problems]
             if self.more_problems:
                 lines.append(f"  … and {self.more_problems} more")
         else:
@@ -162,7 +163,8 @@ class EpisodeView(Report):
         versions = ", ".join(map(str, self.policy_versions)) or "none"
         where = (f"lines {self.rows[0].line}–{self.rows[-1].line}" if len(self.rows) > 1
                  else f"line {self.rows[0].line}")
-        return (f"episode {self.episode_id!r} in {self.path} ({where}): {len(self.rows)} "
+        return (f"episode {printable(quoted(self.episode_id))} in {self.path} ({where}): "
+                f"{len(self.rows)} "
                 f"step{'s' if len(self.rows) != 1 else ''}, ended {self.ended}, "
                 f"policy version{'s' if len(self.policy_versions) != 1 else ''} {versions}")
 
@@ -296,8 +298,8 @@ def _read(path: str, wanted: str | None, model: type[RolloutStepV1]) -> tuple[st
     if wanted is not None and wanted in held:
         return wanted, held[wanted], "open"
     if wanted is not None:
-        have = ", ".join(map(repr, named))
-        raise InputError(f"{path}: no episode {wanted!r}"
+        have = ", ".join(map(quoted, named))
+        raise InputError(f"{path}: no episode {quoted(wanted)}"
                          + (f"; episodes there include {have}" if named else "; it holds none"))
     if not held:
         raise InputError(f"{path}: no episode to show (no record with an episode_id)")
@@ -398,8 +400,8 @@ def _tensor_cell(column: str, array: np.ndarray, spec: Any,
     previous[column] = array.shape
     if old is not None and old != array.shape and not _varying_only(spec, old, array.shape):
         marks.append("dim_jump")
-    shown = " ".join(_scalar_text(x) for x in head) + (" …" if flat.size > SHOWN_VALUES else "")
-    text = f"{dtype}[{','.join(map(str, array.shape))}] {shown}".rstrip()
+    first = " ".join(_scalar_text(x) for x in head) + (" …" if flat.size > SHOWN_VALUES else "")
+    text = f"{dtype}[{','.join(map(str, array.shape))}] {first}".rstrip()
     data = {"dtype": dtype, "shape": list(array.shape), "head": [_jsonable(x) for x in head]}
     return Cell(text, data, tuple(marks))
 
@@ -449,11 +451,14 @@ def _scalar_text(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """JSON data for a value; non-finite floats as the strings "nan", "inf", "-inf"."""
+    """JSON data for a value; non-finite floats as the strings "nan", "inf", "-inf"; long
+    strings and keys shortened as every echoed value is (`core.text.shorten`)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, str):
+        return shorten(value)
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {shorten(str(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray | np.generic):
@@ -479,22 +484,15 @@ def _row_dict(row: StepRow) -> dict[str, Any]:
         data = dict(cell.data)
         if cell.marks:
             data["marks"] = list(cell.marks)
-        fields[name] = data
+        fields[shorten(name)] = data
     out: dict[str, Any] = {"line": row.line, "step": _jsonable(row.step), "fields": fields}
     if row.problem:
         out["problem"] = True
     return out
 
 
-def _printable(text: str) -> str:
-    """A key from the data, escaped when it holds line breaks or control characters."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _cut(text: str) -> str:
-    text = _printable(text)
+    text = shown(text)
     return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
@@ -524,8 +522,8 @@ def _table(rows: list[StepRow], columns: list[str], width: int) -> list[str]:
     lines = ["  ".join(col[i].ljust(size) for col, size in kept).rstrip()
              for i in range(len(step_col))]
     if left_out:
-        shown = [_printable(c) for c in table if c in left_out]
-        names = ", ".join(shown[:10]) + (", …" if len(shown) > 10 else "")
-        lines.append(f"({len(shown)} more column{'s' if len(shown) != 1 else ''} not shown: "
+        names_out = [shown(c) for c in table if c in left_out]
+        names = ", ".join(names_out[:10]) + (", …" if len(names_out) > 10 else "")
+        lines.append(f"({len(names_out)} more column{'s' if len(names_out) != 1 else ''} not shown: "
                      f"{names}; widen with --width or use --format json)")
     return lines

@@ -24,7 +24,7 @@ from typing import Any
 
 from gyre_contract.core.errors import SchemaError
 from gyre_contract.core.report import Report
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import name_shortener, printable
 from gyre_contract.schema.dtyperules import dtypes_of, narrowing, readable
 from gyre_contract.schema.fieldtable import (
     Dim,
@@ -82,6 +82,12 @@ class CompatReport(Report):
         self.changes = changes if changes is not None else []
         self.strict = False
         """Checked for `--strict` (no warnings here: the code is the same either way)."""
+        self._shortener = name_shortener([*old.names(), *new.names(), old.name, new.name,
+                                          old.title, new.title])
+
+    def shorten_names(self, text: str) -> str:
+        """`text` with the long field names and titles of both versions shortened."""
+        return self._shortener(text)
 
     def __repr__(self) -> str:
         return f"CompatReport({self.old.name!r} -> {self.new.name!r}: {self.summary_line()})"
@@ -122,7 +128,8 @@ class CompatReport(Report):
 
     def to_text(self) -> str:
         """One line per change (BREAKING or ok, its rule, the field, why), then the summary."""
-        lines = [printable(f"gyre-contract compat ({self.mode}): {self.old.name} -> {self.new.name}")]
+        lines = [printable(f"gyre-contract compat ({self.mode}): {self.old.name} -> "
+                           f"{self.new.name}")]
         if self.changes:
             width = max(len(c.rule) for c in self.changes)
             for c in self.changes:

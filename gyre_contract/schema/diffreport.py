@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gyre_contract.core.report import Report
-from gyre_contract.core.text import printable
+from gyre_contract.core.text import name_shortener, printable, shorten
 from gyre_contract.schema.fieldtable import Dim, Dtype, Field, FieldTable, dtype_text, shape_text
 
 SAME_REASON = "same name, dtype and shape"
@@ -140,6 +140,13 @@ class DiffReport(Report):
         self.lam = lam
         self.strict = False
         """Checked for `--strict`: `to_dict`'s `exit_code` then fails on a conversion too."""
+        self._shortener = name_shortener(
+            [*sampler.names(), *trainer.names(), sampler.name, trainer.name, sampler.title,
+             trainer.title])
+
+    def shorten_names(self, text: str) -> str:
+        """`text` with the long field names and titles of both schemas shortened."""
+        return self._shortener(text)
 
     def __repr__(self) -> str:
         return f"DiffReport({self.sampler.name!r} -> {self.trainer.name!r}: {self.summary_line()})"
@@ -226,9 +233,9 @@ class DiffReport(Report):
         """The report as `text` (ANSI colours with `color`), `json` or `markdown` (a table for a
         pull-request comment)."""
         if format == "markdown":
-            return render_markdown(self)
+            return self.guarded(render_markdown(self))
         if format == "text":
-            return self.to_text(color=color)
+            return self.guarded(self.to_text(color=color))
         if format == "json":
             return super().render("json")
         raise ValueError(f"unknown report format {format!r}: expected one of {', '.join(FORMATS)}")
@@ -400,12 +407,13 @@ def _side_line(label: str, table: FieldTable, layout: Layout | None) -> str:
     facts.append(_plural(len(table), "field"))
     if layout is not None and layout.batch_dims:
         facts.append(layout.text)
-    return printable(f"  {label}: {table.name} ({', '.join(facts)})")
+    return printable(f"  {label}: {shorten(table.name)} ({', '.join(facts)})")
 
 
 def render_text(report: DiffReport, color: bool = False) -> str:
     """The report as an aligned table grouped by tier (ANSI colours with `color`)."""
-    rows = [(e, tuple(printable(c) for c in _cells(e))) for e in report.entries]
+    rows = [(e, tuple(printable(report.shorten_names(c)) for c in _cells(e)))
+            for e in report.entries]
     widths = [max([len(h)] + [len(c[i]) for _, c in rows]) for i, h in enumerate(_HEADER[:4])]
     lines = ["gyre-contract diff",
              _side_line("sampler", report.sampler, None),

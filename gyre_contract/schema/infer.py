@@ -8,30 +8,61 @@ name listed in `x-gyre-varying-dims`.
 
 from __future__ import annotations
 
+import difflib
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from gyre_contract.core.errors import InputError
+from gyre_contract.core.text import quoted
 from gyre_contract.io.jsonfile import refuse_devices
 from gyre_contract.io.lines import Lines, Parsed
 from gyre_contract.schema.fieldtable import GYRE_DTYPES, MAX_FIELDS, Dim
 from gyre_contract.schema.roles import resolve_role
 
+MAX_PARTIAL_WARNINGS = 20
+"""Fields only some lines carry, named one by one in `infer`'s warnings; the rest are counted."""
 
-def infer_schema(path: str | Path) -> dict[str, Any]:
+
+def infer_schema(path: str | Path, *, warnings: list[str] | None = None) -> dict[str, Any]:
     """A JSON Schema inferred from a JSON Lines rollout file or an `.npz` batch.
 
     JSON numbers have no width, so a float column is `number` and an int column `integer` (both
     match any width in a diff); arrays of an `.npz` keep their exact dtypes. A dim whose size
     changes between records becomes a name and is listed in `x-gyre-varying-dims`.
+
+    A field that only some lines carry becomes optional in the schema; when `warnings` is a
+    list, a message naming each such field with its count is appended to it (a typo such as
+    `trunctaed` on a few lines would otherwise enter the schema silently).
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(_not_a_file(path))
     if path.suffix == ".npz":
         return _infer_npz(path)
-    return _infer_jsonl(path)
+    doc, counts, records = _infer_jsonl(path)
+    if warnings is not None:
+        warnings += partial_field_warnings(counts, records)
+    return doc
+
+
+def partial_field_warnings(counts: dict[str, int], records: int) -> list[str]:
+    """One message per field present on fewer than all `records` lines. When a field of a
+    similar name is on more lines and the two could never share a line (their counts add up
+    to at most `records`), the rarer one is named as its likely typo (`trunctaed`: "a typo of
+    'truncated'?"); `next_observation` beside an `observation` on every line is not."""
+    partial = [(name, n) for name, n in counts.items() if n < records]
+    out = []
+    for name, n in partial[:MAX_PARTIAL_WARNINGS]:
+        others = [k for k, m in counts.items() if k != name and n < m and n + m <= records]
+        close = difflib.get_close_matches(name, others, n=1, cutoff=0.8) if len(name) <= 64 \
+            else []
+        hint = f"; a typo of {quoted(close[0])}?" if close else ""
+        out.append(f"field {quoted(name)} is on {n:,} of {records:,} lines: optional in the "
+                   f"schema{hint}")
+    if len(partial) > MAX_PARTIAL_WARNINGS:
+        out.append(f"... and {len(partial) - MAX_PARTIAL_WARNINGS} more fields on only some lines")
+    return out
 
 
 def _not_a_file(path: Path) -> str:
@@ -158,7 +189,8 @@ def _kinds_dtype(kinds: set[str]) -> str | None:
     return None
 
 
-def _infer_jsonl(path: Path) -> dict[str, Any]:
+def _infer_jsonl(path: Path) -> tuple[dict[str, Any], dict[str, int], int]:
+    """The schema, how many lines carry each top-level key, and how many lines were read."""
     columns: dict[str, _Column] = {}
     records = 0
     for item in Lines(path, allow_partial_tail=False):  # the rollout reader's line checks
@@ -193,7 +225,7 @@ def _infer_jsonl(path: Path) -> dict[str, Any]:
     doc["additionalProperties"] = False
     if varying:
         doc["x-gyre-varying-dims"] = sorted(varying)
-    return doc
+    return doc, {k: c.count for k, c in columns.items()}, records
 
 
 def _with_role(name: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, Problem
+from gyre_contract.core.text import quoted
 
 Truncation = Literal["bootstrap", "terminal"]
 TRUNCATION_MODES: tuple[str, ...] = ("bootstrap", "terminal")
@@ -212,7 +213,7 @@ class _RowNames:
     def __getitem__(self, b: Any) -> str:
         if self.episode_id is None:
             return f"row {b}"
-        return f"row {b} (episode {str(self.episode_id[b])!r})"
+        return f"row {b} (episode {quoted(str(self.episode_id[b]))})"
 
 
 def _mask_problems(mask: np.ndarray, lengths: np.ndarray, names: _RowNames) -> list[Problem]:

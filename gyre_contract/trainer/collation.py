@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gyre_contract.core.errors import ContractError, InputError, MissingFieldError, Problem, describe
+from gyre_contract.core.text import quoted
 
 ROW_FIELDS: tuple[str, ...] = ("episode_id", "policy_version", "next_value")
 """Per-step columns that collate to one value per row (`[B]`)."""
@@ -160,11 +161,11 @@ def _episode(index: int, episode: Any) -> _Episode:
     bad = {name: len(col) for name, col in flat.items() if len(col) != length}
     if bad:
         raise ContractError([Problem(f"episodes[{index}].{name}", f"{length} steps", f"{n} steps",
-                                     f"episode {episode_id!r}: column length differs")
+                                     f"episode {quoted(episode_id)}: column length differs")
                              for name, n in bad.items()])
     if length == 0:
         raise ContractError(Problem(f"episodes[{index}]", "at least one step", "0 steps",
-                                    f"episode {episode_id!r} is empty"))
+                                    f"episode {quoted(episode_id)} is empty"))
     lines = getattr(episode, "lines", None)
     return _Episode(episode_id, flat, length, lines if isinstance(lines, list) else None)
 
@@ -178,8 +179,8 @@ def _id_from_columns(index: int, columns: Mapping[str, Any]) -> str:
                                     describe(ids), "bad episode_id column"))
     if not _all_equal(ids):
         others = sorted(set(ids.tolist()) - {str(ids[0])})
-        raise ContractError(Problem(f"episodes[{index}].episode_id", f"only {str(ids[0])!r}",
-                                    f"also {', '.join(map(repr, others[:3]))}",
+        raise ContractError(Problem(f"episodes[{index}].episode_id", f"only {quoted(str(ids[0]))}",
+                                    f"also {', '.join(map(quoted, others[:3]))}",
                                     "one episode holds several episode ids"))
     return str(ids[0])
 
@@ -213,11 +214,11 @@ def _column_problem(name: str, episode_id: str, col: Any) -> Problem | None:
     if isinstance(col, list) and any(x is None for x in col):
         absent = [t for t, x in enumerate(col) if x is None]
         return Problem(name, "a value on every step", f"none on steps {_steps_text(absent)}",
-                       f"episode {episode_id!r}: only some steps carry {name!r} (record it on "
+                       f"episode {quoted(episode_id)}: only some steps carry {quoted(name)} (record it on "
                        f"every step, or leave it out of fields)")
     got = f"list of {type(col[0]).__name__}" if isinstance(col, list) and col else describe(col)
     return Problem(name, "a numpy array [T, ...] or a list of T arrays", got,
-                   f"episode {episode_id!r}: column cannot be collated")
+                   f"episode {quoted(episode_id)}: column cannot be collated")
 
 
 def _steps_text(steps: list[int]) -> str:
@@ -309,9 +310,9 @@ def _check_same_columns(eps: list[_Episode], names: list[str], sparse: Set[str] 
             if col is None:
                 if strict:
                     raise _missing(name, ep, 0)
-                problems.append(Problem(f"episodes[{i}].{name}", f"a {name!r} column like "
-                                        f"episode {eps[0].episode_id!r}", "no such column",
-                                        f"episode {ep.episode_id!r} lacks a column"))
+                problems.append(Problem(f"episodes[{i}].{name}", f"a {quoted(name)} column like "
+                                        f"episode {quoted(eps[0].episode_id)}", "no such column",
+                                        f"episode {quoted(ep.episode_id)} lacks a column"))
                 continue
             if strict:
                 _check_list_carried(name, ep)
@@ -320,7 +321,7 @@ def _check_same_columns(eps: list[_Episode], names: list[str], sparse: Set[str] 
             elif _is_varying(col) != _is_varying(eps[0].columns[name]):
                 problems.append(Problem(f"episodes[{i}].{name}", _kind(eps[0].columns[name]),
                                         _kind(col),
-                                        f"episode {ep.episode_id!r}: column kind differs"))
+                                        f"episode {quoted(ep.episode_id)}: column kind differs"))
     if problems:
         raise ContractError(problems)
 
@@ -349,7 +350,7 @@ def _missing(name: str, ep: _Episode, index: int) -> MissingFieldError:
                   "\"next_observation\"]}")
     line = ep.lines[index] if ep.lines is not None and index < len(ep.lines) else None
     return MissingFieldError(name, have, reason, where=f"on step {step} of episode "
-                             f"{ep.episode_id!r}", line=line)
+                             f"{quoted(ep.episode_id)}", line=line)
 
 
 def _carried(col: Any, index: int) -> bool:
@@ -462,7 +463,7 @@ def _collate_fixed(name: str, eps: list[_Episode], rows: list[_Row], nt: int,
     if any(c.dtype is not dtype or c.shape[1:] != trail for c in cols):  # cheap test first
         dtype = _common_dtype(name, eps, [c.dtype for c in cols])
         bad = [Problem(f"episodes[{i}].{name}", _shape_text(trail), describe(c),
-                       f"episode {eps[i].episode_id!r}: per-step shape differs")
+                       f"episode {quoted(eps[i].episode_id)}: per-step shape differs")
                for i, c in enumerate(cols) if c.shape[1:] != trail]
         if bad:
             raise ContractError(bad)
@@ -499,7 +500,7 @@ def _collate_sparse(name: str, eps: list[_Episode], rows: list[_Row], nt: int
             if any(v.shape != trail for v in values):
                 shapes = sorted({_shape_text(v.shape) for v in values})
                 raise ContractError(Problem(name, _shape_text(trail), ", ".join(shapes),
-                                            f"episode {ep.episode_id!r}: per-step shape "
+                                            f"episode {quoted(ep.episode_id)}: per-step shape "
                                             f"differs"))
             stacked = np.stack(values) if values else np.empty((0, *trail), dtype)
             col = np.full((n, *trail), absent if stacked.dtype.kind == "f" else 0, stacked.dtype)
@@ -571,8 +572,8 @@ def _common_dtype(name: str, eps: list[_Episode], dtypes: Sequence[np.dtype]) ->
         return np.result_type(*dtypes)
     i = next(i for i, d in enumerate(dtypes) if d != first)
     raise ContractError(Problem(f"episodes[{i}].{name}", f"{first} (as episode "
-                                f"{eps[0].episode_id!r})", str(dtypes[i]),
-                                f"episode {eps[i].episode_id!r}: dtype differs"))
+                                f"{quoted(eps[0].episode_id)})", str(dtypes[i]),
+                                f"episode {quoted(eps[i].episode_id)}: dtype differs"))
 
 
 # -- per-row keys --------------------------------------------------------------------------

@@ -79,7 +79,8 @@ from gyre_contract.trainer.tokens import LAYOUT_FIELDS, collate_tokens
 
 __all__ = [
     "COMMON_KEYS", "FORMAT_VERSION", "MAX_MAP_BYTES", "MAX_THEN", "ArgCheck", "FieldMap", "FieldSpec",
-    "Op", "OpFunction", "Step", "cast_array", "known_ops", "register_op", "step_ops", "unregister_op",
+    "Op", "OpFunction", "Step", "as_field_map", "cast_array", "known_ops", "register_op",
+    "step_ops", "unregister_op",
 ]
 
 FORMAT_VERSION = 1
@@ -347,6 +348,15 @@ class FieldMap:
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate_file(path, model, fields=wanted, max_len=max_len,
                             sparse=self.sparse_sources())
+
+
+def as_field_map(source: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
+    """A `FieldMap` from itself, its JSON data (`from_dict`) or a `map.json` path (`load`)."""
+    if isinstance(source, FieldMap):
+        return source
+    if isinstance(source, Mapping):
+        return FieldMap.from_dict(source)
+    return FieldMap.load(source)
 
 
 class _Columns(dict[str, Any]):

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any, NamedTuple
 
 from gyre_contract.core.errors import SchemaError
+from gyre_contract.core.text import shown
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -88,7 +89,7 @@ def format_table(info: Mapping[str, FieldInfo]) -> str:
     rows = [("key", "type", "shape", "dtype")]
     for key, entry in info.items():
         shape = "-" if entry.shape is None else f"[{', '.join(map(str, entry.shape))}]"
-        rows.append((key, entry.type_name, shape, entry.dtype or "-"))
+        rows.append((shown(key), entry.type_name, shape, entry.dtype or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(
         f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip()

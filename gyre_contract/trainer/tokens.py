@@ -43,6 +43,7 @@ from pydantic import BaseModel
 
 from gyre_contract.core.errors import ContractError, MissingFieldError, Problem, describe
 from gyre_contract.core.modelinfo import model_info
+from gyre_contract.core.text import quoted
 from gyre_contract.io.episodes import episode_from_steps
 from gyre_contract.trainer import collation
 from gyre_contract.trainer.ops import cast_array
@@ -173,7 +174,7 @@ def _episode(index: int, episode: Any) -> _Input:
         raise MissingFieldError(RESPONSE_SOURCE, flat.keys())
     steps = len(flat[RESPONSE_SOURCE])
     bad = [Problem(f"episodes[{index}].{name}", f"{steps} steps", f"{len(col)} steps",
-                   f"episode {label!r}: column length differs")
+                   f"episode {quoted(label)}: column length differs")
            for name, col in flat.items() if len(col) != steps]
     if bad:
         raise ContractError(bad)
@@ -265,7 +266,7 @@ def _where(inp: _Input, t: int) -> tuple[str, str]:
     ids, steps = inp.episode_ids, inp.columns.get("step")
     eid = str(ids[t]) if ids is not None else "?"
     step = steps[t] if steps is not None else t
-    return path, f"episode {eid!r} step {int(step) if step is not None else t}"
+    return path, f"episode {quoted(eid)} step {int(step) if step is not None else t}"
 
 
 # -- which columns ------------------------------------------------------------------------------
@@ -307,8 +308,8 @@ def _plan(inputs: list[_Input], wanted: list[str] | None, prompt: str
         if lacking:
             if len(lacking) == len(inputs):
                 raise MissingFieldError(name, {*first, *LAYOUT_FIELDS})
-            raise ContractError([Problem(f"{inp.label}.{name}", f"a {name!r} column",
-                                         "no such column", f"{inp.label} lacks {name!r}")
+            raise ContractError([Problem(f"{inp.label}.{name}", f"a {quoted(name)} column",
+                                         "no such column", f"{inp.label} lacks {quoted(name)}")
                                  for inp in lacking])
         rank = _per_step_rank(first[name])
         if name in TOKEN_FIELDS and rank == 0:
@@ -374,7 +375,7 @@ def _step_array(inp: _Input, name: str, t: int, value: Any) -> np.ndarray:
     if value is None:
         path, where = _where(inp, t)
         raise ContractError(Problem(f"{path}.{name}", "a value on every step", "none",
-                                    f"{where}: only some steps carry {name!r}"))
+                                    f"{where}: only some steps carry {quoted(name)}"))
     return np.asarray(value)
 
 

@@ -60,6 +60,17 @@ def test_o_means_a_file_and_out_dir_a_folder(name):
             assert action.metavar != "DIR"
 
 
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_output_option_is_guarded(name):
+    """An option that names what a command writes is in OUTPUTS: every other file argument is
+    an input that no output may replace (`common.outputs_guarded`)."""
+    from gyre_contract.cli.conventions import OUTPUTS
+
+    for action in commands()[name]._actions:
+        if {"-o", "--out", "--out-dir", "--write-map", "--plot"} & set(action.option_strings):
+            assert action.dest in OUTPUTS, (name, action.option_strings)
+
+
 def test_export_out_dir_and_the_old_spelling(tmp_path):
     code, out, err = call("export", "--out-dir", str(tmp_path / "a"), "--format", "json")
     assert code == 0 and err == ""

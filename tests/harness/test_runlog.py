@@ -307,5 +307,5 @@ def test_plot_runs_draws_a_learning_curve(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png"]  # replaced, no temp left
     with pytest.raises(ValueError, match="^no run has a curve of 'reward'; curves: loss$"):
         plot_runs(records, out, curve="reward")
-    with pytest.raises(FileNotFoundError):
-        plot_runs(records, tmp_path / "no" / "such" / "dir.png")
+    with pytest.raises(OSError, match="cannot write .*dir.png: No such file or directory"):
+        plot_runs(records, tmp_path / "no" / "such" / "dir.png")  # InputError, as every output
