@@ -252,8 +252,8 @@ def fastjsonschema_validator(model: Any = None) -> Any:
     """fastjsonschema's compiled validator of `json_schema(model)` (default: the default model)."""
     import fastjsonschema
 
-    from gyre_contract.core.models import RolloutStep
-    from gyre_contract.schema.export import json_schema
+    from gyre_contract.core._models import RolloutStep
+    from gyre_contract.schema._export import json_schema
 
     return fastjsonschema.compile(json_schema(model or RolloutStep))
 
@@ -283,8 +283,8 @@ def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], label: s
 
 def self_check(jsonl: Path, parquet: Path | None = None) -> list[str]:
     """Mismatches between the baselines and the package on the same corpus (empty: all agree)."""
-    from gyre_contract.harness.stages import half_way
-    from gyre_contract.trainer.advantages import gae
+    from gyre_contract.harness._stages import half_way
+    from gyre_contract.trainer._advantages import gae
 
     ours = half_way(jsonl, CARTPOLE_MAP).batch
     problems = compare(ours, batch_pyarrow_jsonl(jsonl), "pyarrow.json + numpy")

@@ -48,7 +48,7 @@ import pyarrow as pa
 from bench_tokens import records
 
 from gyre_contract.channel import open_sampler, open_trainer
-from gyre_contract.core.tensor import Tensor
+from gyre_contract.core._tensor import Tensor
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 TARGET = 1.25
@@ -254,7 +254,7 @@ def without_validation(kind: str, segments: list[list[dict[str, Any]]], rounds: 
     """Ours with `put`'s bulk check replaced by the columns it would hand over (the columns
     computed once beforehand): the transport alone."""
     from gyre_contract.channel import _contract
-    from gyre_contract.io.blocks import RecordBlocks
+    from gyre_contract.io._blocks import RecordBlocks
 
     model = CartPoleStep if kind == "cartpole" else Completion
     checked = {}

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from gyre_contract.io.episodes import Episode
-from gyre_contract.io.reading import read_episodes
-from gyre_contract.io.writer import write_steps
-from gyre_contract.trainer.collation import collate
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.io._episodes import Episode
+from gyre_contract.io._reading import read_episodes
+from gyre_contract.io._writer import write_steps
+from gyre_contract.trainer._collation import collate
+from gyre_contract.trainer._fieldmap import FieldMap
 
 EXAMPLE_MAP = Path(__file__).resolve().parent.parent / "examples" / "cartpole_map.json"
 

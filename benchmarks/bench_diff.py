@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gyre_contract.schema.diffing import diff
+from gyre_contract.schema._diffing import diff
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = ROOT / "schemas" / "rollout_step.v1.json"

@@ -87,7 +87,7 @@ def corpus_file(folder: Path, lines: int, fmt: str = "jsonl") -> Path:
 
 
 def parquet_twin(jsonl: Path, target: Path) -> None:
-    from gyre_contract.io.parquet import write_parquet
+    from gyre_contract.io._parquet import write_parquet
     from gyre_contract.pinned import CartPoleStep
 
     with open(jsonl, "rb") as f:
@@ -163,7 +163,7 @@ def hand_parquet(path: Path) -> dict[str, Any]:
 # -- ours ----------------------------------------------------------------------------------
 
 def validate(path: Path) -> Any:
-    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io._validation import validate_file
 
     report = validate_file(path)
     assert report.ok, report.to_text()
@@ -171,7 +171,7 @@ def validate(path: Path) -> Any:
 
 
 def batch(path: Path) -> Any:
-    from gyre_contract.harness.stages import half_way
+    from gyre_contract.harness._stages import half_way
 
     return half_way(path, MAP)
 
@@ -193,7 +193,7 @@ def rounds(ours: Callable[[], Any], base: Callable[[], Any], n: int) -> dict[str
 
 def peak_rss(path: Path) -> int:
     """VmHWM (kB) of a fresh process validating `path`."""
-    code = ("import sys; from gyre_contract.io.validation import validate_file; "
+    code = ("import sys; from gyre_contract.io._validation import validate_file; "
             "assert validate_file(sys.argv[1]).ok; "
             "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,

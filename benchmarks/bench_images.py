@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gyre_contract import read_steps, validate_step, write_steps
-from gyre_contract.io.validation import validate_file
+from gyre_contract.io._validation import validate_file
 
 
 def _steps(n: int, height: int, width: int) -> list:

@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from models import CartPoleStep  # noqa: E402
 
-from gyre_contract.io.parquet import write_parquet  # noqa: E402
-from gyre_contract.io.shards import validate_shards  # noqa: E402
-from gyre_contract.io.writer import write_steps  # noqa: E402
+from gyre_contract.io._parquet import write_parquet  # noqa: E402
+from gyre_contract.io._shards import validate_shards  # noqa: E402
+from gyre_contract.io._writer import write_steps  # noqa: E402
 
 EPISODE_LEN = 200
 
@@ -83,7 +83,7 @@ def main() -> None:
         pool = multiprocessing.Pool(2)
         import ray
 
-        from gyre_contract.io.shards import quiet_ray_data
+        from gyre_contract.io._shards import quiet_ray_data
 
         start = time.perf_counter()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gyre_contract.io.reading import read_steps
-from gyre_contract.io.writer import write_steps
+from gyre_contract.io._reading import read_steps
+from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer._fieldmap import FieldMap
 
 TOKEN_MAP = {"gyre_field_map": 1, "rows": "step", "fields": {
     **{k: {"from": k} for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask",

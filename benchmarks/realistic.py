@@ -14,7 +14,7 @@ Sections (each figure a ratio to a hand-written baseline timed in the same run, 
   2,000,000 lines against 100,000 lines (`--quick`: 200,000 against 20,000), on the default mix
   and on a corpus of short random-policy episodes (five times the episodes per line).
 
-The commands run in this process through `gyre_contract.cli.run` (what the console script runs,
+The commands run in this process through `gyre_contract.cli._app.run` (what the console script runs,
 minus interpreter start-up), their output captured; a command that does not exit 0 stops the
 benchmark. Before any baseline is timed, `baselines.self_check` compares the baselines' batches
 with the package's on a 20,000-line corpus and the benchmark exits 1 on a mismatch.
@@ -41,7 +41,7 @@ from run import (
     check,
 )
 
-from gyre_contract.cli import run as cli_run
+from gyre_contract.cli._app import run as cli_run
 
 MAP = str(ROOT / "examples" / "cartpole_map.json")
 PINNED = "gyre_contract.pinned:CartPoleStep"
@@ -183,7 +183,7 @@ def bench_parquet(quick: bool) -> list[Figure]:
 
 RSS_SCRIPT = """
 import io, resource, sys
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 out = io.StringIO()
 code = run(["validate", {path!r}, "--format", "json"], stdout=out, stderr=io.StringIO())
 if code != 0:

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 import baselines  # noqa: E402
 from models import CartPoleStep, LLMStep  # noqa: E402
 
-from gyre_contract.core.models import RolloutStep  # noqa: E402
-from gyre_contract.core.validate import validate_step  # noqa: E402
-from gyre_contract.schema.export import json_schema  # noqa: E402
+from gyre_contract.core._models import RolloutStep  # noqa: E402
+from gyre_contract.core._validate import validate_step  # noqa: E402
+from gyre_contract.schema._export import json_schema  # noqa: E402
 
 SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff",
             # the default model on realistic corpora: benchmarks/realistic.py
@@ -283,7 +283,7 @@ def paired(ours: Callable[[], Any], base: Callable[[], Any], rounds: int) -> tup
 
 
 def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io._validation import validate_file
 
     lines = 100_000 if quick else 1_000_000
     small_lines = lines // 10
@@ -310,7 +310,7 @@ PEAK_SCRIPT = """
 import sys
 sys.path.insert(0, {examples!r})
 from models import CartPoleStep
-from gyre_contract.io.validation import validate_file
+from gyre_contract.io._validation import validate_file
 report = validate_file({path!r}, CartPoleStep, require_complete=True)
 assert report.ok, report.to_text()[:2000]
 with open("/proc/self/status") as f:
@@ -338,8 +338,8 @@ def _env() -> dict[str, str]:
 # -- 3. rollout file -> validated TrainBatch ----------------------------------------------------
 
 def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.io.reading import read_episodes
-    from gyre_contract.trainer.fieldmap import FieldMap
+    from gyre_contract.io._reading import read_episodes
+    from gyre_contract.trainer._fieldmap import FieldMap
 
     lines = 20_000 if quick else 200_000
     path = tmp / f"e2e-{lines}.jsonl"
@@ -359,8 +359,8 @@ def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
 # -- 4. collate -----------------------------------------------------------------------------------
 
 def bench_collate(quick: bool) -> list[Figure]:
-    from gyre_contract.io.episodes import Episode
-    from gyre_contract.trainer.collation import collate
+    from gyre_contract.io._episodes import Episode
+    from gyre_contract.trainer._collation import collate
 
     rng = np.random.default_rng(0)
     episodes = [Episode(f"ep-{i}", {"observation": rng.standard_normal((200, 64), np.float32),
@@ -429,7 +429,7 @@ def wide_schemas(n: int = 500) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def bench_diff(quick: bool) -> list[Figure]:
-    from gyre_contract.schema.diffing import diff
+    from gyre_contract.schema._diffing import diff
 
     sampler, trainer = wide_schemas()
     report = diff(sampler, trainer)

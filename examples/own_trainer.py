@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -43,7 +44,6 @@ import numpy as np
 
 from gyre_contract import (
     ContractError,
-    Episode,
     Recorder,
     RunLog,
     diff,
@@ -53,7 +53,7 @@ from gyre_contract import (
     validate_file,
     write_steps,
 )
-from gyre_contract.harness import format_summary, summarize
+from gyre_contract.io import Episode
 from gyre_contract.pinned import CartPoleStep
 from gyre_contract.trainer import batch_schema
 
@@ -276,8 +276,9 @@ def stage3(out: Path, agent: LinearAgent, seed: int, cycles: int, episodes: int)
     finally:
         envs.close()
     say(report.to_text())
-    say(f"\nrun log {log.path}:")
-    say(format_summary(summarize(log.read())))
+    say(f"\nrun log {log.path} (`gyre-contract runs`):")
+    say(subprocess.run([sys.executable, "-m", "gyre_contract", "runs", str(log.path)],
+                       capture_output=True, text=True, check=True).stdout.rstrip())
     lengths = [c.metrics["mean_length"] for c in report.cycles]
     say("\nmean episode length per cycle: " + " ".join(f"{x:.0f}" for x in lengths))
     return verdict(True, f"{len(report.cycles)} cycles, policy version {report.policy_version}, "

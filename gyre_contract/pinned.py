@@ -15,8 +15,10 @@ from typing import Annotated, ClassVar
 import numpy as np
 from pydantic import Field
 
-from gyre_contract.core.models import Modalities, RolloutStep, TrainBatch
-from gyre_contract.core.tensor import Tensor
+from gyre_contract.core._models import Modalities, RolloutStep, TrainBatch
+from gyre_contract.core._tensor import Tensor
+
+__all__ = ["CartPoleStep", "LLMStep", "CartPoleBatch"]
 
 
 class CartPoleStep(RolloutStep):

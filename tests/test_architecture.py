@@ -1,16 +1,20 @@
 """The architecture, checked rather than hoped for.
 
 The import graph of `gyre_contract/` is built from the AST of every module, so an import inside a
-function counts like one at the top of the file (it runs, just later). Four rules hold:
+function counts like one at the top of the file (it runs, just later). Five rules hold:
 
 (a) no import cycle between modules;
 (b) no private name (`_x`, not `__x__`) imported from another module of the package, neither as
-    `from m import _x` nor as `m._x` after `import m`; a private module (`io/_lines.py`) may be
-    imported only from inside the package that holds it;
+    `from m import _x` nor as `m._x` after `import m`. A private *module* (`io/_lines.py`) is
+    the package's own machinery, in pydantic's `_internal` manner: any module of gyre_contract
+    may import it (the layers of (d) still bound who), users never do (e);
 (c) no module over `MAX_LINES` lines;
 (d) the layers core → io → {schema, adapters} → trainer → channel → harness → cli: a module
     never imports a higher layer, and schema and adapters never import each other (the
-    trainer's field map checks its batch against a trainer's schema; the adapters need only core).
+    trainer's field map checks its batch against a trainer's schema; the adapters need only core);
+(e) what users read and copy — `examples/`, and the code blocks of README.md and docs/ — imports
+    only public modules (no `_` in the dotted path) and only the names in their `__all__`; tests
+    and benchmarks may import private modules (unit tests of machinery).
 
 Imports under `if TYPE_CHECKING:` never run, so they cannot close a cycle and are left out of
 (a); they still name a dependency, so they count for (b) and (d).
@@ -278,15 +282,9 @@ def _cycle_in(group: tuple[str, ...], edges: Mapping[str, Mapping[str, Import]])
 
 
 def private_imports(graph: Graph) -> list[str]:
-    """Each private name or private module used from outside where it belongs."""
+    """Each private name taken from another module (a private module itself is fair game)."""
     found = []
     for imp in graph.imports:
-        parts = imp.target.split(".")
-        for i, part in enumerate(parts):
-            owner = ".".join(parts[:i])
-            if is_private(part) and not imp.source.startswith(f"{owner}."):
-                found.append(f"{imp.where()}: private module {imp.target} belongs to {owner}")
-                break
         for name in imp.names:
             if is_private(name) and imp.source != imp.target:
                 found.append(f"{imp.where()}: private name {name} of {imp.target}")
@@ -476,9 +474,9 @@ def test_layering(subpackage: str) -> None:
 def test_the_graph_sees_every_kind_of_import() -> None:
     """The real package: a top-level, a function-level and a TYPE_CHECKING import are all found."""
     edges = {(i.source, i.target): i for i in GRAPH.imports}
-    top = edges[("gyre_contract.trainer.fieldmap", "gyre_contract.trainer.ops")]
+    top = edges[("gyre_contract.trainer._fieldmap", "gyre_contract.trainer._ops")]
     assert not top.in_function and not top.type_checking
-    assert edges[("gyre_contract", "gyre_contract.harness.stages")].type_checking
+    assert edges[("gyre_contract", "gyre_contract.harness._stages")].type_checking
     assert any(i.in_function for i in GRAPH.imports)
     assert set(SUBPACKAGES) <= {layer_of(GRAPH, m) for m in GRAPH.files}
 
@@ -504,6 +502,74 @@ def test_no_assertion_on_wall_time(test_file: str) -> None:
     """Tests never assert a time (benchmarks/ measure speed, as ratios within one run)."""
     path = ROOT / "tests" / test_file
     found = wall_time_assertions(path) + hypothesis_deadlines(path)
+    assert not found, "\n".join(found)
+
+
+# -- (e) users import public modules only --------------------------------------------------------
+
+PUBLIC_MODULES = ("gyre_contract", "gyre_contract.core", "gyre_contract.io", "gyre_contract.schema",
+                  "gyre_contract.adapters", "gyre_contract.trainer", "gyre_contract.channel",
+                  "gyre_contract.harness", "gyre_contract.pinned", "gyre_contract.cli")
+DOTTED = re.compile(r"\bgyre_contract(?:\.\w+)+")
+
+
+def user_code(path: Path) -> list[tuple[int, str, str]]:
+    """(first line, language, code) of what users copy from `path`: a whole `.py` file, or the
+    python and console blocks of a Markdown page."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".py":
+        return [(1, "python", text)]
+    blocks, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        match = re.match(r"^```(\w*)\s*$", lines[i])
+        if not match:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        if match.group(1) in ("python", "console"):
+            blocks.append((i + 2, match.group(1), "\n".join(lines[i + 1:end]) + "\n"))
+        i = end + 1
+    return blocks
+
+
+def private_uses(path: Path, public: Mapping[str, set[str]], root: Path) -> list[str]:
+    """Each use in `path`'s user code of a private module (any `_x` part of a dotted
+    `gyre_contract...` name, in an import or a string such as `--model pkg._m:Class`) or of a
+    name that is not in its public module's `__all__` (`public`: module → names it exports)."""
+    found = []
+    where = path.relative_to(root)
+    for start, language, code in user_code(path):
+        for offset, line in enumerate(code.splitlines()):
+            for dotted in DOTTED.findall(line):
+                if any(is_private(part) for part in dotted.split(".")):
+                    found.append(f"{where}:{start + offset}: private module in {dotted}")
+        if language != "python":
+            continue
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.ImportFrom) and node.module in public:
+                for alias in node.names:
+                    if alias.name not in public[node.module] and \
+                            f"{node.module}.{alias.name}" not in public:
+                        found.append(f"{where}:{start + node.lineno - 1}: {alias.name} is not "
+                                     f"in {node.module}.__all__")
+    return found
+
+
+def user_files(root: Path) -> list[Path]:
+    return sorted([*(root / "examples").glob("*.py"), root / "README.md",
+                   *(root / "docs").glob("*.md")])
+
+
+def public_exports() -> dict[str, set[str]]:
+    import importlib
+
+    return {m: set(importlib.import_module(m).__all__) for m in PUBLIC_MODULES}
+
+
+@pytest.mark.parametrize("path", _params("users", [str(p.relative_to(ROOT)) for p in user_files(ROOT)]))
+def test_users_import_public_modules_only(path: str) -> None:
+    """(e) Examples and doc snippets show what users may rely on: public modules and names."""
+    found = private_uses(ROOT / path, public_exports(), ROOT)
     assert not found, "\n".join(found)
 
 
@@ -599,7 +665,7 @@ def test_checker_finds_private_imports(tmp_path: Path) -> None:
         "io/c.py": "from ..io import a as mod\ny = mod._x\n",
         "io/_lines.py": "z = 1\n",
         "io/d.py": "from pkg.io._lines import z\n",  # a private module, used inside its package
-        "schema/e.py": "from pkg.io import _lines\n",
+        "schema/e.py": "from pkg.io import _lines\nw = _lines.z\n",  # and from another one
         "schema/f.py": "from .g import _y\n",
         "schema/g.py": "_y = 2\n",
         "trainer/h.py": "import pkg.schema.g\nv = pkg.schema.g._y\nw = pkg.schema.g.y\n",
@@ -607,10 +673,31 @@ def test_checker_finds_private_imports(tmp_path: Path) -> None:
     assert private_imports(Graph.build(package)) == [
         "pkg.io.b:1: private name _x of pkg.io.a",
         "pkg.io.c:2: private name _x of pkg.io.a",
-        "pkg.schema.e:1: private module pkg.io._lines belongs to pkg.io",
         "pkg.schema.f:1: private name _y of pkg.schema.g",
         "pkg.trainer.h:2: private name _y of pkg.schema.g",
     ]
+
+
+def test_checker_finds_private_uses_in_user_code(tmp_path: Path) -> None:
+    (tmp_path / "ex.py").write_text(
+        "from gyre_contract import diff, Problem\n"
+        "from gyre_contract.io._writer import write_steps\n"
+        "import gyre_contract.core._models as m\n"
+        "from gyre_contract import pinned\n"
+        "from gyre_contract.pinned import CartPoleStep\n")
+    (tmp_path / "page.md").write_text(
+        "Prose may name `gyre_contract.io._writer`.\n\n```python\nfrom gyre_contract.io import Episode\n"
+        "```\n\n```console\n$ gyre-contract validate r.jsonl --model gyre_contract.harness._llmdemo:S\n"
+        "$ gyre-contract validate r.jsonl --model gyre_contract.pinned:CartPoleStep\n```\n")
+    public = {"gyre_contract": {"diff"}, "gyre_contract.io": {"Episode"},
+              "gyre_contract.pinned": {"CartPoleStep"}}
+    assert private_uses(tmp_path / "ex.py", public, tmp_path) == [
+        "ex.py:2: private module in gyre_contract.io._writer",
+        "ex.py:3: private module in gyre_contract.core._models",
+        "ex.py:1: Problem is not in gyre_contract.__all__",
+    ]
+    assert private_uses(tmp_path / "page.md", public, tmp_path) == [
+        "page.md:8: private module in gyre_contract.harness._llmdemo"]
 
 
 def test_checker_finds_a_long_module(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parent.parent
 SAFETY_NET_S = 600
@@ -114,7 +114,7 @@ def test_nested_unevaluated_keywords_are_bounded(tmp_path: Path, levels: int, co
 
 
 def testunevaluated_nesting_follows_local_refs() -> None:
-    from gyre_contract.io.schemakeywords import unevaluated_nesting
+    from gyre_contract.io._schemakeywords import unevaluated_nesting
 
     chain: dict[str, object] = {f"d{i}": {"unevaluatedItems": False,
                                           "anyOf": [{"$ref": f"#/$defs/d{i + 1}"}]}
@@ -156,7 +156,7 @@ def test_refs_that_multiply_are_refused_when_the_schema_is_loaded(tmp_path: Path
 
 
 def test_the_expanded_size_counts_each_ref_where_it_is_used() -> None:
-    from gyre_contract.io.schemakeywords import expanded_size
+    from gyre_contract.io._schemakeywords import expanded_size
 
     assert expanded_size({"type": "object"}) == (1, 1, None)
     # d2 = 1; d1 = 1 + 2 * (1 + d2) = 5; d0 = 1 + 2 * (1 + d1) = 13; the root {"$ref"} adds 1
@@ -169,7 +169,7 @@ def test_the_expanded_size_counts_each_ref_where_it_is_used() -> None:
 def test_a_recursive_schema_still_validates(tmp_path: Path) -> None:
     """A tree (a node whose children are `$ref`s to the node, a root that refers to itself)
     counts each recursion once: the record's own nesting pays for the levels."""
-    from gyre_contract.io.schemakeywords import expanded_size
+    from gyre_contract.io._schemakeywords import expanded_size
 
     tree_schema = json.loads((DATA_SCHEMAS / "ref_tree.json").read_text())
     assert expanded_size(tree_schema)[0] < 50
@@ -203,7 +203,7 @@ def test_unevaluated_properties_with_pattern_properties_is_refused(tmp_path: Pat
 
 
 def test_ecma_unicode_escapes_and_end_anchor(tmp_path: Path) -> None:
-    from gyre_contract.io.schemakeywords import compiled_pattern
+    from gyre_contract.io._schemakeywords import compiled_pattern
 
     assert compiled_pattern("^\\u00e9$").search("é")
     assert not compiled_pattern("^a$").search("a\n")  # ECMA: `$` is the end, not before a \n
@@ -223,7 +223,7 @@ def test_unique_items_on_5000_objects(tmp_path: Path) -> None:
 
 
 def test_unique_items_follows_json_equality() -> None:
-    from gyre_contract.io.schemakeywords import canonical
+    from gyre_contract.io._schemakeywords import canonical
 
     assert canonical(1) == canonical(1.0)
     assert canonical(True) != canonical(1)
@@ -263,7 +263,7 @@ def test_infer_reads_only_the_npy_headers_of_a_zip_bomb(tmp_path: Path) -> None:
 def test_npz_headers_match_numpy(tmp_path: Path) -> None:
     import numpy as np
 
-    from gyre_contract.schema.infer import npz_headers
+    from gyre_contract.schema._infer import npz_headers
 
     path = tmp_path / "b.npz"
     np.savez_compressed(path, a=np.zeros((3, 4), np.int64), b=np.ones(3, np.bool_))
@@ -331,7 +331,7 @@ def test_a_skewed_batch_is_refused_with_the_numbers_and_the_remedy(tmp_path: Pat
 def test_collate_checks_the_padded_size_first() -> None:
     import numpy as np
 
-    from gyre_contract.trainer.collation import BatchTooLargeError, collate
+    from gyre_contract.trainer._collation import BatchTooLargeError, collate
 
     episodes = [{"episode_id": np.array(["long"] * 1000), "reward": np.ones(1000, np.float32)}]
     episodes += [{"episode_id": np.array([f"s{i}"]), "reward": np.ones(1, np.float32)}
@@ -467,7 +467,7 @@ def test_a_glob_that_finds_only_a_fifo_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_small_pipe_is_read_whole(tmp_path: Path) -> None:
-    from gyre_contract.io.jsonfile import read_bounded
+    from gyre_contract.io._jsonfile import read_bounded
 
     fifo = tmp_path / "schema"
     os.mkfifo(fifo)
@@ -496,7 +496,7 @@ def test_an_overlong_pattern_is_refused(tmp_path: Path) -> None:
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_memory  # noqa: E402
 
-from gyre_contract.io.lines import MAX_LINE_VALUES  # noqa: E402
+from gyre_contract.io._lines import MAX_LINE_VALUES  # noqa: E402
 
 CARTPOLE_MAP = ROOT / "examples" / "cartpole_map.json"
 

@@ -35,12 +35,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.modelinfo import model_info
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import validate_step
-from gyre_contract.io.arrowschema import arrow_schema_problems
-from gyre_contract.io.validation import validate_file
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._modelinfo import model_info
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import validate_step
+from gyre_contract.io._arrowschema import arrow_schema_problems
+from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 pa = pytest.importorskip("pyarrow")
@@ -219,7 +219,7 @@ def _no_null_keys(value: Any) -> Any:
 def own_twin(path: Path, records: list[dict[str, Any]], model: type) -> Path | None:
     """The records written by `write_parquet` (the model's column types, read on columns when
     clean), or None where it refuses them (a value its column cannot hold, a null)."""
-    from gyre_contract.io.parquet import write_parquet
+    from gyre_contract.io._parquet import write_parquet
 
     try:
         write_parquet(path, records, model)
@@ -319,7 +319,7 @@ def test_the_generated_files_reach_every_path(tmp_path):
                 "step": i, "episode_id": "a", "terminated": i == 2, "truncated": False,
                 "policy_version": 0} for i in range(3)]
     check_file(records, CartPoleStep)
-    from gyre_contract.io.fastfile import bulk_plan
+    from gyre_contract.io._fastfile import bulk_plan
 
     with fast_paths(True):
         plan = bulk_plan(CartPoleStep)

@@ -202,7 +202,7 @@ RULE_NAME = re.compile(r"`((?:field|step|episode|batch)\.[a-z_]+)`")
 
 
 def test_every_registered_rule_is_in_the_contract_and_only_those():
-    from gyre_contract.core.registry import all_rules
+    from gyre_contract.core._registry import all_rules
 
     registered = {rule.name for rule in all_rules()}
     documented = set(RULE_NAME.findall((DOCS / "contract.md").read_text(encoding="utf-8")))
@@ -225,7 +225,7 @@ def contract_section(number: int) -> str:
 
 
 def test_the_roles_of_section_2_are_the_codes():
-    from gyre_contract.schema.roles import ROLES
+    from gyre_contract.schema._roles import ROLES
 
     paragraph = contract_section(2).split("**role**", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"`([a-z_]+)`", paragraph)
@@ -246,7 +246,7 @@ def test_every_diff_warning_the_code_emits_is_in_section_6_and_only_those():
 def test_every_cli_command_has_its_exit_codes_in_section_9_and_every_flag_in_the_api():
     """Each command has its row in the exit-code table of contract.md §9, and its row of the
     command table in api.md names each of its flags (by any of its spellings: `-o` or `--out`)."""
-    from gyre_contract.cli import COMMANDS, build_parser
+    from gyre_contract.cli._app import COMMANDS, build_parser
 
     section = contract_section(9)
     reference = doc_section("api.md", "Command line$")
@@ -303,7 +303,7 @@ def run_cli_block(code: str, where: str) -> None:
     import io
     import shlex
 
-    from gyre_contract.cli import run
+    from gyre_contract.cli._app import run
 
     for line in code.splitlines():
         match = CLI_LINE.match(line.strip())
@@ -351,6 +351,8 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
     import shutil
     import warnings
 
+    from gyre_contract.trainer._ops import known_ops, unregister_op
+
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     shutil.copytree(ROOT / "tests" / "data" / "peers", tmp_path / "tests" / "data" / "peers")
     shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
@@ -360,6 +362,7 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
     if any("import ray" in code for _, _, code, _ in code_blocks(page)):
         start_small_ray(monkeypatch)
     ran = 0
+    ops_before = set(known_ops())
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # a snippet must not use an old name
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="ray")
@@ -374,6 +377,8 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
                 elif language == "console":
                     run_cli_block(code, where)
         finally:
+            for name in set(known_ops()) - ops_before:  # a page's custom ops (field-map.md)
+                unregister_op(name)
             if "ray" in sys.modules:
                 sys.modules["ray"].shutdown()
     assert ran

@@ -13,8 +13,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.trainer.fieldmap import known_ops
+from gyre_contract.cli._app import run
+from gyre_contract.trainer._fieldmap import known_ops
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

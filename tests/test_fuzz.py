@@ -17,7 +17,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_SCHEMA = ROOT / "schemas" / "rollout_step.v1.json"
@@ -145,8 +145,8 @@ _VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=4)
 @SETTINGS
 @given(changes=st.dictionaries(_KEYS, _VALUES, max_size=5), whole=_VALUES)
 def test_validate_step_raises_only_contract_errors(changes: dict, whole: object) -> None:
-    from gyre_contract.core.errors import ContractError
-    from gyre_contract.core.validate import validate_step
+    from gyre_contract.core._errors import ContractError
+    from gyre_contract.core._validate import validate_step
 
     for candidate in ({**GOOD_RECORD, **changes}, whole):
         try:
@@ -160,8 +160,8 @@ def test_validate_step_raises_only_contract_errors(changes: dict, whole: object)
                               max_size=4), whole=_VALUES)
 def test_field_map_from_any_json_raises_only_field_map_errors(fields: dict, whole: object
                                                               ) -> None:
-    from gyre_contract.core.errors import FieldMapError
-    from gyre_contract.trainer.fieldmap import FieldMap
+    from gyre_contract.core._errors import FieldMapError
+    from gyre_contract.trainer._fieldmap import FieldMap
 
     for candidate in ({"gyre_field_map": 1, "fields": fields}, whole):
         try:

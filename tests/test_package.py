@@ -1,13 +1,14 @@
-"""The public surface: every documented name imports, docs/api.md lists exactly the public names,
-old names keep working with a DeprecationWarning, and the import stays light."""
+"""The public surface: at most 30 names at the top level and 60 across the package, every public
+module with `__all__`, docs/api.md listing exactly those names, the shims of 0.2 gone, and the
+import light."""
 
 from __future__ import annotations
 
 import importlib
-import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,26 +18,96 @@ import gyre_contract
 ROOT = Path(__file__).resolve().parent.parent
 API_DOC = ROOT / "docs" / "api.md"
 SUBPACKAGES = ("core", "io", "schema", "adapters", "trainer", "channel", "harness")
-
-# docs/contract.md §8 (public API), in its order: the names users import.
-CONTRACT_NAMES = [
-    "RolloutStep", "TrainBatch", "RolloutStepV1", "TrainBatchV1", "validate_step",
-    "validate_episode", "validate_batch", "ContractError", "MissingFieldError", "json_schema",
-    "export_schemas", "load_schema", "diff", "FieldMap", "collate", "discounted_returns", "gae",
-    "read_steps", "write_steps", "half_way", "full_loop", "RunLog", "RunRecord",
-]
+PUBLIC_MODULES = ("gyre_contract", *(f"gyre_contract.{s}" for s in SUBPACKAGES),
+                  "gyre_contract.pinned", "gyre_contract.cli")
+"""Every module of the package without a `_` in its dotted path (`__main__` aside)."""
+MAX_TOP_LEVEL = 30
+MAX_PUBLIC = 60
 
 
-def test_public_names_import():
-    for name in CONTRACT_NAMES:
-        assert name in gyre_contract.__all__, name
-    for name in gyre_contract.__all__:
-        assert getattr(gyre_contract, name) is not None, name
-    assert gyre_contract.RolloutStep is gyre_contract.RolloutStepV1
-    assert gyre_contract.TrainBatch is gyre_contract.TrainBatchV1
+# -- the size of the surface -----------------------------------------------------------------
+
+def surface_problems(exports: Mapping[str, Sequence[str] | None], top: str = "gyre_contract",
+                     max_top: int = MAX_TOP_LEVEL, max_public: int = MAX_PUBLIC) -> list[str]:
+    """What breaks the surface's bounds, given each public module's `__all__` (None: it has none):
+    a module without `__all__`, more than `max_top` names at the top level, more than `max_public`
+    unique names across the package. Each message names the names."""
+    found = [f"{module} has no __all__" for module, names in exports.items() if names is None]
+    top_names = list(exports.get(top) or [])
+    if len(top_names) > max_top:
+        found.append(f"{len(top_names)} names at the top level (limit {max_top}): "
+                     f"{', '.join(top_names)}")
+    unique = sorted({n for names in exports.values() for n in names or []})
+    if len(unique) > max_public:
+        found.append(f"{len(unique)} public names across the package (limit {max_public}): "
+                     f"{', '.join(unique)}")
+    return found
+
+
+def public_modules_on_disk(package_dir: Path) -> list[str]:
+    """Dotted names of the package's modules with no `_`-prefixed part (`__init__` is its package's)."""
+    names = []
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if parts[-1] == "__main__" or any(p.startswith("_") for p in parts):
+            continue
+        names.append(".".join(parts))
+    return names
+
+
+def exports() -> dict[str, list[str] | None]:
+    return {m: getattr(importlib.import_module(m), "__all__", None) for m in PUBLIC_MODULES}
+
+
+def test_the_surface_is_small_and_every_public_module_has_all():
+    assert surface_problems(exports()) == []
+
+
+def test_the_public_modules_are_exactly_those_listed():
+    """A new module is private (`_name.py`) unless it is added here, to the count and to api.md."""
+    assert public_modules_on_disk(ROOT / "gyre_contract") == sorted(PUBLIC_MODULES)
+
+
+def test_the_surface_check_can_fail():
+    many = {"pkg": [f"n{i}" for i in range(31)], "pkg.a": [f"m{i}" for i in range(30)],
+            "pkg.b": None}
+    assert surface_problems(many, top="pkg") == [
+        "pkg.b has no __all__",
+        "31 names at the top level (limit 30): " + ", ".join(f"n{i}" for i in range(31)),
+        "61 public names across the package (limit 60): "
+        + ", ".join(sorted([f"n{i}" for i in range(31)] + [f"m{i}" for i in range(30)])),
+    ]
+    assert surface_problems({"pkg": ["a", "b"], "pkg.a": ["a", "c"]}, top="pkg", max_top=2,
+                            max_public=3) == []  # a name in two modules counts once
+
+
+def test_public_modules_on_disk_skip_private_parts(tmp_path: Path):
+    for rel in ("pkg/__init__.py", "pkg/__main__.py", "pkg/pinned.py", "pkg/_x.py",
+                "pkg/core/__init__.py", "pkg/core/_models.py", "pkg/core/util.py",
+                "pkg/io/_bulk/__init__.py", "pkg/io/_bulk/plan.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert public_modules_on_disk(tmp_path / "pkg") == ["pkg", "pkg.core", "pkg.core.util",
+                                                        "pkg.pinned"]
+
+
+def test_every_public_name_is_defined_and_shared_names_are_one_object():
+    for module, names in exports().items():
+        package = importlib.import_module(module)
+        for name in names or []:
+            assert getattr(package, name) is not None, f"{module}.{name}"
+            if name in gyre_contract.__all__:
+                assert getattr(package, name) is getattr(gyre_contract, name), f"{module}.{name}"
+    assert gyre_contract.core.RolloutStepV1 is gyre_contract.RolloutStep
+    assert gyre_contract.core.TrainBatchV1 is gyre_contract.TrainBatch
+    assert gyre_contract.core.TokenBatchV1 is gyre_contract.TokenBatch
     assert issubclass(gyre_contract.MissingFieldError, KeyError)
     assert issubclass(gyre_contract.MissingFieldError, gyre_contract.ContractError)
 
+
+# -- the import stays light ------------------------------------------------------------------
 
 def heavy_modules_after(statement: str) -> list[str]:
     code = (f"import sys; {statement}; "
@@ -67,15 +138,39 @@ def test_only_the_samplers_modules_load_with_the_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(out.stdout.strip().split(","))
     assert not {m for m in loaded if m.split(".")[0] in {"io", "schema", "trainer", "harness", "cli"}}
-    assert {"core.models", "core.validate", "core.tensor", "core.errors"} <= loaded
+    assert {"core._models", "core._validate", "core._tensor", "core._errors"} <= loaded
 
 
 def test_a_name_loaded_on_first_use_is_the_modules_own():
-    import gyre_contract.schema.diffing  # importing the module does not shadow the function
-    from gyre_contract.schema.diffing import diff
+    import gyre_contract.schema._diffing  # importing the module does not shadow the function
+    from gyre_contract.schema._diffing import diff
 
     assert gyre_contract.diff is diff
     assert "diff" in dir(gyre_contract)
+
+
+def test_subpackages_import_light():
+    """A subpackage's `__init__` loads none of its modules: names load on first use."""
+    code = ("import sys, gyre_contract.io, gyre_contract.schema, gyre_contract.trainer, "
+            "gyre_contract.harness, gyre_contract.adapters, gyre_contract.channel; "
+            "print(','.join(sorted(m for m in sys.modules if m.startswith('gyre_contract.') "
+            "and m.split('.')[1] != 'core' and m.count('.') > 1)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_public_names_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for module, names in exports().items():
+            package = importlib.import_module(module)
+            for name in names or []:
+                getattr(package, name)
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="module 'gyre_contract' has no attribute 'nothing'"):
+        gyre_contract.nothing  # noqa: B018
 
 
 # -- docs/api.md is the list of public names -------------------------------------------------
@@ -107,128 +202,82 @@ def test_docs_api_lists_exactly_the_top_level_names_and_where_they_live():
         assert getattr(importlib.import_module(home), name) is getattr(gyre_contract, name), name
 
 
-@pytest.mark.parametrize("sub", SUBPACKAGES)
-def test_docs_api_lists_exactly_each_subpackages_names(sub):
-    package = importlib.import_module(f"gyre_contract.{sub}")
-    listed = [row[0] for row in api_sections()[f"gyre_contract.{sub}"]]
-    assert sorted(listed) == sorted(package.__all__)
-    for name in package.__all__:
-        assert getattr(package, name) is not None, name
-        if name in gyre_contract.__all__:
-            assert getattr(package, name) is getattr(gyre_contract, name), name
+@pytest.mark.parametrize("module", PUBLIC_MODULES[1:])
+def test_docs_api_lists_exactly_each_modules_names(module):
+    listed = [row[0] for row in api_sections()[module]]
+    assert sorted(listed) == sorted(importlib.import_module(module).__all__)
 
 
-# The 63 top-level names before the public surface was cut (version 0.1.0).
-OLD_TOP_LEVEL = [
-    "RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities", "Tensor",
-    "validate_step", "validate_episode", "validate_batch", "EpisodeTracker",
-    "read_steps", "write_steps", "read_episodes", "validate_file", "Episode", "FileReport",
-    "GyreError", "ContractError", "MissingFieldError", "SchemaError", "FieldMapError",
-    "InputError", "Problem",
-    "json_schema", "export_schemas", "load_schema", "field_table", "field_table_from_model",
-    "infer_schema", "Field", "FieldTable", "diff", "DiffReport", "compat", "CompatReport",
-    "FieldMap", "register_op", "unregister_op", "known_ops", "collate", "gae",
-    "discounted_returns", "inspect_batch", "batch_schema", "half_way", "HalfWayReport",
-    "Recorder", "episodes_from_records", "full_loop", "LoopReport", "CycleReport",
-    "RunLog", "RunRecord", "RunTimer", "summarize", "plot_runs",
-    "to_arrow_schema", "validate_parquet", "validate_shards", "validate_dataset",
-    "iter_train_batches", "ShardsReport",
-]
+# -- the shims of 0.2 are gone (CHANGELOG 0.3.0, Removed) -------------------------------------
+
+OLD_MODULE_PATHS = ("models", "tensor", "validate", "errors", "rollout", "parquet", "raydata",
+                    "fieldtable", "fieldmap", "advantages", "inspect", "recorder", "stages",
+                    "runlog", "demo")
+"""The module paths of 0.1 (the 13 that 0.2 aliased, and the two it had already dropped)."""
+
+LEFT_THE_TOP_LEVEL = {
+    # moved in 0.2 (served with a warning until 0.3.0)
+    "EpisodeTracker": "gyre_contract.core", "FileReport": "gyre_contract.io",
+    "validate_shards": "gyre_contract.io", "validate_dataset": "gyre_contract.io",
+    "iter_train_batches": "gyre_contract.io", "DiffReport": "gyre_contract.schema",
+    "CompatReport": "gyre_contract.schema", "batch_schema": "gyre_contract.trainer",
+    "RunTimer": "gyre_contract.harness",
+    "ShardsReport": None, "to_arrow_schema": None, "validate_parquet": None, "Field": None,
+    "FieldTable": None, "field_table": None, "field_table_from_model": None,
+    "unregister_op": None, "known_ops": None, "inspect_batch": None, "HalfWayReport": None,
+    "LoopReport": None, "CycleReport": None, "summarize": None, "plot_runs": None,
+    "episodes_from_records": None,
+    # left in 0.3.0
+    "RolloutStepV1": "gyre_contract.core", "TrainBatchV1": "gyre_contract.core",
+    "TokenBatchV1": "gyre_contract.core", "GyreError": "gyre_contract.core",
+    "SchemaError": "gyre_contract.core", "FieldMapError": "gyre_contract.core",
+    "InputError": "gyre_contract.core", "Problem": "gyre_contract.core",
+    "Episode": "gyre_contract.io", "RunRecord": None,
+}
+"""Each name that is no longer at the top level → its public home (None: private now)."""
 
 
-def test_every_name_that_left_the_top_level_still_works_warns_and_is_documented():
-    moved = {row[0].removeprefix("gyre_contract."): row[1]
-             for row in api_sections()["Names that left the top level"]}
-    assert sorted(moved) == sorted(set(OLD_TOP_LEVEL) - set(gyre_contract.__all__))
-    assert len(gyre_contract.__all__) - 1 < len(OLD_TOP_LEVEL) - 20  # smaller, by more than 20
-    for name, home in moved.items():
-        assert name not in dir(gyre_contract)
-        with pytest.warns(DeprecationWarning, match=rf"^gyre_contract\.{name} has moved: import "
-                          rf"it from {re.escape(home)} "):
-            old = getattr(gyre_contract, name)
-        assert old is getattr(importlib.import_module(home), name)
+@pytest.mark.parametrize("old", OLD_MODULE_PATHS)
+def test_an_old_module_path_no_longer_imports(old):
+    code = f"import gyre_contract.{old}"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1 and f"No module named 'gyre_contract.{old}'" in done.stderr
 
 
-def test_the_public_names_do_not_warn():
+def test_a_name_that_left_the_top_level_is_only_at_its_home():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for name in gyre_contract.__all__:
-            getattr(gyre_contract, name)
-        for sub in SUBPACKAGES:
-            package = importlib.import_module(f"gyre_contract.{sub}")
-            for name in package.__all__:
-                getattr(package, name)
+        for name, home in LEFT_THE_TOP_LEVEL.items():
+            assert name not in gyre_contract.__all__ and name not in dir(gyre_contract), name
+            with pytest.raises(AttributeError):
+                getattr(gyre_contract, name)
+            if home is not None:
+                assert name in importlib.import_module(home).__all__, (name, home)
+            else:
+                assert not any(name in (names or []) for names in exports().values()), name
 
 
-def test_an_unknown_name_is_an_attribute_error():
-    with pytest.raises(AttributeError, match="module 'gyre_contract' has no attribute 'nothing'"):
-        gyre_contract.nothing  # noqa: B018
-
-
-def test_subpackages_import_light():
-    """A subpackage's `__init__` loads none of its modules: names load on first use."""
-    code = ("import sys, gyre_contract.io, gyre_contract.schema, gyre_contract.trainer, "
-            "gyre_contract.harness, gyre_contract.adapters; "
-            "print(','.join(sorted(m for m in sys.modules if m.startswith('gyre_contract.') "
-            "and m.split('.')[1] != 'core' and m.count('.') > 1)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
-
-
-def test_old_module_paths_import_with_a_warning_naming_the_new_home():
-    rows = api_sections()["Old module paths"]
-    code = "\n".join([
-        "import importlib, warnings",
-        "warnings.simplefilter('always')",
-        f"rows = {[(old, new) for old, new in rows]!r}",
-        "for old, new in rows:",
-        "    with warnings.catch_warnings(record=True) as caught:",
-        "        module = importlib.import_module(old)",
-        "    texts = [str(w.message) for w in caught if w.category is DeprecationWarning]",
-        "    assert texts == [f'the module {old} has moved: import from {new} (the old name goes "
-        "away in 0.3.0)'], (old, texts)",
-        "    target = importlib.import_module(new)",
-        "    assert target.__all__ and all(getattr(module, n) is getattr(target, n) "
-        "for n in target.__all__), old",
-        "from gyre_contract.rollout import write_steps",
-        "from gyre_contract.runlog import format_summary, summarize",
-        "from gyre_contract.fieldmap import FieldMap",
-        "from gyre_contract.schema import json_schema, export_schemas",
-        "import gyre_contract",
-        "assert gyre_contract.diff.__module__ == 'gyre_contract.schema.diffing'",
-        "assert callable(gyre_contract.collate) and callable(gyre_contract.compat)",
-        "print('ok')",
-    ])
-    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
-                          capture_output=True, text=True)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
-
-
-def test_an_old_module_path_warns_at_the_importing_line():
-    code = "import warnings; warnings.simplefilter('always')\nimport gyre_contract.rollout\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0
-    assert done.stderr.startswith("<string>:2: DeprecationWarning: the module "
-                                  "gyre_contract.rollout has moved: import from gyre_contract.io")
-
-
-# -- one name for the model argument ---------------------------------------------------------
-
-def test_batch_model_is_the_batch_models_name_and_model_still_works():
-    from gyre_contract.core.validate import validate_batch
-    from gyre_contract.io import read_episodes
-    from gyre_contract.pinned import CartPoleBatch, CartPoleStep
+def test_the_deprecation_machinery_and_renamed_names_are_gone(tmp_path):
+    from gyre_contract.core import _validate
+    from gyre_contract.harness import half_way
+    from gyre_contract.io import FileReport
+    from gyre_contract.io._shards import ShardsReport
+    from gyre_contract.pinned import CartPoleBatch
+    from gyre_contract.schema import CompatReport, DiffReport
     from gyre_contract.trainer import FieldMap
 
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("gyre_contract.core.deprecation")
+    assert not hasattr(_validate, "iter_validated_steps")
+    for cls, old in ((FileReport, "holds"), (ShardsReport, "holds"), (CompatReport, "compatible"),
+                     (DiffReport, "to_markdown")):
+        assert not hasattr(cls, old), f"{cls.__name__}.{old}"
+    batch = {"obs": [[[0.0] * 4]], "action": [[0]], "reward": [[0.0]], "done": [[True]],
+             "mask": [[True]], "policy_version": [0]}
+    with pytest.raises(TypeError, match="model"):
+        gyre_contract.validate_batch(batch, model=CartPoleBatch)  # type: ignore[call-overload]
     fmap = FieldMap.load(ROOT / "examples" / "cartpole_map.json")
-    episodes = list(read_episodes(ROOT / "examples" / "cartpole_rollouts.jsonl", CartPoleStep))
-    arrays = fmap.build(episodes)
-    new = validate_batch(arrays, batch_model=CartPoleBatch)
-    assert isinstance(new, CartPoleBatch)
-    with pytest.warns(DeprecationWarning, match=r"^validate_batch\(\): the argument model= is "
-                      r"now batch_model="):
-        assert isinstance(validate_batch(arrays, model=CartPoleBatch), CartPoleBatch)
-    assert isinstance(fmap.to_train_batch(episodes, batch_model=CartPoleBatch), CartPoleBatch)
-    with pytest.warns(DeprecationWarning, match=r"^FieldMap\.to_train_batch\(\): the argument "
-                      r"model= is now batch_model="):
-        assert isinstance(fmap.to_train_batch(episodes, model=CartPoleBatch), CartPoleBatch)
+    with pytest.raises(TypeError, match="model"):
+        fmap.to_train_batch([], model=CartPoleBatch)
+    with pytest.raises(TypeError, match="step_model"):
+        half_way(tmp_path / "none.jsonl", fmap, step_model=CartPoleBatch)

@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_SCHEMA = ROOT / "schemas" / "rollout_step.v1.json"
@@ -257,7 +257,7 @@ def _peak_per_item(argv: list[str | Path], make: Callable[[Path, int], None], tm
 @pytest.fixture
 def small_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files read 64 KiB at a time: what is measured is what is kept, not the read buffer."""
-    import gyre_contract.io.lines as lines
+    import gyre_contract.io._lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 2**16)
 
@@ -630,7 +630,7 @@ def steps(eid: str, count: int, *, pad: int = 0, done: bool = True) -> list[dict
 
 
 def test_write_steps_documents_its_guarantee() -> None:
-    from gyre_contract.io.writer import write_steps
+    from gyre_contract.io._writer import write_steps
 
     doc = " ".join((write_steps.__doc__ or "").split())
     assert "the OS only ever receives whole lines" in doc
@@ -643,8 +643,7 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from gyre_contract.io import writer
-
+    from gyre_contract.io import _writer as writer
     monkeypatch.setattr(writer, "WRITE_BATCH_BYTES", 500)
     writes: list[bytes] = []
     fsyncs: list[int] = []
@@ -670,7 +669,7 @@ def test_write_steps_hands_the_os_whole_lines_and_fsyncs_when_asked(
 _CRASHING_WRITER = """
 import os, signal, sys
 import orjson
-from gyre_contract.io.writer import write_steps
+from gyre_contract.io._writer import write_steps
 path, count = sys.argv[1], int(sys.argv[2])
 rec = lambda t: {"observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "reward": 1.0, "step": t,
                  "episode_id": "a", "terminated": False, "truncated": False,
@@ -705,7 +704,7 @@ def test_a_writer_killed_mid_line_leaves_one_partial_line_reported_by_number(
 
 _ENDLESS_WRITER = """
 import sys
-from gyre_contract.io.writer import write_steps
+from gyre_contract.io._writer import write_steps
 path = sys.argv[1]
 pad = "x" * 200_000
 t = 0
@@ -743,7 +742,7 @@ def test_a_writer_killed_at_any_moment_loses_at_most_its_last_line(tmp_path: Pat
 
 _APPENDER = """
 import sys
-from gyre_contract.io.writer import write_steps
+from gyre_contract.io._writer import write_steps
 path, eid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for start in range(0, n, 25):
     write_steps(path, [{"observation": [0.0, 0.0, 0.0, 0.0], "action": 1, "reward": 1.0,
@@ -889,7 +888,7 @@ def test_model_and_loss_import_only_what_the_command_line_names(tmp_path: Path,
     rollout = tmp_path / "r.jsonl"
     rollout.write_bytes(orjson.dumps(record(info={"model": "gyre_tripwire:Boom"})) + b"\n")
     (tmp_path / "named_model.py").write_text(
-        "from gyre_contract.core.models import RolloutStep\nclass Step(RolloutStep):\n    pass\n")
+        "from gyre_contract.core._models import RolloutStep\nclass Step(RolloutStep):\n    pass\n")
     (tmp_path / "named_loss.py").write_text(
         "import numpy as np\ndef loss(batch):\n    return float(np.mean(batch['reward']))\n")
     assert cli("validate", rollout, "--model", "named_model:Step").code == 0

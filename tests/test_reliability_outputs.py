@@ -17,9 +17,9 @@ import numpy as np
 import orjson
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.harness.runlog import RunLog
-from gyre_contract.io.writer import write_steps
+from gyre_contract.cli._app import run
+from gyre_contract.harness._runlog import RunLog
+from gyre_contract.io._writer import write_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_SCHEMA = ROOT / "schemas" / "rollout_step.v1.json"
@@ -109,7 +109,7 @@ def test_a_writer_killed_mid_write_leaves_the_previous_npz(tmp_path) -> None:
     child = textwrap.dedent(f"""
         import sys, time
         import numpy as np
-        from gyre_contract.cli import run
+        from gyre_contract.cli._app import run
 
         def slow_write_array(member, array, **kwargs):
             member.write(b"partial")  # half a zip member on disk, then the kill
@@ -141,7 +141,7 @@ def test_a_writer_killed_mid_write_leaves_the_previous_npz(tmp_path) -> None:
 
 def test_write_parquet_on_a_full_disk_leaves_the_previous_file(tmp_path, monkeypatch) -> None:
     pytest.importorskip("pyarrow")
-    from gyre_contract.core.errors import InputError
+    from gyre_contract.core._errors import InputError
 
     target = tmp_path / "steps.parquet"
     write_steps(target, records(3))

@@ -1,6 +1,6 @@
 """Every registered rule, broken on purpose, through every path: each path must name the rule.
 
-The registry (`gyre_contract.core.registry`, rules in `core.rules`) holds each rule once, with a
+The registry (`gyre_contract.core._registry`, rules in `core._rules`) holds each rule once, with a
 builder of an input that breaks exactly it. For every rule and every model it applies to, the
 broken input goes through each public entry point — `validate_step` (default and pinned
 models), `validate_episode`, `validate_batch`, `validate_file` on JSON Lines with the fast paths
@@ -23,16 +23,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gyre_contract.core import registry
-from gyre_contract.core.errors import ContractError, Problem
-from gyre_contract.core.fastpath import fast_plan
-from gyre_contract.core.models import RolloutStep, TrainBatch
-from gyre_contract.core.registry import Rule
-from gyre_contract.core.tokenbatch import TokenBatch
-from gyre_contract.core.validate import validate_batch, validate_episode, validate_step
-from gyre_contract.io import fastfile  # noqa: F401  (declares the bulk reader's fast path)
-from gyre_contract.io.fastfile import bulk_plan
-from gyre_contract.io.validation import validate_file
+from gyre_contract.core import _registry as registry
+from gyre_contract.core._errors import ContractError, Problem
+from gyre_contract.core._fastpath import fast_plan
+from gyre_contract.core._models import RolloutStep, TrainBatch
+from gyre_contract.core._registry import Rule
+from gyre_contract.core._tokenbatch import TokenBatch
+from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
+from gyre_contract.io import _fastfile  # noqa: F401  (declares the bulk reader's fast path)
+from gyre_contract.io._fastfile import bulk_plan
+from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep, LLMStep
 
 
@@ -139,7 +139,7 @@ def write_parquet_file(path: Path, records: list[dict[str, Any]], model: type) -
     that cannot hold the broken value: the Parquet path cannot carry it under this model)."""
     import pyarrow as pa
 
-    from gyre_contract.io.parquet import write_parquet
+    from gyre_contract.io._parquet import write_parquet
 
     try:
         write_parquet(path, records, model)
@@ -165,9 +165,9 @@ def build_parquet_file(path: Path, records: list[dict[str, Any]], model: type) -
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gyre_contract.core.modelinfo import model_info
-    from gyre_contract.core.models import JsonScalars
-    from gyre_contract.io.arrowschema import spec_of
+    from gyre_contract.core._modelinfo import model_info
+    from gyre_contract.core._models import JsonScalars
+    from gyre_contract.io._arrowschema import spec_of
 
     info = model_info(model)
     clean = [r for r in records if r.get("episode_id") == "clean"]
@@ -235,7 +235,7 @@ def test_every_rule_breaks_under_some_model():
 def test_every_fast_path_implements_every_rule():
     """A rule a fast path does not declare makes it step aside for good: declare it (and
     implement it), or this fails. Lists the fast paths each uncovered rule leaves."""
-    import gyre_contract.io.parquetcols  # noqa: F401  (declares parquet_columns)
+    import gyre_contract.io._parquetcols  # noqa: F401  (declares parquet_columns)
 
     assert set(registry.fast_paths()) >= {"compiled_step", "bulk_jsonl", "bulk_episode",
                                           "parquet_columns"}
@@ -256,7 +256,7 @@ def extra_rule():
 
 
 def test_a_rule_no_fast_path_declares_is_caught(extra_rule):
-    from gyre_contract.io.parquetcols import PARQUET_FAST_PATH
+    from gyre_contract.io._parquetcols import PARQUET_FAST_PATH
 
     assert set(registry.uncovered(extra_rule.name)) == {"compiled_step", "bulk_jsonl",
                                                         "parquet_columns"}
@@ -285,8 +285,8 @@ def test_problems_carry_their_rule_in_to_dict():
     assert "rule" not in Problem("x", "a", "b", "m").to_dict()
 
 
-EXPLAINING = {"gyre_contract/core/models.py": set(),
-              "gyre_contract/core/validate.py": {"_field_problem", "_problems_of"}}
+EXPLAINING = {"gyre_contract/core/_models.py": set(),
+              "gyre_contract/core/_validate.py": {"_field_problem", "_problems_of"}}
 """The explaining path's modules, and the functions in each allowed to build a `Problem`
 (`_field_problem` and `_problems_of` translate pydantic's per-field errors, each named by
 `rules.field_rule`)."""
@@ -307,7 +307,7 @@ def test_the_explaining_path_holds_no_rule_of_its_own():
                       and (getattr(n.func, "id", None) or getattr(n.func, "attr", None))
                       in ("Problem", "by_rule")]
     assert built == [], "register the rule in core.rules instead"
-    source = ast.parse((ROOT / "gyre_contract/core/models.py").read_text(encoding="utf-8"))
+    source = ast.parse((ROOT / "gyre_contract/core/_models.py").read_text(encoding="utf-8"))
     cross = next(f for f in ast.walk(source)
                  if isinstance(f, ast.FunctionDef) and f.name == "step_cross_problems")
     assert ast.unparse(cross.body[-1]) == "return run('step', None, step)" \
@@ -409,7 +409,7 @@ def ray_reports(tmp_path_factory):
     """Every rule's files as shards, checked on one local Ray (2 CPUs), one call per model."""
     ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
     pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io.shards import quiet_ray_data, validate_shards
+    from gyre_contract.io._shards import quiet_ray_data, validate_shards
 
     folder = tmp_path_factory.mktemp("ray_rules")
     shards: dict[type, list[tuple[str, int, Path]]] = {}

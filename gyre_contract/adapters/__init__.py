@@ -11,10 +11,10 @@ missing one is one line naming the extra to install; vLLM is never imported (its
 read by their attributes). Names load on first use (PEP 562).
 """
 
-from gyre_contract.core.deprecation import lazy_exports
+from gyre_contract.core._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".tensors": ("to_torch", "to_tensordict"),
-    ".dataproto": ("to_dataproto",),
-    ".generation": ("from_vllm",),
+    "._tensors": ("to_torch", "to_tensordict"),
+    "._dataproto": ("to_dataproto",),
+    "._generation": ("from_vllm",),
 })

@@ -15,19 +15,19 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gyre_contract.core.models import GyreModel, RolloutStep, RolloutStepV1
-from gyre_contract.core.validate import validate_batch
-from gyre_contract.io.arrowschema import is_pinned, to_arrow_schema
-from gyre_contract.io.atomic import write_bytes_atomic
-from gyre_contract.io.blocks import CheckedBlock, RecordBlocks
-from gyre_contract.schema.compatibility import CompatReport, compat
-from gyre_contract.schema.export import json_schema
-from gyre_contract.schema.fieldtable import FieldTable, field_table
-from gyre_contract.schema.loading import load_schema
-from gyre_contract.schema.trainerbatch import TrainerSchema, trainer_schema
-from gyre_contract.trainer.collation import DERIVED_FIELDS
-from gyre_contract.trainer.fieldmap import FieldMap, as_field_map
-from gyre_contract.trainer.tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE
+from gyre_contract.core._models import GyreModel, RolloutStep, RolloutStepV1
+from gyre_contract.core._validate import validate_batch
+from gyre_contract.io._arrowschema import is_pinned, to_arrow_schema
+from gyre_contract.io._atomic import write_bytes_atomic
+from gyre_contract.io._blocks import CheckedBlock, RecordBlocks
+from gyre_contract.schema._compatibility import CompatReport, compat
+from gyre_contract.schema._export import json_schema
+from gyre_contract.schema._fieldtable import FieldTable, field_table
+from gyre_contract.schema._loading import load_schema
+from gyre_contract.schema._trainerbatch import TrainerSchema, trainer_schema
+from gyre_contract.trainer._collation import DERIVED_FIELDS
+from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
+from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE
 
 __all__ = ["CONTRACT_VERSION", "CheckedBlock", "CompatReport", "FieldMap", "FieldTable",
            "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_step_model",
@@ -114,6 +114,6 @@ def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, episodes: list[A
 
 def write_atomic(path: str | os.PathLike[str], data: Any, *, fsync: bool = True) -> None:
     """Replace `path` with `data` (bytes or a buffer): a temporary file in the same folder,
-    fsynced, renamed, the folder fsynced (`io.atomic`); a failed write (a full disk) leaves
+    fsynced, renamed, the folder fsynced (`io._atomic`); a failed write (a full disk) leaves
     nothing and raises InputError."""
     write_bytes_atomic(path, data, fsync=fsync)

@@ -4,17 +4,13 @@ Names load on first use (PEP 562); `import gyre_contract` already imports the mo
 validators and the errors, so nothing here costs more.
 """
 
-from gyre_contract.core.deprecation import lazy_exports
+from gyre_contract.core._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".models": ("RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities"),
-    ".tokenbatch": ("TokenBatch", "TokenBatchV1"),
-    ".tensor": ("Tensor",),
-    ".validate": ("validate_step", "validate_episode", "validate_batch", "EpisodeTracker",
-                  "iter_validated_steps", "staleness_problems"),
-    ".errors": ("Problem", "GyreError", "ContractError", "MissingFieldError", "SchemaError",
-                "FieldMapError", "InputError"),
-    ".report": ("Report",),
-    ".modelinfo": ("ModelInfo", "model_info"),
-    ".switches": ("fast_paths_enabled",),
+    "._models": ("RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities"),
+    "._tokenbatch": ("TokenBatch", "TokenBatchV1"),
+    "._tensor": ("Tensor",),
+    "._validate": ("validate_step", "validate_episode", "validate_batch", "EpisodeTracker"),
+    "._errors": ("Problem", "GyreError", "ContractError", "MissingFieldError", "SchemaError",
+                 "FieldMapError", "InputError"),
 })

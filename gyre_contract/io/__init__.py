@@ -1,6 +1,6 @@
 """Rollout files: JSON Lines and Parquet sources, episode assembly, file reports, shards on Ray Data.
 
-Modules, low to high (each imports only those above it):
+Its modules are private (`_lines.py`, ...); low to high (each imports only those above it):
 - `lines` (the JSON Lines line reader and its hygiene), `arrowschema` (the Arrow layout of a
   model), `episodes` (`Episode`), `groups` (the file-level warnings on `group_id` groups),
   `report` (`FileReport`, problem groups, field table), `jsonfile` (one JSON document);
@@ -17,19 +17,14 @@ Modules, low to high (each imports only those above it):
 Names load on first use (PEP 562): Parquet and Ray are imported only by what needs them.
 """
 
-from gyre_contract.core.deprecation import lazy_exports
+from gyre_contract.core._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".writer": ("write_steps",),
-    ".reading": ("read_steps", "read_episodes"),
-    ".columnar": ("read_columns", "FileColumns"),
-    ".validation": ("validate_file",),
-    ".show": ("show_episode", "EpisodeView"),
-    ".episodes": ("Episode",),
-    ".report": ("FileReport",),
-    ".groups": ("FileWarning",),
-    ".arrowschema": ("to_arrow_schema",),
-    ".parquet": ("write_parquet", "read_parquet_steps", "read_parquet_episodes", "validate_parquet"),
-    ".shards": ("validate_shards", "ShardsReport"),
-    ".dataset": ("validate_dataset", "iter_train_batches"),
+    "._writer": ("write_steps",),
+    "._reading": ("read_steps", "read_episodes"),
+    "._validation": ("validate_file",),
+    "._episodes": ("Episode",),
+    "._report": ("FileReport",),
+    "._shards": ("validate_shards",),
+    "._dataset": ("validate_dataset", "iter_train_batches"),
 })

@@ -1,16 +1,16 @@
-"""The trainer side: the field map and its ops, collation into padded batches, advantages, inspection.
+"""The trainer side: the field map and its ops, collation into padded batches, advantages, and a
+trainer's schema from one of its batches (`batch_schema`).
 
 Names load on first use (PEP 562). `collate` here is the function.
 """
 
-from gyre_contract.core.deprecation import lazy_exports
+from gyre_contract.core._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".fieldmap": ("FieldMap",),
-    ".ops": ("register_op", "unregister_op", "known_ops"),
-    ".collation": ("collate",),
-    ".flatcollate": ("collate_file",),
-    ".tokens": ("collate_tokens",),
-    ".advantages": ("gae", "discounted_returns"),
-    ".inspection": ("inspect_batch", "batch_schema"),
+    "._fieldmap": ("FieldMap",),
+    "._ops": ("register_op",),
+    "._collation": ("collate",),
+    "._tokens": ("collate_tokens",),
+    "._advantages": ("gae", "discounted_returns"),
+    "._inspection": ("batch_schema",),
 })

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gyre_contract.adapters import from_vllm, to_dataproto, to_tensordict, to_torch
-from gyre_contract.core.errors import InputError
+from gyre_contract.core._errors import InputError
 
 BATCH = {"x": np.zeros((2, 3), np.float32), "uid": np.array(["a", "b"])}
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from gyre_contract.adapters import from_vllm
-from gyre_contract.core.errors import ContractError
+from gyre_contract.core._errors import ContractError
 from gyre_contract.trainer import FieldMap
 
 

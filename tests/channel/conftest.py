@@ -42,7 +42,7 @@ def uri(request, tmp_path):
     request.getfixturevalue("ray_cluster")
     name = f"ray://gyre-tests/ch-{uuid.uuid4().hex[:12]}"
     yield name
-    from gyre_contract.channel.locate import open_backend
+    from gyre_contract.channel._locate import open_backend
 
     backend = open_backend(name)
     backend.destroy()

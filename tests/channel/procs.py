@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre_contract.core.tensor import Tensor
+from gyre_contract.core._tensor import Tensor
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,8 @@ def sampler(args: argparse.Namespace) -> int:
 
 
 def trainer(args: argparse.Namespace) -> int:
-    from gyre_contract.channel import HandshakeError, open_trainer
+    from gyre_contract.channel import open_trainer
+    from gyre_contract.channel._handshake import HandshakeError
 
     mapping = TOKEN_MAP if args.model == "Completion" else CARTPOLE_MAP
     if args.map is not None:
@@ -140,8 +141,7 @@ def _slow_writes() -> None:
     the test kills the process in the middle of the write (the temporary file half written).
     On Ray, where one actor call makes a segment visible, say so just before that call."""
     from gyre_contract.channel import _contract
-    from gyre_contract.io import atomic
-
+    from gyre_contract.io import _atomic as atomic
     def slow(path: Any, data: Any, *, fsync: bool = True) -> None:
         if not str(path).endswith(".arrow"):
             return atomic.write_bytes_atomic(path, data, fsync=fsync)
@@ -160,7 +160,7 @@ def _slow_writes() -> None:
 
     _contract.write_atomic = slow
 
-    from gyre_contract.channel.raybackend import RayBackend
+    from gyre_contract.channel._raybackend import RayBackend
 
     real = RayBackend.write_segment
 

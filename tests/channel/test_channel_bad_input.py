@@ -11,14 +11,11 @@ from pathlib import Path
 import pytest
 from procs import CARTPOLE_MAP, CartStep, episodes
 
-from gyre_contract.channel import (
-    ChannelWarning,
-    NotAChannelError,
-    channel_status,
-    open_sampler,
-    open_trainer,
-)
-from gyre_contract.cli import run
+from gyre_contract.channel import open_sampler, open_trainer
+from gyre_contract.channel._ends import ChannelWarning
+from gyre_contract.channel._handshake import NotAChannelError
+from gyre_contract.channel._status import channel_status
+from gyre_contract.cli._app import run
 
 
 def segment_files(folder: Path) -> list[Path]:
@@ -82,8 +79,7 @@ def test_a_segment_of_another_contract_is_refused_with_both_fingerprints(tmp_pat
 
 def test_a_fifo_or_a_huge_file_in_the_channel_is_refused_unread(tmp_path, monkeypatch):
     """Never a hang (a FIFO has no writer) or unbounded memory (a file over the limit)."""
-    from gyre_contract.channel import filebackend
-
+    from gyre_contract.channel import _filebackend as filebackend
     folder = tmp_path / "ch"
     sampler = open_sampler(folder, model=CartStep)
     trainer = open_trainer(folder, map=CARTPOLE_MAP)
@@ -152,8 +148,7 @@ def test_a_full_disk_mid_write_leaves_the_channel_readable(tmp_path, monkeypatch
     """The write of a segment fails half way with ENOSPC (tests/channel/test_channel_processes.py
     has the kernel refuse a real write)."""
     from gyre_contract.channel import _contract
-    from gyre_contract.io import atomic
-
+    from gyre_contract.io import _atomic as atomic
     sampler = open_sampler(tmp_path / "ch", model=CartStep)
     sampler.put(episodes("ok", 2))
 

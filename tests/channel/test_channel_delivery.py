@@ -10,15 +10,12 @@ import numpy as np
 import pytest
 from procs import CARTPOLE_MAP, TOKEN_MAP, CartStep, Completion, completions, episodes
 
-from gyre_contract.channel import (
-    ChannelWarning,
-    HandshakeError,
-    channel_status,
-    open_sampler,
-    open_trainer,
-)
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.tensor import Tensor
+from gyre_contract.channel import open_sampler, open_trainer
+from gyre_contract.channel._ends import ChannelWarning
+from gyre_contract.channel._handshake import HandshakeError
+from gyre_contract.channel._status import channel_status
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._tensor import Tensor
 
 
 def ids_of(delivery) -> list[str]:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from procs import CARTPOLE_MAP, CartStep
 
-from gyre_contract.channel import channel_status, open_sampler, open_trainer
+from gyre_contract.channel import open_sampler, open_trainer
+from gyre_contract.channel._status import channel_status
 
 PROCS = Path(__file__).resolve().parent / "procs.py"
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 from procs import CARTPOLE_MAP, TOKEN_MAP, CartStep, Completion, completions, episodes
 
-from gyre_contract.channel import segments
-from gyre_contract.channel.segments import SegmentError, SegmentMeta
-from gyre_contract.harness.recorder import episodes_from_records
-from gyre_contract.io.arrowschema import to_arrow_schema
-from gyre_contract.io.blocks import RecordBlocks
+from gyre_contract.channel import _segments as segments
+from gyre_contract.channel._segments import SegmentError, SegmentMeta
+from gyre_contract.harness._recorder import episodes_from_records
+from gyre_contract.io._arrowschema import to_arrow_schema
+from gyre_contract.io._blocks import RecordBlocks
 from gyre_contract.pinned import LLMStep
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer._fieldmap import FieldMap
 
 
 def meta(n: int) -> SegmentMeta:

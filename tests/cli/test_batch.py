@@ -14,9 +14,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.harness.recorder import Recorder
-from gyre_contract.io.writer import write_steps
+from gyre_contract.cli._app import run
+from gyre_contract.harness._recorder import Recorder
+from gyre_contract.io._writer import write_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_MAP = ROOT / "examples" / "cartpole_map.json"
@@ -216,7 +216,7 @@ def test_a_negative_or_non_integer_version_bound_is_a_usage_error(rollouts, flag
 
 
 def test_half_way_refuses_a_negative_staleness_bound(rollouts):
-    from gyre_contract.harness.stages import half_way
+    from gyre_contract.harness._stages import half_way
 
     with pytest.raises(ValueError, match="max_staleness must be >= 0, got -1"):
         half_way(rollouts, EXAMPLE_MAP, max_staleness=-1)
@@ -338,7 +338,7 @@ def test_real_subprocess_and_numpy_only_load(rollouts, tmp_path):
 def test_npz_keeps_a_field_named_like_a_savez_argument(tmp_path, name):
     """`np.savez(f, **batch)` dropped a field called `allow_pickle` (taken as its flag) and
     failed with a TypeError on one called `file`; every field reaches the file."""
-    from gyre_contract.cli.batch import write_npz
+    from gyre_contract.cli._batch import write_npz
 
     target = write_npz(tmp_path / "b.npz", {name: np.arange(3), "obs": {"x": np.ones((2, 2))}})
     with np.load(target, allow_pickle=False) as loaded:

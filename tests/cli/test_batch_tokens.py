@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from gyre_contract.cli import run
-from gyre_contract.core.validate import validate_step
-from gyre_contract.io.writer import write_steps
+from gyre_contract.cli._app import run
+from gyre_contract.core._validate import validate_step
+from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
 
 FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "response_length",

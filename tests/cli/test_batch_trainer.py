@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.harness.stages import half_way
-from gyre_contract.schema.trainerbatch import trainer_schema
+from gyre_contract.cli._app import run
+from gyre_contract.harness._stages import half_way
+from gyre_contract.schema._trainerbatch import trainer_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"
@@ -111,7 +111,7 @@ def test_half_way_takes_a_trainer_schema_and_keeps_its_names(tmp_path):
 
 
 def test_trainer_schema_from_our_own_batch_model():
-    from gyre_contract.core.models import TrainBatch
+    from gyre_contract.core._models import TrainBatch
 
     schema = trainer_schema(TrainBatch)
     assert schema.batch_dims == ("B", "T") and "mask" in schema.table

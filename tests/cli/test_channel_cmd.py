@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "channel"))
 from procs import CARTPOLE_MAP, CartStep, episodes
 
 from gyre_contract.channel import open_sampler, open_trainer
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 
 def call(*argv: str) -> tuple[int, str, str]:

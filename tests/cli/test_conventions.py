@@ -1,6 +1,6 @@
 """The conventions every command follows: --version, help for every flag, exit codes in every
-command's help, `-o` a file and `--out-dir` a folder (old `--out DIR` still works, with a
-deprecation message on stderr), and `--model`/`--loss` importing a script without its main block.
+command's help, `-o` a file and `--out-dir` a folder (the old `--out DIR` is gone), and
+`--model`/`--loss` importing a script without its main block.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 import gyre_contract
-from gyre_contract.cli import build_parser, run
-from gyre_contract.cli.conventions import DeprecatedSpelling
+from gyre_contract.cli._app import build_parser, run
 
 
 def call(*argv: str) -> tuple[int, str, str]:
@@ -52,8 +51,8 @@ def test_every_flag_has_help_and_the_help_lists_exit_codes(name):
 @pytest.mark.parametrize("name", sorted(commands()))
 def test_o_means_a_file_and_out_dir_a_folder(name):
     for action in commands()[name]._actions:
-        if "--out" in action.option_strings and "-o" not in action.option_strings:
-            assert isinstance(action, DeprecatedSpelling), f"{name} --out must be -o FILE"
+        if "--out" in action.option_strings:
+            assert "-o" in action.option_strings, f"{name} --out must be -o FILE"
         if "--out-dir" in action.option_strings:
             assert action.metavar == "DIR"
         if "-o" in action.option_strings:
@@ -64,29 +63,28 @@ def test_o_means_a_file_and_out_dir_a_folder(name):
 def test_every_output_option_is_guarded(name):
     """An option that names what a command writes is in OUTPUTS: every other file argument is
     an input that no output may replace (`common.outputs_guarded`)."""
-    from gyre_contract.cli.conventions import OUTPUTS
+    from gyre_contract.cli._conventions import OUTPUTS
 
     for action in commands()[name]._actions:
         if {"-o", "--out", "--out-dir", "--write-map", "--plot"} & set(action.option_strings):
             assert action.dest in OUTPUTS, (name, action.option_strings)
 
 
-def test_export_out_dir_and_the_old_spelling(tmp_path):
+def test_export_takes_out_dir_and_no_longer_out(tmp_path):
     code, out, err = call("export", "--out-dir", str(tmp_path / "a"), "--format", "json")
     assert code == 0 and err == ""
     assert [Path(p).name for p in json.loads(out)["written"]] == [
         "rollout_step.v1.json", "train_batch.v1.json", "token_batch.v1.json", "gyre_vocabulary.v1.json"]
-    code, out, err = call("export", "--out", str(tmp_path / "b"), "--format", "json")
-    assert code == 0 and json.loads(out)["written"][0].startswith(str(tmp_path / "b"))
-    assert err.startswith("warning: --out is deprecated, use --out-dir") and "Traceback" not in err
-    assert call("export", "--out-dir", str(tmp_path / "b"), "--check")[0] == 0
+    assert call("export", "--out-dir", str(tmp_path / "a"), "--check")[0] == 0
+    code, out, err = call("export", "--out", str(tmp_path / "b"))  # removed in 0.3.0
+    assert code == 2 and "unrecognized arguments: --out" in err and not (tmp_path / "b").exists()
 
 
-def test_demo_takes_out_dir_and_the_old_spelling():
+def test_demo_takes_out_dir_and_no_longer_out(tmp_path):
     parser = build_parser()
     assert parser.parse_args(["demo", "--out-dir", "d"]).out_dir.name == "d"
-    args = parser.parse_args(["demo", "--out", "d"])
-    assert args.out_dir.name == "d" and args.deprecation_messages
+    code, _, err = call("demo", "--out", str(tmp_path / "d"))  # removed in 0.3.0
+    assert code == 2 and "unrecognized arguments: --out" in err and not (tmp_path / "d").exists()
 
 
 MODEL_SCRIPT = textwrap.dedent('''
@@ -140,7 +138,7 @@ def test_a_module_failing_on_import_is_one_line_exit_2(tmp_path, monkeypatch):
 
 def test_output_files_are_replaced_atomically(tmp_path, monkeypatch):
     """A write that fails leaves the old file as it was and no temporary file behind."""
-    from gyre_contract.io.atomic import atomic_path
+    from gyre_contract.io._atomic import atomic_path
 
     target = tmp_path / "schema.json"
     target.write_text("old")

@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.cli._app import run
+from gyre_contract.trainer._fieldmap import FieldMap
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = str(ROOT / "schemas" / "rollout_step.v1.json")
@@ -149,8 +149,8 @@ def test_infer_diff_write_map_then_batch(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("trainer", [BATCH, str(PEERS / "verl_actor_batch.json")])
 def test_diff_report_protocol_matches_the_cli(trainer: str) -> None:
-    from gyre_contract.core.report import Report
-    from gyre_contract.schema.diffing import diff
+    from gyre_contract.core._report import Report
+    from gyre_contract.schema._diffing import diff
 
     report = diff(STEP, trainer, batch_dims="B" if "verl" in trainer else None)
     assert isinstance(report, Report)
@@ -169,17 +169,9 @@ def test_diff_report_protocol_matches_the_cli(trainer: str) -> None:
         report.render("html")
 
 
-def test_diff_report_old_names_warn() -> None:
-    from gyre_contract.schema.diffing import diff
-
-    report = diff(STEP, BATCH)
-    with pytest.warns(DeprecationWarning, match="render\\('markdown'\\)"):
-        assert report.to_markdown() == report.render("markdown")
-
-
 def test_compat_report_protocol_matches_the_cli() -> None:
-    from gyre_contract.core.report import Report
-    from gyre_contract.schema.compatibility import compat
+    from gyre_contract.core._report import Report
+    from gyre_contract.schema._compatibility import compat
 
     for old, new, mode in ((STEP, STEP, "full"), (STEP, BATCH, "backward")):
         report = compat(old, new, mode)
@@ -190,8 +182,6 @@ def test_compat_report_protocol_matches_the_cli() -> None:
         assert code == report.exit_code() == report.exit_code(strict=True) == \
             (0 if report.ok else 1)
         assert report.to_dict()["compatible"] is report.ok
-        with pytest.warns(DeprecationWarning, match="use ok"):
-            assert report.compatible is report.ok
 
 
 @pytest.mark.parametrize("option", ["--gamma", "--lam"])

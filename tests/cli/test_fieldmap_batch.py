@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from test_token_maps import records as grpo_records
 
-from gyre_contract.cli import run
-from gyre_contract.core.errors import SchemaError
+from gyre_contract.cli._app import run
+from gyre_contract.core._errors import SchemaError
 from gyre_contract.io import read_episodes, read_steps
-from gyre_contract.io.writer import write_steps
+from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import CartPoleStep, LLMStep
 from gyre_contract.schema import diff, json_schema
 from gyre_contract.trainer import FieldMap

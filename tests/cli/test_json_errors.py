@@ -1,5 +1,5 @@
 """With `--format json` every command's error is a JSON object on stdout, nothing on stderr, and
-the exit code text output gives (one shared helper, `cli.common.write_json_error`)."""
+the exit code text output gives (one shared helper, `cli._common.write_json_error`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = str(ROOT / "schemas" / "rollout_step.v1.json")

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 
 def call(*argv: str) -> tuple[int, str, str]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.core.errors import Problem
+from gyre_contract.cli._app import run
+from gyre_contract.core._errors import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"
@@ -31,7 +31,7 @@ def cli(*argv: str | Path) -> tuple[int, str, str]:
 
 
 def test_shortened_text_keeps_both_ends_and_the_length() -> None:
-    from gyre_contract.core.text import quoted, shorten, shorten_path
+    from gyre_contract.core._text import quoted, shorten, shorten_path
 
     assert shorten("a" * 80) == "a" * 80
     assert shorten(KEY) == SHORT_KEY

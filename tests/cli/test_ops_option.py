@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.trainer import ops
+from gyre_contract.cli._app import run
+from gyre_contract.trainer import _ops as ops
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"

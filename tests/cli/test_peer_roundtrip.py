@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 from gyre_contract.io import read_episodes
 from gyre_contract.pinned import CartPoleStep
 from gyre_contract.schema import diff

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import progress, run
-from gyre_contract.io.progress import observe_reading, reading_observer
+from gyre_contract.cli import _progress as progress
+from gyre_contract.cli._app import run
+from gyre_contract.io._progress import observe_reading, reading_observer
 
 pytest.importorskip("tqdm")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import run
-from gyre_contract.harness.runlog import RunLog, RunRecord
+from gyre_contract.cli._app import run
+from gyre_contract.harness._runlog import RunLog, RunRecord
 
 STARTED = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "rollouts"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "rollouts"
@@ -77,8 +77,8 @@ def test_pinned_model_from_a_module_in_the_current_directory(monkeypatch) -> Non
     ("examples/models.py", "error: --model must be MODULE:CLASS or FILE.py:CLASS, got "),
     ("no_such_module_xyz:Step", "error: --model: cannot import 'no_such_module_xyz': "),
     (str(ROOT / "examples" / "models.py") + ":Nope", "error: --model: "),
-    (str(ROOT / "examples" / "models.py") + ":PromptObservation",
-     "error: --model: " + str(ROOT / "examples" / "models.py") + ":PromptObservation is not a "
+    ("gyre_contract.pinned:PromptObservation",
+     "error: --model: gyre_contract.pinned:PromptObservation is not a "
      "step model (a subclass of RolloutStep), got "),
 ])
 def test_bad_model_exits_2(spec: str, message: str) -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.dims import (
+from gyre_contract.core._dims import (
     CastError,
     Dim,
     bind_dims,
@@ -18,7 +18,7 @@ from gyre_contract.core.dims import (
     shape_mismatch,
     to_array,
 )
-from gyre_contract.core.errors import SchemaError
+from gyre_contract.core._errors import SchemaError
 
 
 def test_shape_grammar():

@@ -15,12 +15,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-import gyre_contract.core.endedids as endedids
-import gyre_contract.io.lines as lines
-from gyre_contract.core.endedids import episode_key, episode_keys
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import EpisodeTracker
-from gyre_contract.io.validation import validate_file
+import gyre_contract.core._endedids as endedids
+import gyre_contract.io._lines as lines
+from gyre_contract.core._endedids import episode_key, episode_keys
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import EpisodeTracker
+from gyre_contract.io._validation import validate_file
 
 REAL_KEY = endedids.episode_key
 COLLIDING = b"\x07" * 16
@@ -77,7 +77,7 @@ def test_a_key_is_128_bits_of_blake2b():
 
 
 KEYS_SCRIPT = """
-from gyre_contract.core.endedids import episode_keys
+from gyre_contract.core._endedids import episode_keys
 ids = ["ep-0", "cartpole-12", "prompt-17/3", "ünï", ""]
 print(episode_keys(ids).tobytes().hex(), hash("ep-0"))
 """

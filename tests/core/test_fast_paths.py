@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.fastpath import fast_validate
-from gyre_contract.core.models import Modalities, RolloutStep
-from gyre_contract.core.tensor import Tensor
-from gyre_contract.core.validate import problems_from, validate_step
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._fastpath import fast_validate
+from gyre_contract.core._models import Modalities, RolloutStep
+from gyre_contract.core._tensor import Tensor
+from gyre_contract.core._validate import problems_from, validate_step
 
 
 @pytest.fixture(scope="module", autouse=True)

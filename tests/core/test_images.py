@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gyre_contract.core.validate import validate_batch, validate_step
+from gyre_contract.core._validate import validate_batch, validate_step
 
 INTEGER_DTYPES = ["uint8", "uint16", "int8", "int16", "int32", "int64"]
 
@@ -74,8 +74,8 @@ def test_a_batch_of_uint8_images_stays_uint8():
 @pytest.mark.parametrize("layout", ["tensor", "modality"])
 def test_parquet_keeps_uint8_images(layout, fast_paths, tmp_path):
     pytest.importorskip("pyarrow")
-    from gyre_contract.io.parquet import read_parquet_episodes, read_parquet_steps, write_parquet
-    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io._parquet import read_parquet_episodes, read_parquet_steps, write_parquet
+    from gyre_contract.io._validation import validate_file
 
     image = _image()
     observation = image if layout == "tensor" else {"image": image, "text": "look"}
@@ -101,9 +101,9 @@ def test_parquet_ragged_or_empty_images_get_the_same_report_both_ways(tmp_path, 
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from gyre_contract.core.models import RolloutStep
-    from gyre_contract.io.arrowschema import to_arrow_schema
-    from gyre_contract.io.validation import validate_file
+    from gyre_contract.core._models import RolloutStep
+    from gyre_contract.io._arrowschema import to_arrow_schema
+    from gyre_contract.io._validation import validate_file
 
     schema = to_arrow_schema(RolloutStep, sample=_record(_image()))
     images = [_image().tolist(), [[[1, 2, 3]], [[4, 5]]], [], [[]], _image().tolist()]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.fastpath import fast_validate
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import has_named_dims, validate_episode, validate_step
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._fastpath import fast_validate
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import has_named_dims, validate_episode, validate_step
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 MODELS = [RolloutStep, LLMStep]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gyre_contract.core import registry
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.modelinfo import derived_table, forget, model_info
-from gyre_contract.core.models import RolloutStep, TrainBatch, field_specs
-from gyre_contract.core.registry import Rule
-from gyre_contract.core.rules import field_rule
-from gyre_contract.core.validate import validate_step
+from gyre_contract.core import _registry as registry
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._modelinfo import derived_table, forget, model_info
+from gyre_contract.core._models import RolloutStep, TrainBatch, field_specs
+from gyre_contract.core._registry import Rule
+from gyre_contract.core._rules import field_rule
+from gyre_contract.core._validate import validate_step
 from gyre_contract.pinned import CartPoleStep
 
 

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from gyre_contract.core import switches
-from gyre_contract.core.fastpath import PLANS
-from gyre_contract.core.switches import FAST, fast_paths_enabled
-from gyre_contract.core.validate import validate_step
+from gyre_contract.core import _switches as switches
+from gyre_contract.core._fastpath import PLANS
+from gyre_contract.core._switches import FAST, fast_paths_enabled
+from gyre_contract.core._validate import validate_step
 from gyre_contract.pinned import CartPoleStep
 
 RECORD = {"observation": [0.01, -0.02, 0.03, 0.04], "action": 1, "logprob": -0.69, "value": 0.5,
@@ -30,7 +30,7 @@ def test_the_import_installs_no_hook() -> None:
     import sys
 
     code = ("import sys; hooks = []; sys.addaudithook = hooks.append; import gyre_contract; "
-            "from gyre_contract.core.switches import FAST; assert hooks == [] and FAST.on is None; "
+            "from gyre_contract.core._switches import FAST; assert hooks == [] and FAST.on is None; "
             "import gyre_contract.pinned as p; "
             "gyre_contract.validate_step({'observation': [0.0] * 4, 'action': 0, 'reward': 1.0, "
             "'step': 0, 'episode_id': 'e', 'terminated': False, 'truncated': False, "

@@ -12,9 +12,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from gyre_contract import RolloutStep, SchemaError, Tensor, TrainBatch, validate_step
-from gyre_contract.core.fields import field_specs
-from gyre_contract.core.tensor import TensorSpec
+from gyre_contract import RolloutStep, Tensor, TrainBatch, validate_step
+from gyre_contract.core import SchemaError
+from gyre_contract.core._fields import field_specs
+from gyre_contract.core._tensor import TensorSpec
 from gyre_contract.pinned import CartPoleStep, LLMStep
 from gyre_contract.schema import json_schema
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import gyre_contract
-from gyre_contract.core import registry
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.tokenbatch import TokenBatch, TokenBatchV1
-from gyre_contract.core.validate import validate_batch
-from gyre_contract.schema.export import json_schema, render
+from gyre_contract.core import _registry as registry
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._tokenbatch import TokenBatch, TokenBatchV1
+from gyre_contract.core._validate import validate_batch
+from gyre_contract.schema._export import json_schema, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,14 +59,12 @@ def edited(key: str, index: Any, value: Any, batch: dict[str, Any] | None = None
 
 
 def test_the_model_and_its_names():
-    assert TokenBatch is TokenBatchV1 is gyre_contract.TokenBatch is gyre_contract.TokenBatchV1
+    assert TokenBatch is TokenBatchV1 is gyre_contract.TokenBatch is gyre_contract.core.TokenBatchV1
     assert (TokenBatch.gyre_kind, TokenBatch.batch_dims) == ("token_batch", ("B",))
     batch = validate_batch(clean(), TokenBatch)
     assert isinstance(batch, TokenBatchV1)
     assert batch.arrays()["response_length"].tolist() == [2, 4, 0]
     assert validate_batch(clean(), batch_model=TokenBatch).step.tolist() == [0, 1, 0]
-    with pytest.warns(DeprecationWarning):  # the old keyword still works
-        validate_batch(clean(), model=TokenBatch)
 
 
 def test_optional_fields_and_a_per_token_advantage():

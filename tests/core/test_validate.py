@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import EpisodeTracker, validate_batch, validate_episode, validate_step
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import EpisodeTracker, validate_batch, validate_episode, validate_step
 
 
 def messages(record: dict, model=None) -> list[str]:
@@ -365,7 +365,7 @@ def test_observation_keeps_its_structure_and_modality_dtypes(cartpole_record):
 
 
 def test_pinned_models_have_no_kind_to_track(cartpole_record, cartpole_model, llm_model):
-    from gyre_contract.core.fields import kind_fields
+    from gyre_contract.core._fields import kind_fields
     from gyre_contract.pinned import CartPoleStep, LLMStep
 
     assert kind_fields(cartpole_model) == kind_fields(CartPoleStep) == ()

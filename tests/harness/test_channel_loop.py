@@ -12,11 +12,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "channel"))
 
 from procs import CARTPOLE_MAP, CartStep, episodes
 
-from gyre_contract.channel import channel_status, open_sampler
-from gyre_contract.core.errors import ContractError
-from gyre_contract.harness.channelloop import CHANNEL_CHECKS
-from gyre_contract.harness.runlog import RunLog
-from gyre_contract.harness.stages import full_loop
+from gyre_contract.channel import open_sampler
+from gyre_contract.channel._status import channel_status
+from gyre_contract.core._errors import ContractError
+from gyre_contract.harness._channelloop import CHANNEL_CHECKS
+from gyre_contract.harness._runlog import RunLog
+from gyre_contract.harness._stages import full_loop
 
 
 def train(batch):

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import InputError
-from gyre_contract.harness.stages import full_loop, half_way
+from gyre_contract.core._errors import InputError
+from gyre_contract.harness._stages import full_loop, half_way
 from gyre_contract.pinned import CartPoleStep
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from gyre_contract.cli import run
-from gyre_contract.harness.demo import STAGE3_SEEDS, SoftmaxPolicy, run_demo, stage3_seeds
-from gyre_contract.harness.runlog import RunLog
+from gyre_contract.cli._app import run
+from gyre_contract.harness._demo import STAGE3_SEEDS, SoftmaxPolicy, run_demo, stage3_seeds
+from gyre_contract.harness._runlog import RunLog
 
 
 def test_demo_passes_every_stage_and_keeps_its_files(tmp_path):

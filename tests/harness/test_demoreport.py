@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gyre_contract.core.errors import ContractError, Problem
-from gyre_contract.harness.demoreport import (
+from gyre_contract.core._errors import ContractError, Problem
+from gyre_contract.harness._demoreport import (
     DemoReport,
     compact_rows,
     compact_table,

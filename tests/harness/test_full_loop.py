@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStep, TrainBatch
-from gyre_contract.core.report import Report
-from gyre_contract.core.tensor import Tensor
-from gyre_contract.harness.recorder import Recorder
-from gyre_contract.harness.runlog import RunLog
-from gyre_contract.harness.stages import FULL_LOOP_CHECKS, full_loop
-from gyre_contract.io.episodes import Episode
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep, TrainBatch
+from gyre_contract.core._report import Report
+from gyre_contract.core._tensor import Tensor
+from gyre_contract.harness._recorder import Recorder
+from gyre_contract.harness._runlog import RunLog
+from gyre_contract.harness._stages import FULL_LOOP_CHECKS, full_loop
+from gyre_contract.io._episodes import Episode
+from gyre_contract.trainer._fieldmap import FieldMap
 
 MAP = {
     "gyre_field_map": 1,

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from models import CartPoleStep
 
-from gyre_contract.core.validate import validate_step
-from gyre_contract.io.reading import read_episodes, read_steps
-from gyre_contract.io.validation import validate_file
-from gyre_contract.io.writer import write_steps
+from gyre_contract.core._validate import validate_step
+from gyre_contract.io._reading import read_episodes, read_steps
+from gyre_contract.io._validation import validate_file
+from gyre_contract.io._writer import write_steps
 
 gym = pytest.importorskip("gymnasium")
 
@@ -78,7 +78,7 @@ def test_recorded_rollout_reads_back_as_steps_and_episodes(tmp_path: Path) -> No
 
 
 def test_vector_env_rollout_interleaves_and_groups_back(tmp_path: Path) -> None:
-    from gyre_contract.harness.recorder import Recorder
+    from gyre_contract.harness._recorder import Recorder
 
     envs = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync",
                         wrappers=[lambda e: gym.wrappers.TimeLimit(e, 15)])

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.cli import run
-from gyre_contract.core.errors import ContractError, Problem
-from gyre_contract.harness import llmdemo
-from gyre_contract.harness.llmdemo import (
+from gyre_contract.cli._app import run
+from gyre_contract.core._errors import ContractError, Problem
+from gyre_contract.harness import _llmdemo as llmdemo
+from gyre_contract.harness._llmdemo import (
     AdditionStep,
     GroupSampler,
     OneAheadSampler,
@@ -24,9 +24,9 @@ from gyre_contract.harness.llmdemo import (
     run_llm_demo,
     verl_actor_schema,
 )
-from gyre_contract.harness.recorder import TurnRecorder
-from gyre_contract.harness.runlog import RunLog
-from gyre_contract.harness.tokenpolicy import (
+from gyre_contract.harness._recorder import TurnRecorder
+from gyre_contract.harness._runlog import RunLog
+from gyre_contract.harness._tokenpolicy import (
     BOS,
     EOS,
     GRPO_KEYS,
@@ -331,7 +331,7 @@ def test_demo_llm_passes_every_stage_and_keeps_its_files(tmp_path):
     assert fmap["rows"] == "step" and "group_norm" in json.dumps(fmap["fields"]["advantages"])
     # the files the demo leaves are accepted by the other commands
     rollouts = str(tmp_path / "rollouts.jsonl")
-    model = "gyre_contract.harness.llmdemo:AdditionStep"
+    model = "gyre_contract.harness._llmdemo:AdditionStep"
     assert cli("validate", rollouts, "--model", model, "--require-complete")[0] == 0
     code, out, err = cli("batch", rollouts, "--map", str(tmp_path / "map.json"), "--model", model,
                          "--trainer", str(tmp_path / "trainer.json"))

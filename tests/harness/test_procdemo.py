@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from gyre_contract.channel import channel_status
-from gyre_contract.cli import run
-from gyre_contract.harness.llmdemo import run_llm_demo
-from gyre_contract.harness.procdemo import HOW, publish_weights, train_run_procs, weights_path
-from gyre_contract.harness.runlog import RunLog
+from gyre_contract.channel._status import channel_status
+from gyre_contract.cli._app import run
+from gyre_contract.harness._llmdemo import run_llm_demo
+from gyre_contract.harness._procdemo import HOW, publish_weights, train_run_procs, weights_path
+from gyre_contract.harness._runlog import RunLog
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
@@ -60,8 +60,7 @@ def test_weights_go_by_version_through_a_file(tmp_path):
 
 @pytest.mark.slow
 def test_a_sampler_process_that_dies_fails_stage_3_and_says_so(tmp_path, monkeypatch):
-    from gyre_contract.harness import procdemo
-
+    from gyre_contract.harness import _procdemo as procdemo
     monkeypatch.setattr(procdemo, "WAIT_SECONDS", 3.0)
     monkeypatch.setattr(procdemo, "sampler_process", _dies)
     text = io.StringIO()

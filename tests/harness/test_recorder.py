@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.validate import validate_episode
-from gyre_contract.harness.recorder import Recorder, TurnRecorder, episodes_from_records
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._validate import validate_episode
+from gyre_contract.harness._recorder import Recorder, TurnRecorder, episodes_from_records
 from gyre_contract.pinned import LLMStep
 
 MAX_STEPS = 15
@@ -254,13 +254,13 @@ def test_not_an_env_is_a_type_error() -> None:
 
 
 def test_importing_the_recorder_does_not_import_gymnasium() -> None:
-    code = "import sys, gyre_contract.harness.recorder; print('gymnasium' in sys.modules)"
+    code = "import sys, gyre_contract.harness._recorder; print('gymnasium' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_collect_episodes_gives_columns_ready_for_collate() -> None:
-    from gyre_contract.trainer.collation import collate
+    from gyre_contract.trainer._collation import collate
 
     recorder = Recorder(vector(AutoresetMode.NEXT_STEP, n=2), random_policy(2), policy_version=2,
                         value_fn=value_fn, seed=SEED)
@@ -376,8 +376,7 @@ def test_episodes_from_records_goes_through_the_one_io_loop() -> None:
     that fails validation still advances its episode, as in a file (no second problem)."""
     import inspect
 
-    from gyre_contract.harness import recorder as module
-
+    from gyre_contract.harness import _recorder as module
     source = inspect.getsource(module)
     assert "episode_from_steps" not in source and "EpisodeAssembler(" in source
     recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
@@ -403,16 +402,6 @@ def test_a_failed_record_of_any_mapping_type_still_advances_its_episode() -> Non
         with pytest.raises(ContractError) as info:
             episodes_from_records([wrap(r) for r in records])
         assert [p.path for p in info.value.problems] == ["records[1].reward"], wrap
-
-
-def test_iter_validated_steps_is_deprecated() -> None:
-    from gyre_contract.core.validate import iter_validated_steps
-
-    recorder = Recorder(cartpole(), random_policy(None), policy_version=0, seed=SEED)
-    records = list(recorder.record_episodes(1))
-    with pytest.warns(DeprecationWarning, match="read_steps"):
-        steps = list(iter_validated_steps(enumerate(records, 1)))
-    assert len(steps) == len(records)
 
 
 # -- Tuple observation spaces (reliability round 2) -----------------------------------------------
@@ -445,9 +434,9 @@ def test_a_tuple_observation_space_records_each_envs_own_row(n: int, mode: Autor
                                                              tmp_path) -> None:
     """SyncVectorEnv of Blackjack-v1 (a Tuple space) once recorded the three player sums as env
     0's observation, and 4 envs raised IndexError: `tree[i]` took the i-th component."""
-    from gyre_contract.io.reading import read_episodes
-    from gyre_contract.io.validation import validate_file
-    from gyre_contract.io.writer import write_steps
+    from gyre_contract.io._reading import read_episodes
+    from gyre_contract.io._validation import validate_file
+    from gyre_contract.io._writer import write_steps
 
     env = SyncVectorEnv([lambda: gym.make("Blackjack-v1") for _ in range(n)],
                         autoreset_mode=mode)

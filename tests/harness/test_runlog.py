@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.core.report import Report
-from gyre_contract.harness.runlog import (
+from gyre_contract.core._errors import ContractError, InputError
+from gyre_contract.core._report import Report
+from gyre_contract.harness._runlog import (
     MAX_RUN_METRICS,
     RunLog,
     RunRecord,
@@ -25,7 +25,7 @@ from gyre_contract.harness.runlog import (
     format_summary,
     summarize,
 )
-from gyre_contract.harness.runplot import plot_runs
+from gyre_contract.harness._runplot import plot_runs
 
 STARTED = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
 
@@ -147,7 +147,7 @@ def test_runlog_rejects_lossy_and_non_finite_values(tmp_path: Path) -> None:
 def test_runlog_numbers_lines_as_splitlines_read_in_blocks(data, chunk, tmp_path, monkeypatch):
     """Read a block at a time (never the whole file), numbered as the whole file's
     `bytes.splitlines` numbers it: a lone CR ends a line, CRLF is one end."""
-    import gyre_contract.io.lines as lines
+    import gyre_contract.io._lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", chunk)
     path = tmp_path / "runs.jsonl"
@@ -156,7 +156,7 @@ def test_runlog_numbers_lines_as_splitlines_read_in_blocks(data, chunk, tmp_path
 
 
 def test_a_run_log_line_of_too_many_values_is_reported_unparsed(tmp_path, monkeypatch):
-    import gyre_contract.io.lines as lines
+    import gyre_contract.io._lines as lines
 
     monkeypatch.setattr(lines, "MAX_LINE_VALUES", 50)
     good = orjson.dumps(run("a", "small", 1.0, 2.0, 3.5).model_dump(mode="json"))

@@ -9,14 +9,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import ContractError, MissingFieldError
-from gyre_contract.core.models import RolloutStep, TrainBatch
-from gyre_contract.core.report import Report
-from gyre_contract.core.tensor import Tensor
-from gyre_contract.harness.recorder import Recorder
-from gyre_contract.harness.stages import BatchReport, HalfWayReport, half_way
-from gyre_contract.io.writer import write_steps
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.core._errors import ContractError, MissingFieldError
+from gyre_contract.core._models import RolloutStep, TrainBatch
+from gyre_contract.core._report import Report
+from gyre_contract.core._tensor import Tensor
+from gyre_contract.harness._recorder import Recorder
+from gyre_contract.harness._stages import BatchReport, HalfWayReport, half_way
+from gyre_contract.io._writer import write_steps
+from gyre_contract.trainer._fieldmap import FieldMap
 
 EXAMPLE_MAP = Path(__file__).resolve().parents[2] / "examples" / "cartpole_map.json"
 
@@ -172,9 +172,4 @@ def test_the_step_model_argument_is_model_and_step_model_still_works(tmp_path):
 
     with pytest.raises(ContractError, match=r"observation: wrong shape"):
         half_way(path, EXAMPLE_MAP, model=TooNarrow)
-    with pytest.warns(DeprecationWarning, match=r"half_way\(\): the argument step_model= is now "
-                      r"model="):
-        report = half_way(path, EXAMPLE_MAP, step_model=CartPoleStep)
-    assert report.episodes == 2
-    with pytest.raises(TypeError, match="got both step_model= and model="):
-        half_way(path, EXAMPLE_MAP, step_model=CartPoleStep, model=CartPoleStep)
+    assert half_way(path, EXAMPLE_MAP, model=CartPoleStep).episodes == 2

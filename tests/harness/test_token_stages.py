@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.validate import validate_step
-from gyre_contract.harness.stages import full_loop, half_way
-from gyre_contract.harness.tokenrows import group_split_warnings
-from gyre_contract.io.writer import write_steps
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._validate import validate_step
+from gyre_contract.harness._stages import full_loop, half_way
+from gyre_contract.harness._tokenrows import group_split_warnings
+from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
 
 TOKEN_MAP: dict[str, Any] = {"gyre_field_map": 1, "rows": "step", "fields": {

@@ -26,12 +26,12 @@ from test_fast_file import (
     with_defects,
 )
 
-from gyre_contract.core.endedids import EndedEpisodes, episode_key
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.io.binding import bind_plan
-from gyre_contract.io.reading import read_episodes
-from gyre_contract.io.validation import validate_file
+from gyre_contract.core._endedids import EndedEpisodes, episode_key
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.io._binding import bind_plan
+from gyre_contract.io._reading import read_episodes
+from gyre_contract.io._validation import validate_file
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -182,7 +182,7 @@ def test_episodes_are_identical_without_a_pinned_model(cartpole_record, tmp_path
 @pytest.mark.parametrize("variant", ["clean", "spaced", "float actions", "token fields",
                                      "scalar observations"])
 def test_the_bound_plan_is_taken(cartpole_record, tmp_path, monkeypatch, variant):
-    import gyre_contract.io.checking as checking
+    import gyre_contract.io._checking as checking
 
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(VARIANTS[variant](cartpole_record)) + b"\n")
@@ -226,7 +226,7 @@ def test_what_is_bound(cartpole_record):
                 max_size=300),
        st.integers(2, 64))
 def test_ended_episodes_is_a_dict_of_lines(ops, buffer):
-    import gyre_contract.core.endedids as endedids
+    import gyre_contract.core._endedids as endedids
 
     old = endedids._BUFFER
     endedids._BUFFER = buffer  # small runs: exercise the merges
@@ -262,18 +262,18 @@ def test_ended_episodes_is_a_dict_of_lines(ops, buffer):
     b'{"a": 1, "b": {"c": 2, "c": 3}}',  # a nested duplicate
 ])
 def test_spaced_lines_with_hidden_problems_are_still_found(raw):
-    from gyre_contract.io.lines import Parsed, hidden_problems
+    from gyre_contract.io._lines import Parsed, hidden_problems
 
     obj = orjson.loads(raw) if b"11805916" not in raw else json.loads(raw)
     assert hidden_problems(raw, obj)  # the slow check finds it ...
-    from gyre_contract.io.lines import Lines  # ... and the reader does not skip that check
+    from gyre_contract.io._lines import Lines  # ... and the reader does not skip that check
 
     items = list(Lines.parse(Lines.__new__(Lines), 1, [raw]))
     assert items[0].__class__ is Parsed and items[0].problems
 
 
 def test_a_spaced_clean_line_is_a_record():
-    from gyre_contract.io.lines import Lines
+    from gyre_contract.io._lines import Lines
 
     raw = json.dumps({"a": [1.5, -2e-05], "b": "caf\u00e9", "c": None}).encode()
     assert list(Lines.parse(Lines.__new__(Lines), 7, [raw])) == [(7, orjson.loads(raw))]

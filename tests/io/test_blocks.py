@@ -1,4 +1,4 @@
-"""`io.blocks.RecordBlocks`: blocks of records validated at once, episode rules across blocks,
+"""`io._blocks.RecordBlocks`: blocks of records validated at once, episode rules across blocks,
 all or nothing, the same verdicts and messages with the fast paths on or off."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.io.blocks import RecordBlocks
+from gyre_contract.core._errors import ContractError
+from gyre_contract.io._blocks import RecordBlocks
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import EpisodeTracker, validate_step
-from gyre_contract.io.fastfile import bulk_plan
-from gyre_contract.io.validation import validate_file
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import EpisodeTracker, validate_step
+from gyre_contract.io._fastfile import bulk_plan
+from gyre_contract.io._validation import validate_file
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -135,7 +135,7 @@ def test_clean_block_decodes(cartpole_record, cartpole_model):
 
 def normal_verdict(raw: bytes, model: Any, tmp_path: Any) -> bool:
     """What the line-by-line reader decides for one line on its own (line and record rules)."""
-    from gyre_contract.io.lines import Lines
+    from gyre_contract.io._lines import Lines
 
     path = tmp_path / "one.jsonl"
     path.write_bytes(raw + b"\n")
@@ -206,8 +206,8 @@ def same_columns(a: Any, b: Any) -> bool:
 
 
 def test_block_episodes_equal_read_episodes(cartpole_record, cartpole_model, tmp_path):
-    from gyre_contract.io.assembly import episode_rows
-    from gyre_contract.io.reading import read_episodes
+    from gyre_contract.io._assembly import episode_rows
+    from gyre_contract.io._reading import read_episodes
 
     records = []
     for eid, length, end in [("a", 3, "terminated"), ("b", 2, "truncated"), ("c", 2, "")]:
@@ -291,7 +291,7 @@ def with_defects(lines: list[bytes], defects: list[tuple[int, bytes | None]]) ->
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of a few lines, so that one file mixes bulk and line-by-line blocks."""
-    import gyre_contract.io.lines as lines
+    import gyre_contract.io._lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 1500)
 
@@ -331,7 +331,7 @@ def phantom(base: dict) -> bytes:
 def test_validate_file_reports_are_identical(cartpole_record, cartpole_model, tmp_path,
                                              monkeypatch, small_blocks, interleave, defects,
                                              tail):
-    from gyre_contract.io.validation import validate_file
+    from gyre_contract.io._validation import validate_file
 
     if defects == "phantom":
         defects = [(60, phantom(cartpole_record))]
@@ -345,8 +345,8 @@ def test_validate_file_reports_are_identical(cartpole_record, cartpole_model, tm
 
 
 def test_the_bulk_path_is_taken(cartpole_record, cartpole_model, tmp_path, monkeypatch):
-    import gyre_contract.io.checking as checking
-    from gyre_contract.io.validation import validate_file
+    import gyre_contract.io._checking as checking
+    from gyre_contract.io._validation import validate_file
 
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(cartpole_lines(cartpole_record)) + b"\n")
@@ -365,8 +365,8 @@ def episodes_as_data(episodes: list[Any]) -> list[tuple]:
 def test_read_episodes_is_identical(cartpole_record, cartpole_model, tmp_path, monkeypatch,
                                    small_blocks, interleave, defects, part_lines):
     """Also when a block is decoded in parts of 2 lines, some with a field and some without."""
-    import gyre_contract.io.fastfile as fastfile
-    from gyre_contract.io.reading import read_episodes
+    import gyre_contract.io._fastfile as fastfile
+    from gyre_contract.io._reading import read_episodes
 
     monkeypatch.setattr(fastfile, "_PART_LINES", part_lines)
     lines = with_defects(cartpole_lines(cartpole_record, interleave=interleave), defects)

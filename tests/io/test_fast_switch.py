@@ -15,10 +15,10 @@ import orjson
 import pytest
 from models import CartPoleStep, LLMStep
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.io.reading import read_episodes
-from gyre_contract.io.validation import validate_file
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.io._reading import read_episodes
+from gyre_contract.io._validation import validate_file
 
 CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
 FILES = sorted(p.name for p in CORPUS.glob("*.jsonl"))
@@ -65,7 +65,7 @@ def test_corpus_reports_do_not_depend_on_fast_paths(name: str, model: type, monk
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory) -> Path:
     pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet')")
-    from gyre_contract.io.parquet import write_parquet
+    from gyre_contract.io._parquet import write_parquet
 
     folder = tmp_path_factory.mktemp("twins")
     for name in PARQUET_TWINS:
@@ -87,7 +87,7 @@ def test_parquet_twin_reports_do_not_depend_on_fast_paths(name: str, model: type
 
 def test_modalities_in_parquet_do_not_depend_on_fast_paths(tmp_path, llm_record, monkeypatch):
     pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet')")
-    from gyre_contract.io.parquet import write_parquet
+    from gyre_contract.io._parquet import write_parquet
 
     second = dict(llm_record, episode_id="p/1", observation={"token_ids": [7, 8, 9, 10]},
                   action=[5], logprob=[-0.3, -0.1])  # two log-probs for one token
@@ -98,7 +98,7 @@ def test_modalities_in_parquet_do_not_depend_on_fast_paths(tmp_path, llm_record,
 
 
 def test_the_switch_turns_the_bulk_path_off(cartpole_record, tmp_path, monkeypatch):
-    import gyre_contract.io.checking as checking
+    import gyre_contract.io._checking as checking
 
     lines = [orjson.dumps(dict(cartpole_record, step=t, terminated=t == 2)) for t in range(3)]
     path = tmp_path / "r.jsonl"
@@ -113,7 +113,7 @@ def test_the_switch_turns_the_bulk_path_off(cartpole_record, tmp_path, monkeypat
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_shard_reports_do_not_depend_on_fast_paths(model: type, monkeypatch):
     """The corpus as one folder of shards: per-shard reports and episodes in two shards."""
-    from gyre_contract.io.shards import validate_shards
+    from gyre_contract.io._shards import validate_shards
 
     fast, normal = both_ways(monkeypatch, lambda: validate_shards(
         CORPUS, model, engine="local", allow_partial_tail=True).to_dict())

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gyre_contract.io.groups import MAX_GROUP_WARNINGS, GroupVersions
-from gyre_contract.io.validation import validate_file
+from gyre_contract.io._groups import MAX_GROUP_WARNINGS, GroupVersions
+from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 
@@ -38,7 +38,7 @@ def write(tmp_path, records, model, fmt):
         path = tmp_path / "rollouts.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
         return path
-    from gyre_contract.io.parquet import write_parquet
+    from gyre_contract.io._parquet import write_parquet
     path = tmp_path / "rollouts.parquet"
     write_parquet(path, records, model)
     return path

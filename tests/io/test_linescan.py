@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.io import lines as line_reader
-from gyre_contract.io import linescan
-from gyre_contract.io.linescan import scan, surely_json
-from gyre_contract.io.validation import validate_file
+from gyre_contract.io import _lines as line_reader
+from gyre_contract.io import _linescan as linescan
+from gyre_contract.io._linescan import scan, surely_json
+from gyre_contract.io._validation import validate_file
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -11,10 +11,10 @@ import pytest
 pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet')")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from gyre_contract.core.errors import ContractError, InputError, SchemaError  # noqa: E402
-from gyre_contract.core.models import RolloutStep  # noqa: E402
-from gyre_contract.core.validate import validate_step  # noqa: E402
-from gyre_contract.io.parquet import (  # noqa: E402
+from gyre_contract.core._errors import ContractError, InputError, SchemaError  # noqa: E402
+from gyre_contract.core._models import RolloutStep  # noqa: E402
+from gyre_contract.core._validate import validate_step  # noqa: E402
+from gyre_contract.io._parquet import (  # noqa: E402
     is_parquet,
     read_parquet_episodes,
     read_parquet_steps,
@@ -22,8 +22,8 @@ from gyre_contract.io.parquet import (  # noqa: E402
     validate_parquet,
     write_parquet,
 )
-from gyre_contract.io.validation import validate_file  # noqa: E402
-from gyre_contract.io.writer import write_steps  # noqa: E402
+from gyre_contract.io._validation import validate_file  # noqa: E402
+from gyre_contract.io._writer import write_steps  # noqa: E402
 
 
 def cartpole_episode(eid: str, n: int, *, version: int = 0) -> list[dict]:
@@ -227,7 +227,7 @@ def test_a_page_whose_bytes_changed_on_disk_is_refused_naming_the_file(tmp_path,
     CRC, checked on read: exit 2, one line naming the file."""
     import io
 
-    from gyre_contract.cli import run
+    from gyre_contract.cli._app import run
 
     rng = np.random.default_rng(7)
     records = [dict(r, observation=rng.normal(size=4).tolist())
@@ -358,7 +358,7 @@ def test_cli_validate_reads_a_parquet_file(tmp_path):
     import io
     from pathlib import Path
 
-    from gyre_contract.cli import run
+    from gyre_contract.cli._app import run
 
     records = planted_defects()
     write_steps(tmp_path / "d.jsonl", records)
@@ -378,7 +378,7 @@ def test_cli_validate_reads_a_parquet_file(tmp_path):
 
 
 def test_rollout_functions_choose_parquet_by_extension(tmp_path, cartpole_model):
-    from gyre_contract.io.reading import read_episodes, read_steps
+    from gyre_contract.io._reading import read_episodes, read_steps
 
     path = tmp_path / "r.parquet"
     assert write_steps(path, [validate_step(r, cartpole_model)
@@ -401,7 +401,7 @@ def test_an_empty_generation_is_read_back_as_written(tmp_path, llm_model, monkey
     and the CLI."""
     import io
 
-    from gyre_contract.cli import run
+    from gyre_contract.cli._app import run
 
     empty = dict(llm_records()[0], action=np.array([], np.int64), logprob=np.array([], np.float32),
                  observation={"token_ids": np.array([], np.int64)})

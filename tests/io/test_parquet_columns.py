@@ -24,17 +24,17 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import orjson  # noqa: E402
 
-from gyre_contract.core.models import RolloutStep  # noqa: E402
-from gyre_contract.io.parquet import write_parquet  # noqa: E402
-from gyre_contract.io.reading import read_episodes  # noqa: E402
-from gyre_contract.io.validation import validate_file  # noqa: E402
-from gyre_contract.trainer.collation import collate  # noqa: E402
-from gyre_contract.trainer.flatcollate import collate_file  # noqa: E402
+from gyre_contract.core._models import RolloutStep  # noqa: E402
+from gyre_contract.io._parquet import write_parquet  # noqa: E402
+from gyre_contract.io._reading import read_episodes  # noqa: E402
+from gyre_contract.io._validation import validate_file  # noqa: E402
+from gyre_contract.trainer._collation import collate  # noqa: E402
+from gyre_contract.trainer._flatcollate import collate_file  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch):
-    import gyre_contract.io.parquet as parquet
+    import gyre_contract.io._parquet as parquet
 
     monkeypatch.setattr(parquet, "COLUMN_BATCH_ROWS", 16)
 
@@ -115,7 +115,7 @@ def test_reports_do_not_depend_on_the_columnar_path(cartpole_record, cartpole_mo
 @pytest.mark.parametrize("model_name", ["pinned", "unpinned"])
 def test_a_clean_file_validates_no_row(cartpole_record, cartpole_model, tmp_path, monkeypatch,
                                        model_name):
-    import gyre_contract.io.checking as checking
+    import gyre_contract.io._checking as checking
 
     model = cartpole_model if model_name == "pinned" else RolloutStep
     path = _defective(cartpole_record, tmp_path, cartpole_model, "clean")
@@ -147,7 +147,7 @@ def test_parquet_collates_from_columns_as_episodes(cartpole_record, cartpole_mod
 def test_variable_lists_of_the_unpinned_writer(cartpole_record, tmp_path, monkeypatch, defect):
     """`write_parquet(..., RolloutStep)` writes the observation as a variable list: the length
     its first batch shows is bound, and a batch holding another length goes row by row."""
-    import gyre_contract.io.checking as checking
+    import gyre_contract.io._checking as checking
 
     records = [orjson.loads(raw) for raw in cartpole_lines(dict(cartpole_record), episodes=14)]
     if defect == "longer observation":

@@ -15,14 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import CartPoleStep, LLMStep
 
-from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.validate import validate_step
-from gyre_contract.io import lines as line_reader
-from gyre_contract.io.episodes import Episode
-from gyre_contract.io.reading import read_episodes, read_steps
-from gyre_contract.io.validation import validate_file
-from gyre_contract.io.writer import write_steps
+from gyre_contract.core._errors import ContractError, InputError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import validate_step
+from gyre_contract.io import _lines as line_reader
+from gyre_contract.io._episodes import Episode
+from gyre_contract.io._reading import read_episodes, read_steps
+from gyre_contract.io._validation import validate_file
+from gyre_contract.io._writer import write_steps
 
 CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
 EXPECTED = {k: v for k, v in json.loads((CORPUS / "EXPECTED.json").read_text()).items()
@@ -579,16 +579,14 @@ def test_file_report_follows_the_report_protocol(name: str) -> None:
     import io
     import warnings
 
-    from gyre_contract.cli import run
-    from gyre_contract.core.report import Report
+    from gyre_contract.cli._app import run
+    from gyre_contract.core._report import Report
 
     report = validate_file(CORPUS / name)
     assert isinstance(report, Report) and report.warnings == []
     assert report.ok == (report.problem_count == 0)
     assert report.exit_code() == report.exit_code(strict=True) == (0 if report.ok else 1)
     assert report.render("text") == report.to_text()
-    with pytest.warns(DeprecationWarning, match="FileReport.holds is deprecated"):
-        assert report.holds == report.ok
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out, err = io.StringIO(), io.StringIO()

@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="pyarrow is not installed (extra 'parquet')")
 
-from gyre_contract.core.errors import ContractError, InputError
-from gyre_contract.io.parquet import write_parquet
-from gyre_contract.io.shards import shard_paths, validate_shards
-from gyre_contract.io.validation import validate_file
-from gyre_contract.io.writer import write_steps
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.core._errors import ContractError, InputError
+from gyre_contract.io._parquet import write_parquet
+from gyre_contract.io._shards import shard_paths, validate_shards
+from gyre_contract.io._validation import validate_file
+from gyre_contract.io._writer import write_steps
+from gyre_contract.trainer._fieldmap import FieldMap
 
 # Ray's own modules raise deprecation warnings about Ray's own settings; they are not ours.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
@@ -119,8 +119,8 @@ def test_a_name_that_exists_is_taken_literally_before_it_is_read_as_a_glob(tmp_p
     import io
     import json
 
-    from gyre_contract.cli import run
-    from gyre_contract.io.shards import is_shard_source
+    from gyre_contract.cli._app import run
+    from gyre_contract.io._shards import is_shard_source
 
     literal, other = tmp_path / "run[1].jsonl", tmp_path / "run1.jsonl"
     bad = episode("a", 3)
@@ -215,7 +215,7 @@ def test_unknown_engine_is_an_input_error(tmp_path, cartpole_model):
 def ray_local():
     ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
     pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io.shards import quiet_ray_data
+    from gyre_contract.io._shards import quiet_ray_data
 
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -252,7 +252,7 @@ def test_ray_engine_finds_planted_defects_with_shard_and_line(ray_local, tmp_pat
 
 def test_validate_dataset_on_parquet_shards_equals_the_file_check(ray_local, tmp_path,
                                                                   cartpole_model):
-    from gyre_contract.io.dataset import validate_dataset
+    from gyre_contract.io._dataset import validate_dataset
 
     paths = write_shards(tmp_path / "shards", "parquet")
     ds = parquet_dataset(paths)
@@ -265,7 +265,7 @@ def test_validate_dataset_reports_an_episode_split_across_shards(ray_local, tmp_
                                                                  cartpole_model):
     import ray.data
 
-    from gyre_contract.io.dataset import validate_dataset
+    from gyre_contract.io._dataset import validate_dataset
 
     rows = [dict(r, path="a", row=i + 1) for i, r in enumerate(episode("x", 2))]
     rows += [dict(r, path="b", row=i + 1) for i, r in enumerate(episode("x", 1))]
@@ -279,8 +279,8 @@ def test_validate_dataset_reports_an_episode_split_across_shards(ray_local, tmp_
 
 
 def test_train_batches_hold_whole_episodes_of_one_shard(ray_local, tmp_path, cartpole_model):
-    from gyre_contract.core.models import TrainBatch
-    from gyre_contract.io.dataset import iter_train_batches
+    from gyre_contract.core._models import TrainBatch
+    from gyre_contract.io._dataset import iter_train_batches
 
     paths = [tmp_path / f"s{k}.parquet" for k in range(2)]
     for k, path in enumerate(paths):
@@ -298,7 +298,7 @@ def test_train_batches_hold_whole_episodes_of_one_shard(ray_local, tmp_path, car
 
 def test_train_batches_stop_at_the_first_broken_rule_naming_shard_and_row(
         ray_local, tmp_path, cartpole_model):
-    from gyre_contract.io.dataset import iter_train_batches
+    from gyre_contract.io._dataset import iter_train_batches
 
     records = shard_records(0)
     records[5]["step"] = 3
@@ -317,7 +317,7 @@ def test_train_batches_stop_at_the_first_broken_rule_naming_shard_and_row(
 def test_cli_checks_a_glob_of_shards_and_ray_prints_the_same_report(ray_local, tmp_path):
     import io
 
-    from gyre_contract.cli import run
+    from gyre_contract.cli._app import run
 
     write_shards(tmp_path / "shards", "jsonl")
     source = str(tmp_path / "shards" / "*.jsonl")
@@ -335,7 +335,7 @@ def test_cli_checks_a_glob_of_shards_and_ray_prints_the_same_report(ray_local, t
 def test_cli_address_without_ray_engine_is_a_usage_error(tmp_path):
     import io
 
-    from gyre_contract.cli import run
+    from gyre_contract.cli._app import run
 
     out, err = io.StringIO(), io.StringIO()
     code = run(["validate", str(tmp_path), "--address", "auto"], out, err)
@@ -367,8 +367,8 @@ def test_shards_report_follows_the_report_protocol(tmp_path):
     import json
     import warnings
 
-    from gyre_contract.cli import run
-    from gyre_contract.core.report import Report
+    from gyre_contract.cli._app import run
+    from gyre_contract.core._report import Report
 
     write_shards(tmp_path / "shards", "jsonl")
     report = validate_shards(tmp_path / "shards", _model(), engine="local")
@@ -377,8 +377,6 @@ def test_shards_report_follows_the_report_protocol(tmp_path):
     assert report.render("json") == json.dumps(report.to_dict(), indent=2, allow_nan=False,
                                                ensure_ascii=False)
     assert report.render("text") == report.to_text()
-    with pytest.warns(DeprecationWarning, match="ShardsReport.holds is deprecated"):
-        assert report.holds is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out, err = io.StringIO(), io.StringIO()

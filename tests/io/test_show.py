@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import InputError
-from gyre_contract.io import EpisodeView, show_episode, write_steps
-from gyre_contract.io import show as show_module
+from gyre_contract.core._errors import InputError
+from gyre_contract.io import _show as show_module
+from gyre_contract.io import write_steps
+from gyre_contract.io._show import EpisodeView, show_episode
 from gyre_contract.pinned import CartPoleStep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +121,7 @@ def test_non_finite_values_are_marked(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gyre_contract.io import to_arrow_schema
+    from gyre_contract.io._arrowschema import to_arrow_schema
 
     records = [step("a", 0), step("a", 1, end="terminated")]
     records[1]["reward"] = float("nan")
@@ -138,7 +139,8 @@ def test_non_finite_values_are_marked(tmp_path: Path) -> None:
 
 def test_parquet_file_shows_the_same_episode(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
-    from gyre_contract.io import read_steps, write_parquet
+    from gyre_contract.io import read_steps
+    from gyre_contract.io._parquet import write_parquet
 
     write_parquet(tmp_path / "r.parquet", read_steps(EXAMPLE, CartPoleStep), CartPoleStep)
     a = show_episode(EXAMPLE, model=CartPoleStep, width=300)

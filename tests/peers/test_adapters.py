@@ -153,8 +153,8 @@ def grpo() -> dict:
     """A GRPO batch from the LLM demo's sampler and policy, under verl's keys, plus verl's
     `token_level_rewards` (the score on the last response token, no KL in the reward)."""
     pytest.importorskip("verl")
-    from gyre_contract.harness.llmdemo import AdditionStep, GroupSampler, verl_actor_schema
-    from gyre_contract.harness.tokenpolicy import AdditionTask, TokenPolicy
+    from gyre_contract.harness._llmdemo import AdditionStep, GroupSampler, verl_actor_schema
+    from gyre_contract.harness._tokenpolicy import AdditionTask, TokenPolicy
 
     policy = TokenPolicy(seed=3, lr=0.1)
     sampler = GroupSampler(policy, AdditionTask(), seed=3, run_id="peers", prompts=6, group=4)
@@ -208,7 +208,7 @@ def test_verl_grpo_advantage_and_kl_penalty_equal_the_packages_ops(grpo) -> None
 def test_verl_policy_loss_equals_the_packages_grpo_loss(grpo) -> None:
     from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss, kl_penalty
 
-    from gyre_contract.harness.tokenpolicy import operands
+    from gyre_contract.harness._tokenpolicy import operands
 
     batch, policy = grpo["batch"], grpo["policy"]
     policy.train_step(batch)  # the weights move: the ratios are no longer 1
@@ -272,8 +272,8 @@ def test_full_loop_hands_verl_a_dataproto(grpo) -> None:
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
     from gyre_contract.harness import full_loop
-    from gyre_contract.harness.llmdemo import AdditionStep, GroupSampler, verl_actor_schema
-    from gyre_contract.harness.tokenpolicy import AdditionTask, TokenPolicy
+    from gyre_contract.harness._llmdemo import AdditionStep, GroupSampler, verl_actor_schema
+    from gyre_contract.harness._tokenpolicy import AdditionTask, TokenPolicy
 
     policy = TokenPolicy(seed=5)
     sampler = GroupSampler(policy, AdditionTask(), seed=5, run_id="loop", prompts=4, group=4)

@@ -22,7 +22,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from gyre_contract.cli import run
+from gyre_contract.cli._app import run
 
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")

@@ -23,7 +23,7 @@ import types
 import numpy as np
 import pytest
 
-from gyre_contract.trainer import ops
+from gyre_contract.trainer import _ops as ops
 
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")

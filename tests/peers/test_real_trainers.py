@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.harness.stages import half_way
+from gyre_contract.harness._stages import half_way
 from gyre_contract.io import read_episodes
 from gyre_contract.pinned import CartPoleStep
 from gyre_contract.schema import diff

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from gyre_contract import Recorder, write_steps
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.harness.stages import half_way
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.harness._stages import half_way
 from gyre_contract.io import read_episodes
 from gyre_contract.pinned import CartPoleStep
 from gyre_contract.schema import diff

@@ -24,12 +24,12 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
-from gyre_contract.core import registry
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStepV1
-from gyre_contract.core.validate import validate_step
+from gyre_contract.core import _registry as registry
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStepV1
+from gyre_contract.core._validate import validate_step
 from gyre_contract.pinned import CartPoleStep, LLMStep
-from gyre_contract.schema.export import json_schema, vocabulary_schema
+from gyre_contract.schema._export import json_schema, vocabulary_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "tests" / "js"

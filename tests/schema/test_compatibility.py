@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gyre_contract.core.errors import SchemaError
-from gyre_contract.schema.compatibility import RULES, compat
+from gyre_contract.core._errors import SchemaError
+from gyre_contract.schema._compatibility import RULES, compat
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "schemas" / "rollout_step.v1.json"

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import SchemaError
-from gyre_contract.core.models import Modalities, RolloutStep, TrainBatch
-from gyre_contract.core.tensor import Tensor
-from gyre_contract.io.episodes import Episode
+from gyre_contract.core._errors import SchemaError
+from gyre_contract.core._models import Modalities, RolloutStep, TrainBatch
+from gyre_contract.core._tensor import Tensor
+from gyre_contract.io._episodes import Episode
 from gyre_contract.pinned import CartPoleBatch, LLMStep
-from gyre_contract.schema.diffing import diff
-from gyre_contract.schema.dtyperules import compare_dtype
-from gyre_contract.schema.export import json_schema
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.schema._diffing import diff
+from gyre_contract.schema._dtyperules import compare_dtype
+from gyre_contract.schema._export import json_schema
+from gyre_contract.trainer._fieldmap import FieldMap
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = "schemas/rollout_step.v1.json"

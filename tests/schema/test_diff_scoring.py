@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from gyre_contract.schema.diffing import diff
+from gyre_contract.schema._diffing import diff
 
 
 def scalar(dtype: str, role: str = "reward") -> dict:

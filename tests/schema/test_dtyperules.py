@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gyre_contract.schema.dtyperules import (
+from gyre_contract.schema._dtyperules import (
     dtype_kind,
     dtypes_of,
     fits,
@@ -12,7 +12,7 @@ from gyre_contract.schema.dtyperules import (
     narrowing,
     readable,
 )
-from gyre_contract.schema.shaperules import compare_shape, shapes_match, static_rank, strip_batch_dims
+from gyre_contract.schema._shaperules import compare_shape, shapes_match, static_rank, strip_batch_dims
 
 
 @pytest.mark.parametrize(("s", "t", "fit", "keeps", "narrows"), [

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStepV1, TrainBatchV1
-from gyre_contract.core.validate import validate_step
-from gyre_contract.schema.export import drifted_schemas, export_schemas, file_name, json_schema, render
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStepV1, TrainBatchV1
+from gyre_contract.core._validate import validate_step
+from gyre_contract.schema._export import drifted_schemas, export_schemas, file_name, json_schema, render
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -163,10 +163,10 @@ def test_schema_export_then_load_gives_the_models_field_table(tmp_path_factory, 
     """model → exported file → load_schema → field table: the same dtypes, shapes and roles."""
     from pydantic import create_model
 
-    from gyre_contract.core.models import RolloutStep, field_specs
-    from gyre_contract.core.tensor import Tensor
-    from gyre_contract.schema.fieldtable import field_table
-    from gyre_contract.schema.loading import load_schema
+    from gyre_contract.core._models import RolloutStep, field_specs
+    from gyre_contract.core._tensor import Tensor
+    from gyre_contract.schema._fieldtable import field_table
+    from gyre_contract.schema._loading import load_schema
 
     model = create_model(
         "RandomStep", __base__=RolloutStep,

@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from gyre_contract.core.errors import InputError, SchemaError
-from gyre_contract.schema import fieldtable, loading
-from gyre_contract.schema.fieldtable import VARIADIC_DIM, field_table, field_table_from_model
-from gyre_contract.schema.infer import infer_schema
-from gyre_contract.schema.loading import load_schema
+from gyre_contract.core._errors import InputError, SchemaError
+from gyre_contract.schema import _fieldtable as fieldtable
+from gyre_contract.schema import _loading as loading
+from gyre_contract.schema._fieldtable import VARIADIC_DIM, field_table, field_table_from_model
+from gyre_contract.schema._infer import infer_schema
+from gyre_contract.schema._loading import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "schemas" / "rollout_step.v1.json"
@@ -184,7 +185,7 @@ def test_from_models() -> None:
     t = field_table_from_model(Plain)
     assert [(f.name, f.dtype, f.shape, f.role) for f in t] == [
         ("rewards", "number", ("?",), "reward"), ("eps_id", "string", (), "episode_id")]
-    from gyre_contract.core.models import RolloutStepV1
+    from gyre_contract.core._models import RolloutStepV1
 
     assert field_table_from_model(RolloutStepV1).names() == field_table(STEP).names()
 

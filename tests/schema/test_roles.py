@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gyre_contract.schema.roles import ROLES, is_recomputed_logprob, libraries, resolve_role, synonyms
+from gyre_contract.schema._roles import ROLES, is_recomputed_logprob, libraries, resolve_role, synonyms
 
 
 @pytest.mark.parametrize(("name", "role"), [

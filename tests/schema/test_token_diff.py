@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.models import TrainBatch
+from gyre_contract.core._models import TrainBatch
 from gyre_contract.pinned import LLMStep
-from gyre_contract.schema.diffing import diff
-from gyre_contract.schema.export import json_schema
-from gyre_contract.schema.roles import synonyms
-from gyre_contract.schema.tokenlayout import token_rows
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.schema._diffing import diff
+from gyre_contract.schema._export import json_schema
+from gyre_contract.schema._roles import synonyms
+from gyre_contract.schema._tokenlayout import token_rows
+from gyre_contract.trainer._fieldmap import FieldMap
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "tests" / "data" / "peers"
@@ -356,7 +356,7 @@ def test_rename_reads_the_named_sampler_field_as_a_token_column() -> None:
 
 
 def test_token_rows_needs_a_token_sampler() -> None:
-    from gyre_contract.schema.fieldtable import as_table
+    from gyre_contract.schema._fieldtable import as_table
     assert token_rows(as_table(ROOT / "schemas" / "rollout_step.v1.json"),
                       as_table(PEERS / "verl_actor_batch.json")) is None
     found = token_rows(as_table(sampler()), as_table(PEERS / "verl_actor_batch.json"))
@@ -374,7 +374,7 @@ def trl_arrays(rows: int = 3, width: int = 4) -> dict:
 
 
 def test_token_rows_are_checked_as_they_are() -> None:
-    from gyre_contract.schema.trainerbatch import trainer_schema
+    from gyre_contract.schema._trainerbatch import trainer_schema
     schema = trainer_schema(PEERS / "trl_grpo.json")
     out = schema.check(trl_arrays(), rows="step")
     assert out["advantages"].shape == (3,)
@@ -383,8 +383,8 @@ def test_token_rows_are_checked_as_they_are() -> None:
 def test_token_rows_of_different_counts_are_refused() -> None:
     import numpy as np
 
-    from gyre_contract.core.errors import ContractError
-    from gyre_contract.schema.trainerbatch import trainer_schema
+    from gyre_contract.core._errors import ContractError
+    from gyre_contract.schema._trainerbatch import trainer_schema
     arrays = trl_arrays()
     arrays["advantages"] = np.zeros(2, dtype=np.float32)
     with pytest.raises(ContractError) as err:
@@ -397,8 +397,8 @@ def test_token_rows_of_different_counts_are_refused() -> None:
 def test_a_schema_inferred_from_llm_rollouts_gets_the_same_map(tmp_path) -> None:
     """`gyre-contract infer` on a GRPO file, then the diff: the per-token loss_mask (read as a
     mask by name) still joins the response mask; the map is the hand-checked one."""
-    from gyre_contract.io.writer import write_steps
-    from gyre_contract.schema.infer import infer_schema
+    from gyre_contract.io._writer import write_steps
+    from gyre_contract.schema._infer import infer_schema
 
     rows = []
     for k in range(2):

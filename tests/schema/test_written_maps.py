@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.io.episodes import Episode
-from gyre_contract.io.reading import read_episodes
-from gyre_contract.io.writer import write_steps
-from gyre_contract.schema.diffing import diff
-from gyre_contract.schema.diffreport import DiffReport
-from gyre_contract.trainer.advantages import gae
-from gyre_contract.trainer.collation import collate
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.io._episodes import Episode
+from gyre_contract.io._reading import read_episodes
+from gyre_contract.io._writer import write_steps
+from gyre_contract.schema._diffing import diff
+from gyre_contract.schema._diffreport import DiffReport
+from gyre_contract.trainer._advantages import gae
+from gyre_contract.trainer._collation import collate
+from gyre_contract.trainer._fieldmap import FieldMap
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "schemas" / "rollout_step.v1.json"
@@ -201,8 +201,8 @@ def llm_records() -> list[dict]:
 
 
 def test_llm_steps_map_to_a_valid_train_batch(tmp_path: Path) -> None:
-    from gyre_contract.core.models import TrainBatch
-    from gyre_contract.core.validate import validate_batch
+    from gyre_contract.core._models import TrainBatch
+    from gyre_contract.core._validate import validate_batch
     from gyre_contract.pinned import LLMStep
 
     r = diff(LLMStep, TrainBatch)
@@ -232,8 +232,8 @@ def test_llm_steps_map_to_a_valid_train_batch(tmp_path: Path) -> None:
 
 
 def test_a_schema_inferred_from_llm_steps_gets_the_same_obs_and_logprob(tmp_path: Path) -> None:
-    from gyre_contract.core.models import TrainBatch
-    from gyre_contract.schema.infer import infer_schema
+    from gyre_contract.core._models import TrainBatch
+    from gyre_contract.schema._infer import infer_schema
 
     path = tmp_path / "llm.jsonl"
     write_steps(path, llm_records())

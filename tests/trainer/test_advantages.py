@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.trainer.advantages import discounted_returns, gae
+from gyre_contract.core._errors import ContractError
+from gyre_contract.trainer._advantages import discounted_returns, gae
 
 NAN = float("nan")
 

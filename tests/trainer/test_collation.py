@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import ContractError, MissingFieldError
-from gyre_contract.io.episodes import Episode
-from gyre_contract.trainer.collation import collate
+from gyre_contract.core._errors import ContractError, MissingFieldError
+from gyre_contract.io._episodes import Episode
+from gyre_contract.trainer._collation import collate
 
 
 def columns(eid: str, n: int, *, end: str = "terminated", obs_dim: int = 3,

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import ContractError, FieldMapError, InputError, MissingFieldError
-from gyre_contract.core.models import TrainBatch
-from gyre_contract.io.episodes import Episode
-from gyre_contract.trainer.collation import collate
-from gyre_contract.trainer.fieldmap import FieldMap, cast_array, known_ops, register_op, unregister_op
+from gyre_contract.core._errors import ContractError, FieldMapError, InputError, MissingFieldError
+from gyre_contract.core._models import TrainBatch
+from gyre_contract.io._episodes import Episode
+from gyre_contract.trainer._collation import collate
+from gyre_contract.trainer._fieldmap import FieldMap, cast_array, known_ops, register_op, unregister_op
 
 MAPS = Path(__file__).parents[1] / "data" / "maps"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cartpole_map.json"

@@ -17,11 +17,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "io"))
 from test_fast_file import cartpole_lines
 
-from gyre_contract.core.errors import ContractError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.io.reading import read_episodes
-from gyre_contract.trainer.collation import collate
-from gyre_contract.trainer.flatcollate import collate_file
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.io._reading import read_episodes
+from gyre_contract.trainer._collation import collate
+from gyre_contract.trainer._flatcollate import collate_file
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def fast_paths_on(monkeypatch):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    import gyre_contract.io.lines as lines
+    import gyre_contract.io._lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 1500)
 
@@ -86,7 +86,7 @@ def test_columns_collate_as_episodes(cartpole_record, cartpole_model, tmp_path, 
 
 
 def test_a_colon_in_a_string_sends_the_block_to_the_line_path(cartpole_record, cartpole_model):
-    from gyre_contract.io.fastfile import bulk_plan
+    from gyre_contract.io._fastfile import bulk_plan
 
     lines = cartpole_lines(dict(cartpole_record))
     plan = bulk_plan(cartpole_model)

@@ -9,8 +9,8 @@ import jsonschema
 import numpy as np
 import pytest
 
-from gyre_contract.core.errors import SchemaError
-from gyre_contract.trainer.inspection import FieldInfo, batch_schema, dtype_of, inspect_batch
+from gyre_contract.core._errors import SchemaError
+from gyre_contract.trainer._inspection import FieldInfo, batch_schema, dtype_of, inspect_batch
 
 
 class FakeDtype:

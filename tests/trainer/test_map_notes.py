@@ -8,8 +8,8 @@ import pytest
 
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep
 from gyre_contract.schema import diff, json_schema
-from gyre_contract.trainer.fieldmap import FieldMap, known_ops, register_op, unregister_op
-from gyre_contract.trainer.ops import get_op
+from gyre_contract.trainer._fieldmap import FieldMap, known_ops, register_op, unregister_op
+from gyre_contract.trainer._ops import get_op
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cartpole_map.json"
 GAE_FROM = ["reward", "value", "terminated", "truncated", "next_value"]

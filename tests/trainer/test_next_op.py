@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from pydantic import Field
 
-from gyre_contract.core.errors import ContractError, MissingFieldError
-from gyre_contract.core.models import RolloutStep
-from gyre_contract.core.tensor import Tensor
+from gyre_contract.core._errors import ContractError, MissingFieldError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._tensor import Tensor
 from gyre_contract.io import read_episodes, write_steps
 from gyre_contract.trainer import collate
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.trainer._fieldmap import FieldMap
 
 NEXT = {"op": "next", "from": ["observation", "next_observation"]}
 

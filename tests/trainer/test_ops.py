@@ -1,4 +1,4 @@
-"""The op registry on its own (gyre_contract.trainer.ops): lookups, registration rules, running an
+"""The op registry on its own (gyre_contract.trainer._ops): lookups, registration rules, running an
 op on a group of modalities, the argument checks, and the names the field map re-exports."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gyre_contract.core.dims import DTYPES
-from gyre_contract.core.errors import ContractError
-from gyre_contract.trainer import fieldmap, ops
+from gyre_contract.core._dims import DTYPES
+from gyre_contract.core._errors import ContractError
+from gyre_contract.trainer import _fieldmap as fieldmap
+from gyre_contract.trainer import _ops as ops
 
 
 def test_the_field_map_re_exports_the_ops_public_names():

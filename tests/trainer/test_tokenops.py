@@ -1,4 +1,4 @@
-"""The token ops (gyre_contract.trainer.tokenops) against references written row by row and group
+"""The token ops (gyre_contract.trainer._tokenops) against references written row by row and group
 by group in plain Python, hypothesis properties, and the cases trainers meet: equal rewards,
 groups of one, graded rewards, truncated completions, batch scale, no std."""
 
@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError, FieldMapError, MissingFieldError
-from gyre_contract.trainer import ops, tokenops
-from gyre_contract.trainer.fieldmap import FieldMap
+from gyre_contract.core._errors import ContractError, FieldMapError, MissingFieldError
+from gyre_contract.trainer import _ops as ops
+from gyre_contract.trainer import _tokenops as tokenops
+from gyre_contract.trainer._fieldmap import FieldMap
 
 # -- references: plain loops, written from the formulas, not from the implementation --------
 

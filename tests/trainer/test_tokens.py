@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_contract.core.errors import ContractError, FieldMapError, InputError, MissingFieldError
-from gyre_contract.core.tokenbatch import TokenBatch
-from gyre_contract.core.validate import validate_step
-from gyre_contract.io.episodes import Episode
+from gyre_contract.core._errors import ContractError, FieldMapError, InputError, MissingFieldError
+from gyre_contract.core._tokenbatch import TokenBatch
+from gyre_contract.core._validate import validate_step
+from gyre_contract.io._episodes import Episode
 from gyre_contract.pinned import LLMStep
-from gyre_contract.trainer import collation
-from gyre_contract.trainer.fieldmap import FieldMap
-from gyre_contract.trainer.tokens import collate_tokens
+from gyre_contract.trainer import _collation as collation
+from gyre_contract.trainer._fieldmap import FieldMap
+from gyre_contract.trainer._tokens import collate_tokens
 
 
 def step(episode: str, t: int, prompt: list[int], action: list[int], *, last: bool = True,
@@ -328,8 +328,8 @@ def test_a_grpo_map_runs_its_token_ops_on_collated_rows():
 
 def test_a_conversation_read_from_a_file(tmp_path):
     """The 3-turn episode written as LLMStep records, read back as an episode and as steps."""
-    from gyre_contract.io.reading import read_episodes, read_steps
-    from gyre_contract.io.writer import write_steps
+    from gyre_contract.io._reading import read_episodes, read_steps
+    from gyre_contract.io._writer import write_steps
 
     path = tmp_path / "chat.jsonl"
     write_steps(path, [validate_step(r, LLMStep) for r in conversation()])

@@ -1,0 +1,371 @@
+"""Segments: the steps of one `put`, as one Arrow IPC file (extra `parquet`: pyarrow).
+
+A segment is an Arrow IPC file (`pyarrow.ipc.new_file`) holding one record batch laid out by
+`io.to_arrow_schema` (the layout of the package's Parquet files: one column per record key, a
+fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, modalities a `struct`), with the
+segment's facts as JSON under the schema metadata key `gyre-channel` (`SegmentMeta`: its id,
+writer, fingerprint, counts, policy versions, timestamps). Any Arrow reader opens it.
+
+Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
+become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
+modalities, strings) are built per column, ragged arrays concatenated once.
+
+Decoding gives the columns back per step, as episodes read from a file hold them (`Episode`):
+an `[n, ...]` array for a fixed layout, a list of arrays for a field with a varying dim (the
+schema's `x-gyre-varying-dims`), a dict for modalities, NaN (floats) or None where an optional
+field is absent; `info` is left out (never collated). pyarrow is imported here only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gyre_contract.core._errors import InputError
+
+META_KEY = b"gyre-channel"
+"""The schema metadata key of a segment's facts (JSON)."""
+FORMAT = 1
+"""The segment format version (`SegmentMeta.format`)."""
+
+
+class SegmentError(InputError):
+    """A file or object that is not a readable segment of this channel (corrupt or foreign)."""
+
+
+class SegmentGone(SegmentError):
+    """A segment acked (and removed) between listing and reading it: not a problem."""
+
+
+@dataclass
+class SegmentMeta:
+    """What a segment says about itself (its schema metadata), and what `channel status` adds up."""
+
+    segment: str
+    writer: str
+    seq: int
+    """1, 2, 3, ... per writer: a gap means a segment that never arrived."""
+    fingerprint: str
+    """The sampler's fingerprint (its step schema and the contract version)."""
+    steps: int
+    episodes: int
+    """Distinct episode ids in the segment (an episode put in pieces counts in each piece)."""
+    ended: int
+    """Episodes this segment ends (a terminated or truncated step)."""
+    policy_versions: dict[str, int]
+    """Steps per policy version (JSON keys are strings)."""
+    started: float
+    """Wall clock (time.time) when `put` was called."""
+    written: float
+    """Wall clock when the segment was complete (before it became visible)."""
+    writer_steps: int = 0
+    """Steps the writer had put when this segment was written, itself included."""
+    writer_episodes: int = 0
+    format: int = FORMAT
+    bytes: int = 0
+    """The segment's size (filled by the reader; not in the file)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The facts as the segment's metadata holds them (`bytes` is the reader's)."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__
+                if name != "bytes"}
+        data["policy_versions"], data["extra"] = dict(self.policy_versions), dict(self.extra)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> SegmentMeta:
+        if not isinstance(data, Mapping):
+            raise SegmentError(f"{where}: segment facts are not a JSON object")
+        known = {f for f in cls.__dataclass_fields__ if f != "bytes"}
+        missing = sorted(known - set(data) - {"extra", "writer_steps", "writer_episodes"})
+        if missing:
+            raise SegmentError(f"{where}: segment facts lack {', '.join(missing)}")
+        try:
+            meta = cls(**{k: data[k] for k in known if k in data})
+        except TypeError as err:
+            raise SegmentError(f"{where}: bad segment facts: {err}") from None
+        if meta.format != FORMAT:
+            raise SegmentError(f"{where}: segment format {meta.format!r}; this gyre-contract "
+                               f"reads format {FORMAT}")
+        return meta
+
+    @property
+    def versions(self) -> list[int]:
+        return sorted(int(v) for v in self.policy_versions)
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -> Any:
+    """The Arrow IPC file of one segment, as a `pyarrow.Buffer`: `columns` (a checked block's)
+    laid out by `schema` (`to_arrow_schema` of the sampler's model), `meta` in its metadata."""
+    import pyarrow as pa
+
+    arrays = []
+    for f in schema:
+        values = columns.get(f.name)
+        arrays.append(pa.nulls(n, f.type) if values is None else _array(f, values, n))
+    metadata = {**(schema.metadata or {}), META_KEY: orjson.dumps(meta.to_json())}
+    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(metadata))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def _array(f: Any, values: Any, n: int) -> Any:
+    import pyarrow as pa
+
+    if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
+        return pa.array([None if v is None else orjson.dumps(v).decode() for v in values],
+                        pa.string())
+    if isinstance(values, np.ndarray):
+        return _from_ndarray(f.type, values, _nan_rows(values) if f.nullable else None)
+    return _from_values(f.type, list(values))
+
+
+def _nan_rows(array: np.ndarray) -> np.ndarray | None:
+    """Rows that are NaN throughout: where a checked block marks a float field absent."""
+    if array.dtype.kind != "f":
+        return None
+    rows = np.isnan(array.reshape(len(array), -1)).all(axis=1) if array.ndim > 1 else \
+        np.isnan(array)
+    return rows if rows.any() else None
+
+
+def _from_ndarray(arrow_type: Any, array: np.ndarray, null: np.ndarray | None = None) -> Any:
+    """An `[n, ...]` array as a column of `arrow_type` (lists of one length each)."""
+    import pyarrow as pa
+
+    mask = None if null is None else pa.array(null)
+    if pa.types.is_string(arrow_type):
+        return pa.array(array.tolist() if array.dtype.kind != "U" else array, arrow_type)
+    n = len(array)
+    if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
+        inner = arrow_type.value_type
+        width = int(np.prod(array.shape[1:2])) if array.ndim > 1 else 0
+        values = _from_ndarray(inner, array.reshape(n * width, *array.shape[2:]))
+        if pa.types.is_fixed_size_list(arrow_type):
+            return pa.FixedSizeListArray.from_arrays(values, type=arrow_type, mask=mask)
+        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * width)
+        return pa.ListArray.from_arrays(offsets, values, type=arrow_type, mask=mask)
+    return pa.array(array, arrow_type, mask=null)
+
+
+def _from_values(arrow_type: Any, values: list[Any]) -> Any:
+    """A column given as one value per step (None where absent)."""
+    import pyarrow as pa
+
+    null = np.fromiter((v is None for v in values), bool, len(values))
+    if null.all():
+        return pa.nulls(len(values), arrow_type)
+    if pa.types.is_struct(arrow_type):
+        children = [_from_values(f.type, [None if v is None else v.get(f.name) for v in values])
+                    for f in arrow_type]
+        return pa.StructArray.from_arrays(children, fields=list(arrow_type),
+                                          mask=pa.array(null) if null.any() else None)
+    if not (pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type)):
+        return pa.array(values, arrow_type)
+    arrays = [np.asarray(v) for v in values if v is not None]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) == 1 and not null.any():
+        return _from_ndarray(arrow_type, np.stack(arrays))
+    if pa.types.is_list(arrow_type) and all(a.ndim >= 1 for a in arrays):
+        inner = arrow_type.value_type
+        lengths = np.array([0 if v is None else len(v) for v in values], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        if offsets[-1] >= 2**31:
+            raise InputError(f"a segment column holds {offsets[-1]} values; put fewer steps "
+                             "at a time (Arrow lists hold fewer than 2**31)")
+        flat = _from_values(inner, [x for a in arrays for x in a]) if \
+            pa.types.is_list(inner) else _from_ndarray(inner, np.concatenate(arrays))
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat,
+                                        type=arrow_type,
+                                        mask=pa.array(null) if null.any() else None)
+    return pa.array([None if v is None else np.asarray(v).tolist() for v in values], arrow_type)
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
+    """(the table, its facts) of a segment's bytes; SegmentError when they are not one."""
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_file(data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as err:
+        raise SegmentError(f"{where}: not an Arrow IPC file ({str(err).splitlines()[0]})"
+                           ) from None
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise SegmentError(f"{where}: an Arrow file without segment facts (not written by a "
+                           "channel's sampler)")
+    try:
+        facts = json.loads(raw)
+    except ValueError:
+        raise SegmentError(f"{where}: segment facts are not JSON") from None
+    meta = SegmentMeta.from_json(facts, where)
+    if table.num_rows != meta.steps:
+        raise SegmentError(f"{where}: {table.num_rows} rows but the segment says {meta.steps}")
+    for name in ("episode_id", "policy_version", "step", "terminated", "truncated"):
+        if name not in table.column_names:
+            raise SegmentError(f"{where}: no {name} column")
+    return table, meta
+
+
+def read_meta(source: Any, where: str) -> SegmentMeta:
+    """A segment's facts from its file (the footer's schema only) or bytes; SegmentError."""
+    import pyarrow as pa
+
+    try:
+        handle = pa.memory_map(source) if isinstance(source, str) else \
+            source if isinstance(source, pa.Buffer) else pa.py_buffer(source)
+        schema = pa.ipc.open_file(handle).schema
+    except (pa.ArrowInvalid, OSError, ValueError) as err:
+        raise SegmentError(f"{where}: not an Arrow IPC file ({str(err).splitlines()[0]})"
+                           ) from None
+    raw = (schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise SegmentError(f"{where}: an Arrow file without segment facts")
+    try:
+        return SegmentMeta.from_json(json.loads(raw), where)
+    except ValueError:
+        raise SegmentError(f"{where}: segment facts are not JSON") from None
+
+
+def concat(tables: Sequence[Any]) -> Any:
+    """The segments of one delivery as one table (columns that only some carry are nulls)."""
+    import pyarrow as pa
+
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def row_keys(table: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(episode id per row as str_, policy version per row as int64) of a table."""
+    ids = np.asarray(table.column("episode_id").to_pylist(), dtype=np.str_)
+    versions = table.column("policy_version").to_numpy().astype(np.int64, copy=False)
+    return ids, versions
+
+
+def to_columns(table: Any) -> dict[str, Any]:
+    """The table's columns per step (module doc), nested dicts for modalities."""
+    varying = set(json.loads((table.schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")))
+    out: dict[str, Any] = {}
+    for f in table.schema:
+        if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
+            continue  # `info`: free-form, never collated
+        column = table.column(f.name).combine_chunks()
+        if column.null_count == len(column):
+            continue  # no step carries it
+        out[f.name] = _column(column, f, varying)
+    return out
+
+
+def _column(array: Any, f: Any, varying: set[str]) -> Any:
+    import pyarrow as pa
+
+    arrow_type = array.type
+    null = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+    if pa.types.is_struct(arrow_type):
+        return {child.name: _column(array.field(i), child, varying)
+                for i, child in enumerate(arrow_type)
+                if array.field(i).null_count < len(array)}
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        values = array.to_pylist()
+        return values if null is not None else np.array(values, dtype=np.str_)
+    if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
+        return _list_column(array, f, varying, null)
+    values = array.to_numpy(zero_copy_only=False)
+    if null is None:
+        return values
+    if values.dtype.kind == "f":
+        return np.where(null, np.nan, values).astype(values.dtype)
+    return [None if missing else v for v, missing in zip(values.tolist(), null)]
+
+
+def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None) -> Any:
+    import pyarrow as pa
+
+    n = len(array)
+    sizes = []
+    inner = array.type
+    while pa.types.is_fixed_size_list(inner) or pa.types.is_list(inner):
+        sizes.append(inner.list_size if pa.types.is_fixed_size_list(inner) else None)
+        inner = inner.value_type
+    if None not in sizes:  # fixed sizes throughout: one reshape
+        flat = array
+        for _ in sizes:
+            flat = flat.values if flat.offset == 0 else flat.flatten()
+        values = flat.to_numpy(zero_copy_only=False).reshape(n, *sizes)
+        if null is None:
+            return values
+        if values.dtype.kind == "f":
+            values = values.copy()
+            values[null] = np.nan
+            return values
+        return [None if missing else v for v, missing in zip(values, null)]
+    if sizes.count(None) == 1 and sizes[0] is None:  # one variable dim, then fixed ones
+        offsets = array.offsets.to_numpy()
+        flat = array.values
+        for _ in sizes[1:]:
+            flat = flat.values if flat.offset == 0 else flat.flatten()
+        values = flat.to_numpy(zero_copy_only=False).reshape(-1, *sizes[1:])
+        values = values[offsets[0]:offsets[-1]]
+        rows: list[Any] = np.split(values, offsets[1:-1] - offsets[0]) if n else []
+        if null is not None:
+            rows = [None if missing else row for row, missing in zip(rows, null)]
+        if _is_varying(f, varying) or null is not None:
+            return rows
+        shapes = {r.shape for r in rows}
+        return np.stack(rows) if len(shapes) == 1 else rows
+    return [None if v is None else np.asarray(v) for v in array.to_pylist()]
+
+
+def _is_varying(f: Any, varying: set[str]) -> bool:
+    """Whether a field's shape holds a dim the model declares varying (a list per step)."""
+    raw = (f.metadata or {}).get(b"x-gyre-shape")
+    if raw is None:
+        return True  # a free-form modality: no declared shape
+    try:
+        dims = json.loads(raw)
+    except ValueError:
+        return True
+    return any(str(d).lstrip("*") in varying or str(d).startswith("*") for d in dims)
+
+
+def episodes_of(columns: Mapping[str, Any], ids: np.ndarray) -> list[dict[str, Any]]:
+    """The rows of `columns` grouped by episode id (in order of first appearance, each
+    episode's steps in row order), one mapping of columns per episode."""
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    codes = rank[inverse.reshape(-1)]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=len(first)))[:-1]
+    return [_take(columns, rows) for rows in np.split(order, bounds)]
+
+
+def _take(columns: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, column in columns.items():
+        if isinstance(column, Mapping):
+            out[name] = _take(column, rows)
+        elif isinstance(column, np.ndarray):
+            taken = column[rows]
+            if taken.dtype.kind == "f" and np.isnan(taken).all():
+                continue  # no step of this episode carries it (as an `Episode` read from a file)
+            out[name] = taken
+        else:
+            picked = [column[i] for i in rows.tolist()]
+            strings = picked and all(isinstance(v, str) for v in picked)
+            out[name] = np.array(picked, dtype=np.str_) if strings else picked
+    return out

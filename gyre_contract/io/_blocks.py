@@ -1,0 +1,186 @@
+"""Blocks of step records held in memory, validated at once, one block after another.
+
+Why: a sampler hands over its steps a batch at a time (the channel's `put`), and validating them
+one `validate_step` at a time costs tens of microseconds a record. `RecordBlocks.check` takes
+a whole block through the bulk JSON Lines path (`fastfile`: each record serialised by orjson and
+decoded by msgspec straight into typed columns, the episode rules vectorised), which only ever
+accepts; a block it cannot take whole goes record by record through `validate_step` and
+`EpisodeTracker` (`checking.StepChecker`), which decide and explain. Verdicts and messages are
+the explaining path's either way, and `GYRE_FAST_PATHS=0` sends every block that way.
+
+The episode rules hold across blocks (one `EpisodeTracker`: an episode may go on in the next
+block, its `step` then continues). A block is taken all or nothing: when it fails, every
+problem is raised in one `ContractError` (paths `steps[i]`, `i` counted within the block) and
+the tracker is as before it, so the sampler can fix the block and hand it over again.
+
+A checked block is handed back as columns (`CheckedBlock`): each field some step carries, as an
+`[n, ...]` array (numbers of one shape; a float field NaN on the steps that lack it) or as a
+list with one value per step (`None` where absent; modalities as dicts).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import orjson
+from pydantic import BaseModel
+
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._modelinfo import model_info
+from gyre_contract.core._models import RolloutStepV1
+from gyre_contract.io._binding import MAX_TRIES, Binder, bindable
+from gyre_contract.io._checking import ProblemList, StepChecker, bulk_plan_for
+from gyre_contract.io._fastfile import Block
+from gyre_contract.io._groups import GroupVersions
+
+__all__ = ["CheckedBlock", "RecordBlocks"]
+
+_DUMPS = orjson.OPT_SERIALIZE_NUMPY
+
+
+@dataclass
+class CheckedBlock:
+    """The steps of one block that passed every record and episode rule, as columns."""
+
+    n: int
+    columns: dict[str, Any]
+    """Wire name -> an `[n, ...]` array or a list of n values (module doc), in the model's
+    field order; only the fields some step carries."""
+    episode_id: Sequence[str]
+    policy_version: np.ndarray
+    ended_ids: list[str]
+    """The episodes this block ends (a terminated or truncated step), in order."""
+    bulk: bool
+    """Whether the bulk path took the block whole (else it went record by record)."""
+
+
+class RecordBlocks:
+    """Validates blocks of step records of one model, in order, with one episode tracker.
+
+    `check` validates a block against the state the committed blocks left; `commit` makes it
+    part of that state (call it once the block is safely stored), so a block that was checked
+    but never stored (a full disk) leaves nothing behind. Ids of episodes that ended in a
+    committed block are forgotten (`EpisodeTracker.forget`): memory holds the open episodes
+    only, however long the sampler runs; an id reused after its episode ended in an earlier
+    block is therefore not caught (within a block it is).
+    """
+
+    def __init__(self, model: type[RolloutStepV1]) -> None:
+        self.model = model
+        self._checker = StepChecker(model)
+        self._trial: tuple[StepChecker, CheckedBlock] | None = None
+        self._binder = Binder(model) if bulk_plan_for(model) is None and bindable(model) \
+            else None
+        self.steps = 0
+        """Steps committed so far, over every block."""
+
+    def check(self, steps: Sequence[Any]) -> CheckedBlock:
+        """Validate `steps` (dicts or step models) as the next block; raise ContractError with
+        every problem (and change nothing) when one breaks a record or episode rule."""
+        records = [_record(step, i) for i, step in enumerate(steps)]
+        if not records:
+            raise ValueError("an empty block: give at least one step")
+        trial = copy.deepcopy(self._checker)
+        checked = self._bulk(trial, records)
+        if checked is None:
+            checked = self._one_by_one(trial, records)
+        trial.group_versions = GroupVersions()  # per block: memory stays flat
+        self._trial = (trial, checked)
+        return checked
+
+    def commit(self) -> None:
+        """Make the block `check` last accepted part of the state the next block is checked
+        against."""
+        if self._trial is None:
+            raise RuntimeError("commit() without a block checked since the last commit")
+        trial, checked = self._trial
+        ended = checked.ended_ids
+        for episode_id in ended:
+            trial.tracker.forget(episode_id)
+        self._checker, self._trial = trial, None
+        self.steps += checked.n
+
+    def _bulk(self, trial: StepChecker, records: list[dict[str, Any]]) -> CheckedBlock | None:
+        plan = bulk_plan_for(self.model)
+        binder = self._binder
+        if plan is None and (binder is None or binder.plan is None and binder.tries >= MAX_TRIES):
+            return None  # no plan and none will be bound (modalities, ragged tokens): skip
+        try:
+            lines = [orjson.dumps(r, option=_DUMPS) for r in records]
+        except TypeError:
+            return None  # a value orjson cannot write as it is: the normal path decides
+        if plan is None and self._binder is not None:
+            plan = self._binder.plan_for(lines)
+        if plan is None:
+            return None
+        block = trial.block(plan, lines, self.steps, arrays=True)
+        return None if block is None else _block_columns(block)
+
+    def _one_by_one(self, trial: StepChecker, records: list[dict[str, Any]]) -> CheckedBlock:
+        problems = ProblemList()
+        trial.groups = problems
+        steps = []
+        for i, record in enumerate(records):
+            found = trial.record(self.steps + i, record)
+            if found is not None:
+                steps.append(found[1])
+        trial.groups = None
+        if problems:
+            raise ContractError([replace(p, line=None).under(f"steps[{p.line - self.steps}]")
+                                 if p.line is not None else p for p in problems])
+        return _step_columns(steps, self.model)
+
+
+def _record(step: Any, index: int) -> dict[str, Any]:
+    if step.__class__ is dict:
+        return step
+    record = step.to_record() if hasattr(step, "to_record") else step
+    if isinstance(record, BaseModel):
+        record = record.model_dump(by_alias=True, exclude_none=True)
+    if not isinstance(record, Mapping):
+        raise TypeError(f"steps[{index}]: expected a model or a dict, got {type(step).__name__}")
+    return record if isinstance(record, dict) else dict(record)
+
+
+def _block_columns(block: Block) -> CheckedBlock:
+    assert block.arrays is not None
+    columns: dict[str, Any] = {}
+    for wire in block.plan.wires:
+        if wire not in block.key_counts:
+            continue
+        array = block.arrays.get(wire)
+        columns[wire] = array if array is not None else list(block.column(wire))
+    done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
+    ended = [block.episode_id[i] for i in done.tolist()]
+    return CheckedBlock(block.n, columns, block.episode_id,
+                        np.asarray(block.policy_version, np.int64), ended, True)
+
+
+def _step_columns(steps: list[Any], model: type[RolloutStepV1]) -> CheckedBlock:
+    info = model_info(model)
+    columns: dict[str, Any] = {}
+    for wire in info.wires:
+        attr = info.attr(wire)
+        values = [_plain(getattr(s, attr)) for s in steps]
+        if any(v is not None for v in values):
+            columns[wire] = values
+    ended = [s.episode_id for s in steps if s.terminated or s.truncated]
+    return CheckedBlock(len(steps), columns, [s.episode_id for s in steps],
+                        np.array([s.policy_version for s in steps], np.int64), ended, False)
+
+
+def _plain(value: Any) -> Any:
+    """A validated value as the columns hold it: modalities as a dict of their values."""
+    if not isinstance(value, BaseModel):
+        return value
+    info = model_info(type(value))
+    out = {}
+    for wire in info.wires:
+        item = getattr(value, info.attr(wire))
+        if item is not None:
+            out[wire] = _plain(item)
+    return out

@@ -1,0 +1,299 @@
+"""Validate → track: the one loop every record source goes through (docs/contract.md §3).
+
+A source is anything that yields `(line, record)` items (or `lines.Parsed` for a line that is
+not a clean record): a JSON Lines file (`lines.Lines`), the rows of a Parquet file, a shard on
+a Ray worker. `StepChecker` validates each record with `validate_step`, applies the episode
+rules with one `EpisodeTracker`, and either collects every problem in `ProblemGroups` (what
+`validate_file` reports) or raises on the first (what `read_steps` and `read_episodes` do).
+Completed episodes go to an `EpisodeAssembler` when one is given, so reading episodes and
+checking a file share this one loop whatever the source.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+from gyre_contract.core._errors import ContractError, Problem
+from gyre_contract.core._models import RolloutStepV1
+from gyre_contract.core._switches import fast_paths_enabled
+from gyre_contract.core._validate import EpisodeTracker, validate_step
+from gyre_contract.io._binding import Binder, bindable
+from gyre_contract.io._episodes import Episode
+from gyre_contract.io._fastfile import Block, BulkPlan, bulk_plan
+from gyre_contract.io._groups import GroupVersions
+from gyre_contract.io._lines import Item, Lines
+from gyre_contract.io._report import FieldStats, FileReport, ProblemGroups, finish_report
+
+
+def bulk_plan_for(model: type[RolloutStepV1]) -> BulkPlan | None:
+    """The bulk JSON Lines plan of `model`; None when the model is not simple enough for it or
+    when `GYRE_FAST_PATHS=0` turns fast paths off (then every line goes one by one)."""
+    return bulk_plan(model) if fast_paths_enabled() else None
+
+
+@runtime_checkable
+class _BatchSource(Protocol):
+    """A source checked a batch at a time (`parquet.ParquetRows`): each batch decoded on its
+    columns where it can be (`decode_block`), else parsed into items."""
+
+    def blocks(self) -> Iterator[tuple[int, Any]]: ...
+    def parse(self, first: int, batch: Any) -> Iterator[Item]: ...
+    def decode_block(self, batch: Any, arrays: bool = False) -> Block | None: ...
+
+
+class _EpisodeSink(Protocol):
+    """What `StepChecker.feed` hands each valid step and each checked block to: an
+    `EpisodeAssembler`, or the columnar reader's sink (which keeps blocks whole)."""
+
+    def add(self, n: int, step: RolloutStepV1) -> Episode | None: ...
+    def add_block(self, checked: Block, first: int) -> list[Episode]: ...
+
+
+class ProblemList(list[Problem]):
+    """Every problem, in order, with nothing grouped: a `StepChecker` sink for callers that raise
+    them all together (`reading.episodes_from_records`)."""
+
+    def add(self, problems: Iterable[Problem]) -> None:
+        """Keep `problems` (what `ProblemGroups.add` is to a file report)."""
+        self.extend(problems)
+
+
+class StepChecker:
+    """Checks the records of one source in order: record rules, then episode rules.
+
+    With `groups` (or a `ProblemList`), every problem is added there (with its line) and checking
+    goes on; without,
+    the first problem raises ContractError. `stats`, when given, sees every record and every
+    valid step (the field table of the report). `episode_ids`, when given, gets each episode id
+    a record names with the first line it is on (how shards are compared). `records` and
+    `steps` count what was checked.
+    """
+
+    def __init__(self, model: type[RolloutStepV1], groups: ProblemGroups | ProblemList | None = None,
+                 stats: FieldStats | None = None,
+                 episode_ids: dict[str, int] | None = None) -> None:
+        self.model = model
+        self.groups = groups
+        self.stats = stats
+        self.episode_ids = episode_ids
+        self.tracker = EpisodeTracker(model)
+        self.group_versions = GroupVersions()
+        self.records = 0
+        self.steps = 0
+
+    def problems(self, problems: Iterable[Problem]) -> None:
+        """Collect `problems`, or raise them when this checker collects nothing."""
+        if self.groups is not None:
+            self.groups.add(problems)
+            return
+        problems = list(problems)
+        if problems:
+            raise ContractError(problems)
+
+    def item(self, item: Item) -> tuple[int, RolloutStepV1] | None:
+        """One line or row of a source; its `(line, step)` when the record is a valid step."""
+        if isinstance(item, tuple):
+            return self.record(*item)
+        self.problems(item.problems)
+        record = item.record
+        return None if record is None else self.record(item.line, record)
+
+    def record(self, n: int, record: Any) -> tuple[int, RolloutStepV1] | None:
+        """Validate one record found on line (or row) `n`, then apply the episode rules."""
+        self.records += 1
+        if self.stats is not None:
+            self.stats.record(record)
+        if self.episode_ids is not None:
+            eid = record.get("episode_id") if isinstance(record, dict) else None
+            if isinstance(eid, str) and eid and eid not in self.episode_ids:
+                self.episode_ids[eid] = n
+        try:
+            step = validate_step(record, self.model)
+        except ContractError as err:
+            problems = [p.at_line(n) for p in err.problems]
+        else:
+            return self.step(n, step)
+        self.problems(problems)
+        self.skip(record, n)
+        return None
+
+    def checked(self, n: int, keys: dict[str, Any], step: Any,
+                problems: list[Problem] | None) -> tuple[int, RolloutStepV1] | None:
+        """A record validated elsewhere (a Ray worker): its keys, and its step or, with
+        `problems`, the `lost` part of it (episode id and step, where it had them)."""
+        self.records += 1
+        if self.stats is not None:
+            self.stats.record(keys)
+        if problems is None:
+            return self.step(n, step)
+        self.problems([p.at_line(n) for p in problems])
+        self.skip(step, n)
+        return None
+
+    def step(self, n: int, step: RolloutStepV1) -> tuple[int, RolloutStepV1]:
+        """A valid step: count it, note its values, apply the episode rules."""
+        self.steps += 1
+        if self.stats is not None:
+            self.stats.step(step)
+        group_id = getattr(step, "group_id", None)
+        if group_id is not None:
+            self.group_versions.add(group_id, step.policy_version)
+        found = self.tracker.add(step, n)
+        if found:
+            self.problems(found)
+        return n, step
+
+    def skip(self, record: Any, n: int) -> None:
+        """A step that failed validation still advances its episode, when it says which one."""
+        if isinstance(record, dict):
+            eid, step = record.get("episode_id"), record.get("step")
+            if isinstance(eid, str) and isinstance(step, int) and not isinstance(step, bool):
+                self.tracker.skip(eid, step, n)
+
+    def block(self, bulk: BulkPlan, block: list[Any], first: int, *,
+              arrays: bool = False) -> Block | None:
+        """Check a block of lines at once; None (nothing changed) when it must go line by line."""
+        checked = bulk.decode(block, arrays=arrays)
+        return checked if checked is not None and self.accept(checked, first) else None
+
+    def accept(self, checked: Block, first: int) -> bool:
+        """Apply the episode rules to a decoded block and count it; False (nothing changed)
+        when it must go line by line."""
+        bulk = checked.plan
+        if not self.tracker.add_columns(
+                checked.episode_id, checked.step, checked.policy_version, checked.terminated,
+                checked.truncated, first,
+                None if bulk.bound is None else bulk.bound.for_block(checked)):
+            return False
+        self.records += checked.n
+        self.steps += checked.n
+        if self.stats is not None:
+            self.stats.counted(checked.key_counts, bulk.array_counts(checked))
+        if "group_id" in checked.key_counts:
+            self.group_versions.add_many(checked.column("group_id"), checked.policy_version)
+        if self.episode_ids is not None:
+            ids = self.episode_ids
+            for i, eid in enumerate(checked.episode_id):
+                if eid not in ids:
+                    ids[eid] = first + i
+        return True
+
+    def feed(self, source: Lines | _BatchSource | Iterable[Item],
+             episodes: _EpisodeSink | None = None) -> Iterator[Episode]:
+        """Check every item of `source`, in order; yield the episodes that `episodes` completes.
+
+        A JSON Lines source is checked a block at a time where the model allows (`fastfile`),
+        else, like any other source, item by item. Same problems, lines and counts either way.
+        """
+        if isinstance(source, _BatchSource):  # a typed source checked a batch at a time
+            yield from self._typed(source, episodes)
+            return
+        bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
+        binder = None
+        if bulk is None and isinstance(source, Lines) and bindable(self.model):
+            binder = Binder(self.model)  # an unpinned model: bind what the file shows
+        if bulk is None and binder is None:
+            yield from self._items(source, episodes)
+            return
+        assert isinstance(source, Lines)
+        for first, block in source.blocks():
+            plan = bulk if binder is None else binder.plan_for(block)
+            checked = None if plan is None else \
+                self.block(plan, block, first, arrays=episodes is not None)
+            if checked is None:
+                yield from self._items(source.parse(first, block), episodes)
+            elif episodes is not None:
+                yield from episodes.add_block(checked, first)
+        tail = source.tail_item()
+        if tail is not None:
+            yield from self._items((tail,), episodes)
+
+    def _typed(self, source: _BatchSource, episodes: _EpisodeSink | None) -> Iterator[Episode]:
+        """`feed` over a source of typed batches (`parquet.ParquetRows`): each batch checked on
+        its columns where it can be, else row by row. Episodes are assembled from rows (a
+        checked batch keeps no lines to rebuild a mixed episode from), except for a sink that
+        takes blocks whole (`columnar`)."""
+        whole = episodes is None or getattr(episodes, "takes_blocks", False)
+        for first, batch in source.blocks():
+            checked = source.decode_block(batch, arrays=episodes is not None) if whole else None
+            if checked is not None and self.accept(checked, first):
+                if episodes is not None:
+                    yield from episodes.add_block(checked, first)
+            else:
+                yield from self._items(source.parse(first, batch), episodes)
+
+    def _items(self, items: Iterable[Item], episodes: _EpisodeSink | None
+               ) -> Iterator[Episode]:
+        take = self.item
+        if episodes is None:
+            for item in items:
+                take(item)
+            return
+        for item in items:
+            found = take(item)
+            if found is not None:
+                episode = episodes.add(*found)
+                if episode is not None:
+                    yield episode
+
+    def finish(self, require_complete: bool) -> None:
+        """The problems known only at the end: open episodes, when completeness is required."""
+        self.problems(self.tracker.finish(require_complete))
+
+    def report(self, *, path: str | os.PathLike[str], lines: int, require_complete: bool,
+               tail_bytes: int = 0) -> FileReport:
+        """The `FileReport` of what was checked (call `finish` first); needs `groups`, `stats`."""
+        assert isinstance(self.groups, ProblemGroups) and self.stats is not None
+        t = self.tracker
+        report = FileReport(
+            path="", checked_against=f"model {self.model.__name__}", records=self.records,
+            steps=self.steps, episodes=t.episodes, open_episodes=len(t.open_episodes),
+            terminated=t.terminated, truncated=t.truncated,
+            policy_versions=sorted(t.policy_versions),
+            warning_list=self.group_versions.warnings())
+        return finish_report(report, self.groups, self.stats, path=path, lines=lines,
+                             require_complete=require_complete, tail_bytes=tail_bytes)
+
+
+def unread_report(model: type[RolloutStepV1], problems: list[Problem], *,
+                  path: str | os.PathLike[str], lines: int, require_complete: bool,
+                  max_examples_per_group: int) -> FileReport:
+    """The report of a file whose records were not read (e.g. its Parquet schema disagrees):
+    those problems, no counts, episode rules not checked."""
+    groups = ProblemGroups(max_examples_per_group)
+    groups.add(problems)
+    return finish_report(FileReport(path="", checked_against=f"model {model.__name__}"), groups,
+                         FieldStats(model), path=path, lines=lines,
+                         require_complete=require_complete)
+
+
+def check_items(items: Lines | _BatchSource | Iterable[Item], model: type[RolloutStepV1], *,
+                path: str | os.PathLike[str], require_complete: bool,
+                max_examples_per_group: int, lines: int | None = None,
+                episode_ids: dict[str, int] | None = None) -> FileReport:
+    """Stage 1 over any source: every item checked, every problem grouped, one `FileReport`.
+
+    `lines` is how many lines or rows the source held (a `Lines` source counts its own). The
+    cyclic GC is paused meanwhile: nothing is held from item to item. `episode_ids`: see
+    `StepChecker`.
+    """
+    checker = StepChecker(model, ProblemGroups(max_examples_per_group), FieldStats(model),
+                          episode_ids)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in checker.feed(items):
+            pass
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    checker.finish(require_complete)
+    if isinstance(items, Lines):
+        return checker.report(path=path, lines=items.lines, require_complete=require_complete,
+                              tail_bytes=items.tail_bytes)
+    if lines is None:
+        raise TypeError("check_items: give `lines` (how many rows the source held)")
+    return checker.report(path=path, lines=lines, require_complete=require_complete)
