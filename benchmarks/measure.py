@@ -7,10 +7,12 @@ ratios, the limits, and the machine's load recorded with every figure.
 - **Limits.** Each round also times the raw-read limit (one `read()` of the file) and the
   typed-decode limit (msgspec's typed decode of every line into Structs); a figure reports
   limit time / our time (1.0: we are as fast as the limit).
-- **Load.** `/proc/loadavg` and `os.cpu_count()` before and after each figure: the 1-minute load
-  average, and the free cores (cores minus that load, at least 0). A figure whose load exceeded
-  `LOADED` at its start or end is marked loaded: on 2 cores a multi-threaded baseline then
-  competes with other jobs for its second thread.
+- **Load.** Before and after each figure: the 1-minute load average (`/proc/loadavg`), and the
+  cores other processes keep busy (`/proc/stat` sampled for `SAMPLE` seconds while this process
+  sleeps); free cores = `os.cpu_count()` minus those. The load average counts this benchmark's
+  own threads and lags a minute; the sample does not. A figure is marked loaded when the load
+  average exceeded `LOADED` or others held `OTHERS` cores: on 2 cores a multi-threaded baseline
+  then competes with other jobs for its second thread.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 
 LOADED = 1.5
 """A figure taken at a 1-minute load average above this is marked as such."""
+OTHERS = 0.5
+"""... and so is one during which other processes kept this many cores busy."""
 
 
 @dataclass(frozen=True)
@@ -32,23 +36,41 @@ class Load:
     """The machine at one moment."""
 
     load1: float
-    runnable: int
-    """Processes runnable at that moment (fourth field of /proc/loadavg, this one included)."""
+    """1-minute load average: it counts this benchmark's own threads too (1 for ours, 2 for a
+    multi-threaded baseline) and lags by about a minute."""
+    others: float
+    """Cores busy with other processes, sampled over `SAMPLE` seconds while this one sleeps."""
     cores: int
 
     @property
     def free_cores(self) -> float:
-        return max(0.0, self.cores - self.load1)
+        return max(0.0, self.cores - self.others)
+
+
+SAMPLE = 0.3
+"""Seconds of /proc/stat sampling for `Load.others`."""
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait
 
 
 def load_now() -> Load:
+    cores = os.cpu_count() or 1
     try:
         with open("/proc/loadavg", encoding="ascii") as f:
-            parts = f.read().split()
-        load1, runnable = float(parts[0]), int(parts[3].split("/")[0])
+            load1 = float(f.read().split()[0])
+        busy0, total0 = _cpu_jiffies()
+        time.sleep(SAMPLE)  # this process idles: what is busy now is someone else
+        busy1, total1 = _cpu_jiffies()
+        others = cores * (busy1 - busy0) / max(total1 - total0, 1)
     except (OSError, IndexError, ValueError):  # no procfs
-        load1, runnable = os.getloadavg()[0], 0
-    return Load(load1, runnable, os.cpu_count() or 1)
+        load1, others = os.getloadavg()[0], 0.0
+    return Load(load1, round(others, 2), cores)
 
 
 @dataclass
@@ -68,8 +90,10 @@ class Figure:
     """Typed-decode limit time / our time."""
     load_start: float = 0.0
     load_end: float = 0.0
+    others: float = 0.0
+    """Cores busy with other processes, the larger of the samples at the start and the end."""
     free_cores: float = 0.0
-    """Free cores at the figure's start (cores minus the 1-minute load average)."""
+    """Cores minus `others`."""
     cores: int = 0
     section: str = ""
     note: str = ""
@@ -80,7 +104,8 @@ class Figure:
 
     @property
     def loaded(self) -> bool:
-        return max(self.load_start, self.load_end) > LOADED
+        """The load average above `LOADED`, or another process holding half a core or more."""
+        return max(self.load_start, self.load_end) > LOADED or self.others >= OTHERS
 
     def verdict(self) -> str:
         word = {True: "PASS", False: "FAIL", None: "info"}[self.ok]
@@ -95,8 +120,9 @@ class Figure:
                                                       ("typed", self.typed_fraction)) if v)
         return (f"{self.verdict():13} {self.name:58} {self.ratio_text():20} {self.target or '-':7}"
                 f" ({fmt(self.ours, self.unit)} vs {fmt(self.base, self.unit)} {self.base_name};"
-                f" {self.rounds} rounds; load {self.load_start:.1f}-{self.load_end:.1f}, "
-                f"{self.free_cores:.1f} of {self.cores} cores free{'; ' + limits if limits else ''})")
+                f" {self.rounds} rounds; load {self.load_start:.1f}-{self.load_end:.1f}, others"
+                f" {self.others:.1f}, {self.free_cores:.1f} of {self.cores} cores free"
+                f"{'; ' + limits if limits else ''})")
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "loaded": self.loaded, "verdict": self.verdict()}
@@ -163,8 +189,14 @@ def interleaved(name: str, ours: Callable[[], Any], base: Callable[[], Any], bas
                   spread=quartiles(ratios), rounds=len(ratios),
                   raw_fraction=med(raw_f) if raw_f else None,
                   typed_fraction=med(typed_f) if typed_f else None,
-                  load_start=before.load1, load_end=after.load1, free_cores=before.free_cores,
-                  cores=before.cores, note=note)
+                  note=note, **where(before, after))
+
+
+def where(before: Load, after: Load) -> dict[str, Any]:
+    """A figure's load fields from the samples at its start and end."""
+    others = max(before.others, after.others)
+    return {"load_start": before.load1, "load_end": after.load1, "others": others,
+            "free_cores": max(0.0, before.cores - others), "cores": before.cores}
 
 
 def process_time(argv: list[str], env: dict[str, str], cwd: str) -> float:
@@ -177,13 +209,13 @@ def process_time(argv: list[str], env: dict[str, str], cwd: str) -> float:
 def markdown(figures: list[Figure]) -> str:
     """The figures as the Markdown table benchmarks/README.md keeps."""
     rows = ["| figure | ours | baseline | ratio (quartiles) | target | verdict | raw-read limit "
-            "| typed-decode limit | load start-end | free cores | rounds |",
-            "|---|---:|---|---:|---|---|---:|---:|---|---:|---:|"]
+            "| typed-decode limit | load start-end | cores busy with others | free cores | rounds |",
+            "|---|---:|---|---:|---|---|---:|---:|---|---:|---:|---:|"]
     for f in figures:
         raw = f"{f.raw_fraction:.0%}" if f.raw_fraction else "-"
         typed = f"{f.typed_fraction:.0%}" if f.typed_fraction else "-"
         rows.append(f"| {f.name} | {fmt(f.ours, f.unit)} | {fmt(f.base, f.unit)} {f.base_name} "
                     f"| {f.ratio_text()} | {f.target or '-'} | {f.verdict()} | {raw} | {typed} "
-                    f"| {f.load_start:.1f}-{f.load_end:.1f} | {f.free_cores:.1f} of {f.cores} "
-                    f"| {f.rounds} |")
+                    f"| {f.load_start:.1f}-{f.load_end:.1f} | {f.others:.1f} "
+                    f"| {f.free_cores:.1f} of {f.cores} | {f.rounds} |")
     return "\n".join(rows) + "\n"

@@ -44,7 +44,7 @@ for _p in (str(ROOT), str(HERE)):
 import agreement  # noqa: E402
 import baselines  # noqa: E402
 import corpus  # noqa: E402
-from measure import Figure, interleaved, load_now, markdown, process_time  # noqa: E402
+from measure import Figure, interleaved, load_now, markdown, process_time, where  # noqa: E402
 
 import gyre_contract  # noqa: E402
 from gyre_contract.cli import run as cli_run  # noqa: E402
@@ -298,18 +298,16 @@ def bench_rss(s: Sizes) -> list[Figure]:
             peaks["big"].append(peak_rss(RSS_OURS, big))
             if not label:
                 peaks["polars"].append(peak_rss(RSS_POLARS, big))
-        after = load_now()
+        at = {**where(before, load_now()), "rounds": 2}
         p_small, p_big = min(peaks["small"]), min(peaks["big"])
-        where = {"load_start": before.load1, "load_end": after.load1,
-                 "free_cores": before.free_cores, "cores": before.cores, "rounds": 2}
         figures.append(Figure(f"peak RSS validate {big_lines:,} / {small_lines:,} lines{label}",
                               p_big, p_small, f"{small_lines:,} lines", p_big / p_small,
-                              "<= 1.1", unit="MB", **where))
+                              "<= 1.1", unit="MB", **at))
         if peaks["polars"]:
             p_polars = min(peaks["polars"])
             figures.append(Figure(f"peak RSS polars baseline / validate, {big_lines:,} lines",
                                   p_polars, p_big, "gyre-contract validate", p_polars / p_big,
-                                  unit="MB", **where))
+                                  unit="MB", **at))
     return figures
 
 
