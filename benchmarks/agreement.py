@@ -45,6 +45,9 @@ from gyre_contract.pinned import CartPoleStep, LLMStep  # noqa: E402
 CHECK_LINES = 4_000
 CHECK_COMPLETIONS = 64
 
+Rows = list[tuple[str, str, bool, bool]]
+"""(baseline, case, the package refuses, the baseline refuses) per verdict."""
+
 # -- declared gaps: (baseline, case) -> what it cannot check and why ------------------------------
 
 INEXACT = "an integer beyond 2**24 in a float field (float32 cannot hold it exactly) passes: a " \
@@ -165,7 +168,7 @@ def record_sides() -> dict[str, tuple[str, Callable[[Any], Any], Callable[[Any],
     }
 
 
-def check_records() -> tuple[list[str], list[tuple[str, str, bool, bool]]]:
+def check_records() -> tuple[list[str], Rows]:
     """(problems, rows of (baseline, case, package refuses, baseline refuses))."""
     cases = {"cartpole": cartpole_cases(), "llm": llm_cases()}
     problems, rows = [], []
@@ -292,7 +295,7 @@ def file_sides() -> dict[str, tuple[str, Callable[[Path], Any]]]:
             "pyarrow.json batch": ("batch", baselines.batch_jsonl)}
 
 
-def check_files(jsonl: Path, tmp: Path) -> tuple[list[str], list[tuple[str, str, bool, bool]]]:
+def check_files(jsonl: Path, tmp: Path) -> tuple[list[str], Rows]:
     lines = jsonl.read_bytes().splitlines()
     problems, rows = [], []
     sides = file_sides()
@@ -336,20 +339,29 @@ def parquet_cases(jsonl: Path) -> dict[str, Any]:
                 pa.array([str(x) for x in table.column("reward").to_pylist()]))}
 
 
-def check_parquet(jsonl: Path, tmp: Path) -> tuple[list[str], list[tuple[str, str, bool, bool]]]:
+def check_batches(name: str, paths: dict[str, Path], map_path: Path,
+                  baseline: Callable[[Path], Any]) -> tuple[list[str], Rows]:
+    """`gyre-contract batch` and `baseline` on each case file: the verdicts compared."""
+    problems, rows = [], []
+    for case, path in paths.items():
+        ours = cli("batch", str(path), "--map", str(map_path), "--format", "json")[0] != 0
+        theirs = _refuses(baseline, path)
+        if case == "valid" and ours:
+            problems.append(f"{name}: the package refuses the valid file")
+        rows.append((name, case, ours, theirs))
+        problems += judge(name, case, ours, theirs)
+    return problems, rows
+
+
+def check_parquet(jsonl: Path, tmp: Path) -> tuple[list[str], Rows]:
     import pyarrow.parquet as pq
 
-    problems, rows = [], []
-    for case, table in parquet_cases(jsonl).items():
-        path = tmp / "case.parquet"
-        pq.write_table(table, path)
-        ours = cli("batch", str(path), "--map", str(baselines.CARTPOLE_MAP), "--format", "json")[0] != 0
-        theirs = _refuses(baselines.batch_parquet, path)
-        if case == "valid" and ours:
-            problems.append("the package refuses the valid Parquet file")
-        rows.append(("pq.read_table batch", case, ours, theirs))
-        problems += judge("pq.read_table batch", case, ours, theirs)
-    return problems, rows
+    paths = {}
+    for i, (case, table) in enumerate(parquet_cases(jsonl).items()):
+        paths[case] = tmp / f"case-{i}.parquet"
+        pq.write_table(table, paths[case])
+    return check_batches("pq.read_table batch", paths, baselines.CARTPOLE_MAP,
+                         baselines.batch_parquet)
 
 
 def token_cases(path: Path) -> dict[str, list[bytes]]:
@@ -369,19 +381,12 @@ def token_cases(path: Path) -> dict[str, list[bytes]]:
             "episode id repeated": edit(episode_id=orjson.loads(lines[2])["episode_id"])}
 
 
-def check_tokens(path: Path, map_path: Path, tmp: Path
-                 ) -> tuple[list[str], list[tuple[str, str, bool, bool]]]:
-    problems, rows = [], []
-    for case, content in token_cases(path).items():
-        case_path = tmp / "tokens.jsonl"
-        case_path.write_bytes(b"\n".join(content) + b"\n")
-        ours = cli("batch", str(case_path), "--map", str(map_path), "--format", "json")[0] != 0
-        theirs = _refuses(baselines.token_batch, case_path)
-        if case == "valid" and ours:
-            problems.append("the package refuses the valid completions")
-        rows.append(("pyarrow.json tokens", case, ours, theirs))
-        problems += judge("pyarrow.json tokens", case, ours, theirs)
-    return problems, rows
+def check_tokens(path: Path, map_path: Path, tmp: Path) -> tuple[list[str], Rows]:
+    paths = {}
+    for i, (case, content) in enumerate(token_cases(path).items()):
+        paths[case] = tmp / f"tokens-{i}.jsonl"
+        paths[case].write_bytes(b"\n".join(content) + b"\n")
+    return check_batches("pyarrow.json tokens", paths, map_path, baselines.token_batch)
 
 
 # -- arrays ------------------------------------------------------------------------------------
@@ -440,7 +445,7 @@ def write_token_map(folder: Path) -> Path:
 
 
 def check_all(lines: int = CHECK_LINES, completions: int = CHECK_COMPLETIONS
-              ) -> tuple[list[str], list[tuple[str, str, bool, bool]]]:
+              ) -> tuple[list[str], Rows]:
     """Every agreement check: (problems, rows of (baseline, case, package refuses, baseline
     refuses))."""
     jsonl = corpus.cartpole_corpus(lines)

@@ -128,29 +128,16 @@ class BestPrompt(BaseModel):
     text: str = None  # type: ignore[assignment]
 
 
-class BestLLMStep(BaseModel):
+class BestLLMStep(BestStep):
     """One generation: prompt token ids, generated ids, per-token log-probs <= 0."""
 
-    model_config = STRICT
-    observation: BestPrompt
-    action: list[I64]
+    observation: BestPrompt  # type: ignore[assignment]
+    action: list[I64]  # type: ignore[assignment]
     logprob: list[LogProb] = None  # type: ignore[assignment]
     ref_logprob: list[LogProb] = None  # type: ignore[assignment]
-    entropy: F32 = None  # type: ignore[assignment]
-    value: F32 = None  # type: ignore[assignment]
-    next_value: F32 = None  # type: ignore[assignment]
     next_observation: BestPrompt = None  # type: ignore[assignment]
-    reward: F32
-    return_: F32 = Field(None, alias="return")  # type: ignore[assignment]
-    step: I64
-    episode_id: Id
-    terminated: bool
-    truncated: bool
-    policy_version: I64
-    group_id: Id = None  # type: ignore[assignment]
     loss_mask: list[bool] = None  # type: ignore[assignment]
     token_reward: list[F32] = None  # type: ignore[assignment]
-    info: dict[str, Scalar] = None  # type: ignore[assignment]
 
 
 # -- per record: msgspec -------------------------------------------------------------------------
@@ -184,26 +171,13 @@ class StepStruct(msgspec.Struct, forbid_unknown_fields=True, rename={"return_": 
     info: dict[str, str | MI64 | MF32 | bool] | UnsetType = UNSET
 
 
-class CartPoleStruct(msgspec.Struct, forbid_unknown_fields=True, rename={"return_": "return"}):
+class CartPoleStruct(StepStruct):
     """`BestCartPoleStep` as a msgspec Struct (also the typed-decode limit of CartPole files)."""
 
     observation: MObs4
     action: MI64
-    reward: MF32
-    step: MI64
-    episode_id: MId
-    terminated: bool
-    truncated: bool
-    policy_version: MI64
     logprob: MLogProb | UnsetType = UNSET
-    ref_logprob: MF32 | UnsetType = UNSET
-    entropy: MF32 | UnsetType = UNSET
-    value: MF32 | UnsetType = UNSET
-    next_value: MF32 | UnsetType = UNSET
     next_observation: MObs4 | UnsetType = UNSET
-    return_: MF32 | UnsetType = UNSET
-    group_id: MId | UnsetType = UNSET
-    info: dict[str, str | MI64 | MF32 | bool] | UnsetType = UNSET
 
 
 class PromptStruct(msgspec.Struct, forbid_unknown_fields=True):
@@ -211,28 +185,16 @@ class PromptStruct(msgspec.Struct, forbid_unknown_fields=True):
     text: str | UnsetType = UNSET
 
 
-class LLMStruct(msgspec.Struct, forbid_unknown_fields=True, rename={"return_": "return"}):
+class LLMStruct(StepStruct):
     """`BestLLMStep` as a msgspec Struct (also the typed-decode limit of completion files)."""
 
     observation: PromptStruct
     action: list[MI64]
-    reward: MF32
-    step: MI64
-    episode_id: MId
-    terminated: bool
-    truncated: bool
-    policy_version: MI64
     logprob: list[MLogProb] | UnsetType = UNSET
     ref_logprob: list[MLogProb] | UnsetType = UNSET
-    entropy: MF32 | UnsetType = UNSET
-    value: MF32 | UnsetType = UNSET
-    next_value: MF32 | UnsetType = UNSET
     next_observation: PromptStruct | UnsetType = UNSET
-    return_: MF32 | UnsetType = UNSET
-    group_id: MId | UnsetType = UNSET
     loss_mask: list[bool] | UnsetType = UNSET
     token_reward: list[MF32] | UnsetType = UNSET
-    info: dict[str, str | MI64 | MF32 | bool] | UnsetType = UNSET
 
 
 def msgspec_step(record: dict[str, Any], struct: type) -> Any:

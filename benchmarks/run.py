@@ -1,7 +1,7 @@
 """Every performance figure, each a ratio to the strongest baseline, measured in the same run.
 
     python benchmarks/run.py                 # full sizes (corpora cached after the first run)
-    python benchmarks/run.py --quick         # smaller corpora, fewer rounds (about a minute)
+    python benchmarks/run.py --quick         # smaller corpora, fewer rounds (a few minutes)
     python benchmarks/run.py --smoke         # tiny sizes: the harness works (tests run this)
     python benchmarks/run.py --only validate_step,startup
     python benchmarks/run.py --json figures.json --markdown table.md
