@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on firs
     from gyre_contract.core._errors import ContractError, MissingFieldError
     from gyre_contract.core._models import Modalities, RolloutStep, TrainBatch
     from gyre_contract.core._tensor import Tensor
-    from gyre_contract.core._tokenbatch import TokenBatch
+    from gyre_contract.core._tokens import TokenBatch
     from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
     from gyre_contract.harness._recorder import Recorder
     from gyre_contract.harness._runlog import RunLog

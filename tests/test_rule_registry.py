@@ -27,7 +27,7 @@ from gyre_contract.core._errors import ContractError, Problem
 from gyre_contract.core._fastpath import fast_plan
 from gyre_contract.core._models import RolloutStep, TrainBatch
 from gyre_contract.core._registry import Rule
-from gyre_contract.core._tokenbatch import TokenBatch
+from gyre_contract.core._tokens import TokenBatch
 from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
 from gyre_contract.io import _fastfile  # noqa: F401  (declares the bulk reader's fast path)
 from gyre_contract.io._fastfile import bulk_plan

@@ -1,9 +1,9 @@
 """`gyre-contract batch ROLLOUTS.jsonl --map M.json`: stage 2 (half way) without a training loop.
 
-Reads the rollout file per episode, applies the field map, collates `[B, T, ...]` with a mask,
-validates the TrainBatch (a map with `"rows": "step"`: reads the file step by step, one token row
-per step, and validates a TokenBatch), optionally calls the user's loss once, prints keys, shapes and dtypes,
-and writes an `.npz` that numpy alone loads (`np.load(path, allow_pickle=False)`).
+Reads the rollout file as the map's row layout says (per episode, collated `[B, T, ...]` with a
+mask, a TrainBatch; or for token rows step by step, one token row per step, a TokenBatch),
+applies the field map, validates the batch, optionally calls the user's loss once, prints keys,
+shapes and dtypes, and writes an `.npz` that numpy alone loads (`np.load(path, allow_pickle=False)`).
 Exit 0 the batch holds, 1 the contract is violated (a missing field, a bad batch, a failing or
 non-finite loss), 2 unusable input or usage.
 """
@@ -100,7 +100,7 @@ def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     """Save arrays (nested dicts as dotted keys) so `np.load(path, allow_pickle=False)` works."""
     from gyre_contract.core._errors import InputError
     from gyre_contract.io._atomic import atomic_write
-    from gyre_contract.schema._trainerbatch import flatten_batch
+    from gyre_contract.trainer._trainerbatch import flatten_batch
 
     flat = flatten_batch(batch)
     for key, arr in flat.items():

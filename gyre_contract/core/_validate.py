@@ -19,7 +19,7 @@ from gyre_contract.core._dims import EMPTY_STRING, NON_EMPTY, scalar_reason
 from gyre_contract.core._endedids import EndedEpisodes, episode_keys
 from gyre_contract.core._errors import ContractError, Problem, describe
 from gyre_contract.core._fastpath import FAST_FAILURES, PLANS
-from gyre_contract.core._fields import kind_fields, step_kinds
+from gyre_contract.core._fields import action_bound_dims, kind_fields, step_kinds
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import (
     AnyObservation,
@@ -43,7 +43,6 @@ from gyre_contract.core._rules import (
 )
 from gyre_contract.core._switches import FAST, fast_paths_enabled
 from gyre_contract.core._tensor import TensorSpec
-from gyre_contract.core._tokenfields import action_bound_dims
 
 S = TypeVar("S", bound=RolloutStepV1)
 B = TypeVar("B", bound=BatchModel)
