@@ -267,6 +267,32 @@ def test_every_cli_command_has_its_exit_codes_in_section_9_and_every_flag_in_the
                     f"gyre-contract {name} {flags[-1]} is not in its row of docs/api.md"
 
 
+# -- docs/architecture.md records the structure ------------------------------------------------
+
+def structure_row(label: str) -> tuple[str, str]:
+    """(before, after) of a row of the table in docs/architecture.md "The structure in numbers"."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    found = re.search(rf"^\| {re.escape(label)} \| (.*) \| (.*) \|$", text, re.M)
+    assert found, f"docs/architecture.md has no row {label!r}"
+    return found.group(1), found.group(2)
+
+
+def test_architecture_states_todays_public_names_and_token_row_lines():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("structure", ROOT / "tests" / "structure.py")
+    assert spec is not None and spec.loader is not None
+    structure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(structure)
+    now = structure.measure(ROOT)
+    assert structure_row("public names (top level / unique across the package)")[1] == \
+        f"{now['public_names_top_level']} / {now['public_names_unique']}"
+    assert structure_row('lines spelling token rows (`"step"` on a line about rows)')[1] == \
+        f"{now['rows_step_lines']} in {len(now['rows_step_modules'])} modules"
+    assert structure_row("public modules (no `_` in the dotted path)")[1] == \
+        str(now["public_modules"])
+
+
 # -- the Python snippets of the README and docs run --------------------------------------------
 
 NO_RUN = re.compile(r"^<!--\s*no-run:\s*(.+?)\s*-->$")

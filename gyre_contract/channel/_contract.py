@@ -89,7 +89,7 @@ def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, columns: Mapping
     """The trainer's own batch from a block of step columns (a delivery's segments): what the
     map's row layout makes of them (episodes, or one block of token rows), the map's collation
     and ops, then the trainer's schema (or `TrainBatch` / `TokenBatch`) check — what
-    `gyre-contract batch --map M --trainer T` does (`harness.half_way`). The one call
+    `gyre-contract batch --map M --trainer T` does (`half_way`). The one call
     `FieldMap.batch(source, trainer=...)` gives the same arrays: when it exists, this body is
     that call."""
     collated = fmap.collated(fmap.layout.from_block(columns))

@@ -1,10 +1,11 @@
 """Segments: the steps of one `put`, as one Arrow IPC file (extra `parquet`: pyarrow).
 
 A segment is an Arrow IPC file (`pyarrow.ipc.new_file`) holding one record batch laid out by
-`io.to_arrow_schema` (the layout of the package's Parquet files: one column per record key, a
-fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, modalities a `struct`), with the
-segment's facts as JSON under the schema metadata key `gyre-channel` (`SegmentMeta`: its id,
-writer, fingerprint, counts, policy versions, timestamps). Any Arrow reader opens it.
+`io._arrowschema.to_arrow_schema` (the layout of the package's Parquet files: one column per
+record key, a fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, modalities a
+`struct`), with the segment's facts as JSON under the schema metadata key `gyre-channel`
+(`SegmentMeta`: its id, writer, fingerprint, counts, policy versions, timestamps). Any Arrow
+reader opens it.
 
 Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
 become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
