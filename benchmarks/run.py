@@ -246,10 +246,42 @@ def bench_startup(s: Sizes) -> list[Figure]:
     cases = [("import gyre_contract", [python, "-c", "import gyre_contract"], "<= 1.2"),
              ("gyre-contract --version", [script, "--version"], "<= 1.3"),
              ("gyre-contract --help", [script, "--help"], "<= 1.3"),
+             # what a sampler pays: the core (numpy, pydantic, the models), no schema built
+             ("from gyre_contract import validate_step, RolloutStep",
+              [python, "-c", "from gyre_contract import validate_step, RolloutStep"], ""),
              ("python -c pass (bare interpreter)", [python, "-c", "pass"], "")]
-    return [interleaved(f"{label} / import numpy, pydantic", proc(argv), proc(base),
-                        'python -c "import numpy, pydantic"', target=target,
-                        rounds=s.startup_rounds) for label, argv, target in cases]
+    figures = [interleaved(f"{label} / import numpy, pydantic", proc(argv), proc(base),
+                           'python -c "import numpy, pydantic"', target=target,
+                           rounds=s.startup_rounds) for label, argv, target in cases]
+    record = repr(agreement.cartpole_record())
+    figures.append(interleaved(  # the first validated step, import and schema build included
+        "first validated step: import + validate_step / plain pydantic",
+        proc([python, "-c", f"from gyre_contract import validate_step; validate_step({record})"]),
+        proc([python, "-c", FIRST_STEP_PYDANTIC.format(record=record)]),
+        "numpy + a strict pydantic model (allow_inf_nan=False), one record",
+        rounds=s.startup_rounds))
+    return figures
+
+
+FIRST_STEP_PYDANTIC = """
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+class Step(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    observation: list[float] = Field(min_length=4, max_length=4)
+    action: int
+    logprob: float | None = None
+    value: float | None = None
+    reward: float
+    step: int = Field(ge=0)
+    episode_id: str = Field(min_length=1)
+    terminated: bool
+    truncated: bool
+    policy_version: int = Field(ge=0)
+np.asarray(Step.model_validate({record}).observation, np.float32)
+"""
+"""A sampler's first step without the package: numpy and a strict pydantic model of the
+CartPole record, bounds in `Field`, validating one record."""
 
 
 # -- peak memory ----------------------------------------------------------------------------------

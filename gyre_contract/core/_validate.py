@@ -7,7 +7,6 @@ when there is something to explain, by the model's own pydantic validation.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import ne
@@ -202,6 +201,8 @@ def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     parent = _spec_at(model, loc[:-1])
     known = list(model_info(parent).wires) if isinstance(parent, type) else []
     name = str(loc[-1])
+    import difflib  # only when a name is unknown: not on every import
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 64 else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     owner = parent.__name__ if isinstance(parent, type) else "this object"
