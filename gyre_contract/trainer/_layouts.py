@@ -33,7 +33,12 @@ import numpy as np
 from gyre_contract.core._errors import ContractError, InputError, Problem, SchemaError
 from gyre_contract.core._models import RolloutStep, TrainBatch
 from gyre_contract.core._tokens import TokenBatch
-from gyre_contract.io._reading import episodes_from_records, read_episodes, read_steps, steps_from_records
+from gyre_contract.io._reading import (
+    episodes_from_records,
+    numbered_steps,
+    read_episodes,
+    steps_from_records,
+)
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
@@ -190,6 +195,16 @@ class RowLayout:
         raise NotImplementedError
 
 
+class NumberedSteps(list[Any]):
+    """Step records read from a file, in file order, with the line of each (`lines`): a row
+    a layout refuses is named with its line."""
+
+    def __init__(self, numbered: Iterable[tuple[int, Any]]) -> None:
+        pairs = list(numbered)
+        super().__init__(step for _, step in pairs)
+        self.lines = [line for line, _ in pairs]
+
+
 @dataclass(frozen=True)
 class RowKeys:
     """The per-row keys of a collated batch, for checks a trainer's own batch may not hold."""
@@ -309,11 +324,19 @@ class TokenRows(RowLayout):
                              f"token rows has one row per step")
         # policy_version comes whenever every step records it: the staleness checks of half_way
         # and full_loop read it even when the trainer does not
-        return collate_tokens(items, fields=[n for n in fields
-                                             if n not in (*LAYOUT_FIELDS, "mask")])
+        return collate_tokens(items, fields=[n for n in fields if n not in self.made_here],
+                              pad_to=self.pad_to, lines=getattr(items, "lines", None),
+                              **self._limits())
+
+    made_here: ClassVar[frozenset[str]] = frozenset((*LAYOUT_FIELDS, "mask"))
+    """Sources the layout makes itself: never asked of the steps by name."""
+
+    def _limits(self) -> dict[str, Any]:
+        """Further limits `collate_tokens` checks every row against (a subclass's)."""
+        return {}
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
-        return list(read_steps(path, model))
+        return NumberedSteps(numbered_steps(path, model))
 
     def from_records(self, records: list[Any], model: Any) -> list[Any]:
         return steps_from_records(records, model)

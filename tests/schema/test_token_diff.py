@@ -17,7 +17,7 @@ from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._diffing import diff
 from gyre_contract.schema._export import json_schema
 from gyre_contract.schema._roles import synonyms
-from gyre_contract.schema._tokenlayout import token_rows
+from gyre_contract.schema._tokentrainer import token_rows
 from gyre_contract.trainer._fieldmap import FieldMap
 from gyre_contract.trainer._layouts import TokenRows
 
@@ -518,3 +518,54 @@ def test_one_logprob_per_row_is_the_sum_over_the_response_tokens() -> None:
     scalar = sampler()
     scalar["properties"]["logprob"] = {"type": "number", "x-gyre-role": "logprob"}
     assert diff(scalar, doc).field_map()["fields"]["sequence_logprob"] == {"from": "logprob"}
+
+
+# -- fixed widths: pad_to from the trainer's fixed token dims -------------------------------------
+
+def fixed(doc: dict, widths: dict[str, int | None]) -> dict:
+    """`doc` with each named field's token dim fixed at the given width (None: left open)."""
+    doc = copy.deepcopy(doc)
+    for name, width in widths.items():
+        inner = doc["properties"][name]["items"]
+        inner.pop("minItems", None)
+        inner.pop("maxItems", None)
+        if width is not None:
+            inner["minItems"] = inner["maxItems"] = width
+    return doc
+
+
+def test_a_trainer_with_fixed_token_dims_gets_a_pad_to_map() -> None:
+    r = diff(sampler(), PEERS / "verl_fixed_width.json")
+    fmap = r.field_map()
+    assert (fmap["rows"], fmap["layout"], fmap["pad_to"]) == ("step", "padded", {"P": 16, "R": 32})
+    assert "fixed widths P=16, R=32 (pad_to)" in r.layout.text
+    assert FieldMap.from_dict(fmap).layout.pad_to == {"P": 16, "R": 32}
+    assert "map_incomplete" not in codes(r)
+    assert "pad_to" not in diff(sampler(), PEERS / "verl_actor_batch.json").field_map()
+    check(r)
+
+
+RESPONSE_FIELDS = ("responses", "response_mask", "old_log_probs", "rollout_log_probs",
+                   "ref_log_prob", "token_level_rewards", "advantages")
+
+
+def test_the_sequence_width_gives_the_width_the_schema_leaves_open() -> None:
+    doc = fixed(peer("verl_fixed_width"), {"prompts": None})  # P from L - R
+    assert diff(sampler(), doc).field_map()["pad_to"] == {"P": 16, "R": 32}
+    doc = fixed(peer("verl_fixed_width"), dict.fromkeys(RESPONSE_FIELDS))  # R from L - P
+    assert diff(sampler(), doc).field_map()["pad_to"] == {"P": 16, "R": 32}
+    doc = fixed(peer("verl_actor_batch"), {"responses": 8})  # one width alone
+    assert diff(sampler(), doc).field_map()["pad_to"] == {"R": 8}
+
+
+def test_widths_the_diff_cannot_settle_are_left_to_the_map_with_a_warning() -> None:
+    unsplit = fixed(peer("verl_fixed_width"), {"prompts": None, **dict.fromkeys(RESPONSE_FIELDS)})
+    r = diff(sampler(), unsplit)
+    assert "pad_to" not in r.field_map()
+    assert "fixes the whole sequence at 48 tokens, but not how it splits" in \
+        warning(r, "map_incomplete").message
+    clash = fixed(peer("verl_fixed_width"), {"responses": 30})
+    r = diff(sampler(), clash)
+    assert "pad_to" not in r.field_map()
+    assert "response [30, 32]" in warning(r, "map_incomplete").message
+    check(r)
