@@ -6,8 +6,8 @@ Its modules are private (`_export.py`, ...); lowest first (each imports only tho
 file), `dtyperules` and `shaperules` (what fits, what casts lose), `diffreport` (the diff's
 report and its renderings), `layouts` (the trainer's layout from its batch dims), `converters`,
 `diffwarnings`, `tokentrainer` and `tokenlayout` (parts of the diff; token rows for LLM
-trainers), `diffing` (the `diff` engine), `compatibility` (`compat`), `trainerbatch` (a mapped batch checked against
-a trainer's own schema).
+trainers), `diffing` (the `diff` engine), `compatibility` (`compat`), `trainerbatch` (a mapped
+batch checked against a trainer's own schema).
 
 Names load on first use (PEP 562). `diff` and `compat` here are the functions.
 """

@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gyre_contract.core._errors import ContractError, InputError, Problem, SchemaError
+from gyre_contract.core._errors import ContractError, InputError, Problem, SchemaError, describe
 from gyre_contract.core._models import RolloutStep, TrainBatch
-from gyre_contract.core._tokens import TokenBatch
+from gyre_contract.core._tokens import PackedBatch, TokenBatch
 from gyre_contract.io._reading import (
     episodes_from_records,
     numbered_steps,
@@ -44,7 +44,16 @@ from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
 from gyre_contract.trainer._collation import DERIVED_FIELDS, collate, episodes_of
 from gyre_contract.trainer._flatcollate import collate_file
+from gyre_contract.trainer._packing import (
+    PACKED_COLUMNS,
+    PACKED_TOKEN_COLUMNS,
+    ResponseTokens,
+    pack_columns,
+)
 from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE, collate_tokens
+
+PROMPT_COLUMNS = ("prompt_ids", "prompt_mask")
+"""The collated prompt columns `[B, P]`, which a packed map's entries never read."""
 
 LAYOUT_KEYS = ("rows", "batch_dims", "layout", "pad_to", "token_budget")
 """The top-level keys of a field map that say how its rows are laid out."""
@@ -176,9 +185,22 @@ class RowLayout:
                        columns.get("episode_id"))
 
     def stats(self, columns: Mapping[str, Any], current_version: int | None
-              ) -> TokenRowStats | None:
+              ) -> RowStats | None:
         """What a report says of these rows beyond their count (None: nothing)."""
         return None
+
+    # -- the map's fields ----------------------------------------------------------------------
+
+    def field_problems(self, reads: Mapping[str, tuple[str, ...]]) -> list[str]:
+        """What this layout refuses of a map's entries (`reads`: per target, the columns its
+        entry reads), one message each; checked when the map is loaded."""
+        return []
+
+    def arrange(self, built: dict[str, Any], columns: Mapping[str, Any],
+                reads: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+        """The map's results (`built`, per target) laid out as this layout's batch: as they
+        are, by default."""
+        return built
 
     # -- the trainer's own schema and the sampler's -------------------------------------------
 
@@ -282,7 +304,7 @@ class TokenRows(RowLayout):
     rows_text = "one token row per step"
     names = ("padded",)
     keys = ("pad_to",)
-    batch_model = TokenBatch
+    batch_model: ClassVar[Any] = TokenBatch
     step_model = LLMStep
     WIDTHS: ClassVar[tuple[str, ...]] = ("P", "R")
     """The padded dims `pad_to` may fix: the prompt's and the response's widths."""
@@ -354,7 +376,7 @@ class TokenRows(RowLayout):
         rows, width = np.shape(columns["response_mask"])  # [B, R]
         return int(rows), int(width)
 
-    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
+    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> RowStats:
         return token_row_stats(columns, current_version)
 
     def fit_trainer(self, schema: Any, flat: dict[str, np.ndarray], mask: Any
@@ -375,7 +397,104 @@ class TokenRows(RowLayout):
         return None
 
 
-ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows)
+# -- packed token rows: [M, S] micro-batch rows of a token budget ---------------------------------
+
+class PackedRows(TokenRows):
+    """Token rows packed into micro-batch rows of `token_budget` tokens, `[M, S]` (`_packing`):
+    the rows are collated as `TokenRows` (the map's ops run on them: group_norm, kl, per_token,
+    ...), then placed first-fit-decreasing, and each per-response-token result `[B, R, ...]` is
+    put at its tokens' positions; per-row results stay `[B]`, one per sample."""
+
+    names = ("packed",)
+    keys = ("token_budget",)
+    batch_model = PackedBatch
+    made_here = TokenRows.made_here | frozenset(PACKED_COLUMNS)
+
+    def __init__(self, *, batch_dims: Iterable[str] | None = None, name: str | None = None,
+                 token_budget: int | None = None) -> None:
+        self.token_budget: Any = token_budget
+        """The tokens of one micro-batch row, S."""
+        super().__init__(batch_dims=batch_dims, name=name)
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        budget = self.token_budget
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+            found.append(f'"layout": "packed" needs "token_budget": the tokens of one '
+                         f'micro-batch row, a whole number > 0 such as 4096, got '
+                         f'{json.dumps(budget)}')
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "token_budget": self.token_budget}
+
+    def describe(self) -> str:
+        return (f"token rows packed into micro-batch rows of {self.token_budget} tokens "
+                f"(first-fit-decreasing)")
+
+    def _limits(self) -> dict[str, Any]:
+        return {"token_budget": self.token_budget}
+
+    def collate(self, items: Iterable[Any], *, fields: list[str], max_len: int | None = None,
+                sparse: list[str] | None = None, source: str = "field map") -> dict[str, Any]:
+        columns = super().collate(items, fields=fields, max_len=max_len, sparse=sparse,
+                                  source=source)
+        columns.update(pack_columns(columns, self.token_budget))
+        return columns
+
+    def row_mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return np.ones((len(columns["episode_id"]), 1), dtype=bool)  # each sample: one step
+
+    def shape(self, columns: Mapping[str, Any]) -> tuple[int, int]:
+        rows, budget = np.shape(columns["sample_index"])  # [M, S]
+        return int(rows), int(budget)
+
+    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> RowStats:
+        return packed_row_stats(columns, current_version)
+
+    def needs(self, source: str) -> tuple[Need, ...] | None:
+        return super().needs("response_ids" if source in PACKED_COLUMNS else source)
+
+    def field_problems(self, reads: Mapping[str, tuple[str, ...]]) -> list[str]:
+        found = []
+        for target, names in reads.items():
+            packed = [n for n in names if n in PACKED_COLUMNS]
+            rows = [n for n in names if n not in PACKED_COLUMNS]
+            prompt = [n for n in rows if n in PROMPT_COLUMNS]
+            if packed and rows:
+                found.append(f"fields.{target}: reads the packed columns {packed} and the "
+                             f"token rows' {rows}: an entry reads one or the other")
+            elif prompt:
+                found.append(f"fields.{target}: reads {prompt}: a packed map puts per-token "
+                             f"values on the response tokens ([B, R] columns: logprob, "
+                             f"response_mask, per_token, kl); the prompt is in the layout's "
+                             f"own {', '.join(PACKED_TOKEN_COLUMNS)}")
+        return found
+
+    def arrange(self, built: dict[str, Any], columns: Mapping[str, Any],
+                reads: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+        tokens = ResponseTokens(columns)
+        out: dict[str, Any] = {}
+        problems = []
+        for target, value in built.items():
+            names = reads.get(target, ())
+            if names and all(n in PACKED_COLUMNS for n in names):
+                out[target] = value  # the layout's own columns, renamed or cast
+            elif tokens.fits(value):
+                out[target] = tokens.scatter(value)
+            elif np.ndim(value) >= 1 and np.shape(value)[0] == tokens.rows:
+                out[target] = value  # one per sample: sample_index indexes it
+            else:
+                problems.append(Problem(
+                    target, f"[B, R, ...] (one per response token, B={tokens.rows}, "
+                    f"R={tokens.width}) or [B, ...] (one per sample)", describe(value),
+                    "a packed map's entry is per response token or per sample"))
+        if problems:
+            raise ContractError(problems)
+        return out
+
+
+ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows, PackedRows)
 """Every row layout a map may name; the first one taking a map's `"rows"` is its default."""
 
 
@@ -386,7 +505,7 @@ def parse_layout(data: Mapping[str, Any], problems: list[str]) -> RowLayout | No
     name = data.get("layout")
     taking = [c for c in ROW_LAYOUTS if c.rows == rows]
     if not taking:
-        spelled = " or ".join(f'"{c.rows}" ({c.rows_text})' for c in ROW_LAYOUTS)
+        spelled = " or ".join(dict.fromkeys(f'"{c.rows}" ({c.rows_text})' for c in ROW_LAYOUTS))
         problems.append(f'"rows" must be {spelled}, got {json.dumps(rows)}')
         return None
     cls = next((c for c in taking if name in c.names), taking[0])
@@ -428,8 +547,25 @@ def _parse_batch_dims(raw: Any, problems: list[str]) -> tuple[str, ...] | None:
 # group (`group_id`, the samples of one prompt) with fewer rows in the batch than the others, as
 # when a group is split across batches, which biases a group-relative advantage (GRPO, RLOO).
 
+class RowStats:
+    """What a stage's report says of a batch's rows beyond their count (`RowLayout.stats`)."""
+
+    batch_name: ClassVar[str] = "TokenBatch"
+    """The batch model a batch of such rows is validated as without a trainer schema."""
+    staleness: tuple[int, ...]
+    """`current_version - policy_version` of each row, in batch order (empty when the batch
+    holds no `policy_version`)."""
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_text(self) -> str:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class TokenRowStats:
+class TokenRowStats(RowStats):
     """The token rows of one batch: sizes, token counts, staleness per row, group warnings."""
 
     rows: int
@@ -458,28 +594,85 @@ class TokenRowStats:
                 "staleness": list(self.staleness), "warnings": list(self.warnings)}
 
     def to_text(self) -> str:
-        counts = sorted(Counter(self.staleness).items())
-        stale = ", ".join(f"{age}: {n} rows" if n != 1 else f"{age}: 1 row" for age, n in counts)
         lines = [f"token rows: B={self.rows}, prompt P={self.prompt_width}, response "
                  f"R={self.response_width}; {self.prompt_tokens} prompt and "
                  f"{self.response_tokens} response tokens ({self.loss_tokens} in the loss), "
                  f"{self.padding:.1%} padding",
-                 f"staleness (current {self.current_version} - row version): {stale}"
-                 if counts else "staleness: no policy_version in the batch"]
+                 _staleness_text(self.staleness, self.current_version)]
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+def _staleness_text(staleness: tuple[int, ...], current: int | None) -> str:
+    counts = sorted(Counter(staleness).items())
+    if not counts:
+        return "staleness: no policy_version in the batch"
+    stale = ", ".join(f"{age}: {n} rows" if n != 1 else f"{age}: 1 row" for age, n in counts)
+    return f"staleness (current {current} - row version): {stale}"
+
+
+def _staleness(columns: Mapping[str, Any], current_version: int | None
+               ) -> tuple[tuple[int, ...], int | None]:
+    """`current - policy_version` of each row (empty without versions), and the current
+    version (default: the newest row's)."""
+    versions = columns.get("policy_version")
+    if versions is None or not len(versions):
+        return (), current_version
+    versions = np.asarray(versions, dtype=np.int64)
+    current = int(versions.max()) if current_version is None else current_version
+    return tuple((current - versions).tolist()), current
+
+
+@dataclass(frozen=True)
+class PackedRowStats(RowStats):
+    """Packed token rows: the micro-batch rows and their fill, the samples' staleness, group
+    warnings."""
+
+    batch_name: ClassVar[str] = "PackedBatch"
+    samples: int
+    rows: int
+    token_budget: int
+    tokens: int
+    """Real tokens (`sample_index` >= 0)."""
+    current_version: int | None
+    staleness: tuple[int, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def fill(self) -> float:
+        """Real tokens over the packed cells: tokens / (rows × budget)."""
+        cells = self.rows * self.token_budget
+        return self.tokens / cells if cells else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "rows": self.rows, "token_budget": self.token_budget,
+                "tokens": self.tokens, "fill": self.fill,
+                "current_version": self.current_version, "staleness": list(self.staleness),
+                "warnings": list(self.warnings)}
+
+    def to_text(self) -> str:
+        lines = [f"packed rows: M={self.rows} of S={self.token_budget} tokens hold "
+                 f"{self.samples} samples, {self.tokens} tokens ({self.fill:.1%} filled)",
+                 _staleness_text(self.staleness, self.current_version)]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+def packed_row_stats(columns: Mapping[str, Any], current_version: int | None) -> PackedRowStats:
+    """The summary of packed columns (collated, or a packed batch's own fields)."""
+    index = np.asarray(columns["sample_index"])
+    staleness, current = _staleness(columns, current_version)
+    groups = columns.get("group_id")
+    return PackedRowStats(
+        samples=len(columns["episode_id"]), rows=int(index.shape[0]),
+        token_budget=int(index.shape[1]), tokens=int(np.count_nonzero(index >= 0)),
+        current_version=current, staleness=staleness,
+        warnings=tuple(group_split_warnings(groups)) if groups is not None else ())
 
 
 def token_row_stats(columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
     """The summary of collated token columns; `current_version` defaults to the newest row's."""
     prompt = np.asarray(columns["prompt_mask"])
     response = np.asarray(columns["response_mask"])
-    versions = columns.get("policy_version")
-    staleness: tuple[int, ...] = ()
-    current = current_version
-    if versions is not None and len(versions):
-        versions = np.asarray(versions, dtype=np.int64)
-        current = int(versions.max()) if current is None else current
-        staleness = tuple((current - versions).tolist())
+    staleness, current = _staleness(columns, current_version)
     groups = columns.get("group_id")
     return TokenRowStats(
         rows=int(response.shape[0]), prompt_width=int(prompt.shape[1]),

@@ -434,17 +434,18 @@ def _check_fit(inputs: list[_Input], prompts: tuple[str, np.ndarray], responses:
     """Every row fits its fixed widths (`pad_to`) and the token budget: a row that does not is
     refused, named with both lengths, never cut."""
     prompt_name, prompt_lengths = prompts
-    limits = [(prompt_name, prompt_lengths, "prompt", f"pad_to P = {pad_to['P']}", pad_to["P"])
-              ] if "P" in pad_to else []
+    limits = [(prompt_name, prompt_lengths, "prompt", f"pad_to P = {pad_to['P']}", pad_to["P"],
+               "a row is never cut")] if "P" in pad_to else []
     if "R" in pad_to:
         limits.append((RESPONSE_SOURCE, responses, "response", f"pad_to R = {pad_to['R']}",
-                       pad_to["R"]))
+                       pad_to["R"], "a row is never cut"))
     if token_budget is not None:
         limits.append(("", prompt_lengths + responses, "sample (prompt + response)",
-                       f"the token budget S = {token_budget}", token_budget))
+                       f"the token budget S = {token_budget}", token_budget,
+                       "a sample is never split"))
     problems: list[Problem] = []
-    for name, lengths, what, limit_text, limit in limits:
-        bad = np.flatnonzero(lengths > limit)
+    for name, lengths, what, limit_text, limit, never in limits:
+        bad = np.flatnonzero((lengths > limit) | (lengths == 0 if not name else False))
         for row in bad[:MAX_REFUSED].tolist():
             inp, t = _locate(inputs, row)
             path, where = _where(inp, t)
@@ -452,10 +453,12 @@ def _check_fit(inputs: list[_Input], prompts: tuple[str, np.ndarray], responses:
             got = f"{n} tokens" + (f" ({int(prompt_lengths[row])} + {int(responses[row])})"
                                    if not name else "")
             problems.append(Problem(f"{path}.{name}" if name else path,
-                                    f"at most {limit} tokens ({limit_text})", got,
+                                    f"{'1 to ' if not name else 'at most '}{limit} tokens "
+                                    f"({limit_text})", got,
                                     f"{where}: a {what} of {n} tokens does not fit "
-                                    f"{limit_text}; a row is never cut",
-                                    line=_line(inp, t)))
+                                    f"{limit_text}; {never}" if n else
+                                    f"{where}: an empty prompt and response has no token to "
+                                    f"place in a packed row", line=_line(inp, t)))
         if bad.size > MAX_REFUSED:
             problems.append(Problem(name or "steps", f"at most {limit} tokens ({limit_text})",
                                     f"{bad.size - MAX_REFUSED} more rows longer",

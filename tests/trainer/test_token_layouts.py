@@ -4,15 +4,19 @@ that does not fit is refused, named with both lengths: a row is never cut."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gyre_contract.core._errors import ContractError
+from gyre_contract.core._errors import ContractError, FieldMapError
 from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.trainer._fieldmap import FieldMap
+from gyre_contract.trainer._packing import plan_packing
 from gyre_contract.trainer._tokens import collate_tokens
 
 ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "response_length",
@@ -93,3 +97,155 @@ def test_pad_to_holds_for_the_models_step_records_too():
     fixed = padded_map(pad_to={"P": 4, "R": 4}).batch(steps)
     assert fixed["prompt_mask"].sum(axis=1).tolist() == [3, 3, 1, 1]
     assert fixed["response_length"].tolist() == [2, 4, 1, 3]
+
+
+# -- packed into micro-batch rows of a token budget ----------------------------------------------
+
+PACKED_FIELDS = {
+    "input_ids": {"from": "input_ids"}, "position_ids": {"from": "position_ids"},
+    "pad_mask": {"from": "pad_mask"}, "loss_mask": {"from": "response_mask"},
+    "sample_index": {"from": "sample_index"},
+    "advantages": {"op": "group_norm", "from": ["reward", "group_id"],
+                   "then": [{"op": "per_token"}]},
+    "logprobs": {"from": "logprob"}, "episode_id": {"from": "episode_id"},
+    "policy_version": {"from": "policy_version"}, "reward": {"from": "reward"},
+    "group_id": {"from": "group_id"}}
+
+
+def packed_map(budget: int = 8, **fields: Any) -> FieldMap:
+    return FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "layout": "packed",
+                               "token_budget": budget, "fields": fields or PACKED_FIELDS})
+
+
+def test_plan_is_first_fit_decreasing_ties_in_input_order():
+    plan = plan_packing([5, 7, 2, 4], 8)     # 7 -> row 0; 5 -> row 1; 4 -> row 2; 2 -> row 1
+    assert plan.rows == 3 and plan.row.tolist() == [1, 0, 1, 2]
+    assert plan.start.tolist() == [0, 0, 5, 0] and plan.used.tolist() == [7, 7, 4]
+    assert plan.fill == pytest.approx(18 / 24)
+    ties = plan_packing([3, 3, 3, 3], 6)     # equal lengths: placed in input order
+    assert ties.row.tolist() == [0, 0, 1, 1] and ties.start.tolist() == [0, 3, 0, 3]
+    assert plan_packing([4] * 3, 4).row.tolist() == [0, 1, 2]      # exactly full rows
+    with pytest.raises(ValueError, match="1..8 tokens"):
+        plan_packing([9], 8)
+
+
+def test_a_packed_batch_is_every_row_laid_end_to_end():
+    rows = padded_map().batch(records())
+    b = packed_map().batch(records())
+    # lengths a=5, b=7, c=2, d=4 into rows of 8: b | a c | d
+    assert b["sample_index"].tolist() == [[1, 1, 1, 1, 1, 1, 1, -1],
+                                          [0, 0, 0, 0, 0, 2, 2, -1],
+                                          [3, 3, 3, 3, -1, -1, -1, -1]]
+    assert b["input_ids"].tolist() == [[5, 6, 7, 52, 53, 54, 55, 0],
+                                       [5, 6, 7, 50, 51, 8, 56, 0],
+                                       [8, 57, 58, 59, 0, 0, 0, 0]]
+    assert b["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 6, 0],
+                                          [0, 1, 2, 3, 4, 0, 1, 0],
+                                          [0, 1, 2, 3, 0, 1, 2, 3]]   # the tail: one more run
+    np.testing.assert_array_equal(b["pad_mask"], b["sample_index"] >= 0)
+    assert b["loss_mask"][1].tolist() == [False] * 3 + [True, True, False, True, False]
+    adv = FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "fields": {  # on the rows
+        "a": {"op": "group_norm", "from": ["reward", "group_id"]}}}).build(records())["a"]
+    assert b["advantages"][1, 3:5].tolist() == 2 * [adv[0]]       # then on its tokens
+    assert b["advantages"][0, 3:7].tolist() == 4 * [adv[1]]
+    assert b["advantages"][1, :3].tolist() == [0.0] * 3           # 0 off the response
+    np.testing.assert_array_equal(b["logprobs"][0, 3:7], rows["logprob"][1])
+    assert b["episode_id"].tolist() == ["a", "b", "c", "d"]        # per sample, row order
+    assert b["advantages"].dtype == np.float32 and b["input_ids"].dtype == np.int64
+
+
+def test_a_sample_longer_than_the_budget_is_refused_naming_it():
+    with pytest.raises(ContractError) as err:
+        packed_map(budget=6).batch(records())
+    (problem,) = err.value.problems
+    assert (problem.path, problem.expected, problem.got) == (
+        "steps[1]", "1 to 6 tokens (the token budget S = 6)", "7 tokens (3 + 4)")
+    assert "episode 'b' step 0: a sample (prompt + response) of 7 tokens does not fit the " \
+        "token budget S = 6; a sample is never split" in problem.message
+    empty = [step("e", [], [])]
+    with pytest.raises(ContractError, match="an empty prompt and response has no token"):
+        packed_map().batch(empty)
+
+
+def test_the_layout_keys_of_a_packed_map():
+    fmap = packed_map(budget=4096)
+    assert fmap.to_dict()["token_budget"] == 4096 and fmap.layout.token_budget == 4096
+    assert fmap.batch_model.__name__ == "PackedBatchV1"
+    assert fmap.describe().startswith("token rows packed into micro-batch rows of 4096 tokens")
+    for keys, message in [({}, '"layout": "packed" needs "token_budget"'),
+                          ({"token_budget": 0}, '"layout": "packed" needs "token_budget"'),
+                          ({"token_budget": 8, "pad_to": {"R": 4}},
+                           '"pad_to" is not a key of a map with "rows": "step", "layout": '
+                           '"packed"')]:
+        with pytest.raises(FieldMapError, match=re.escape(message)):
+            FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "layout": "packed",
+                                **keys, "fields": PACKED_FIELDS})
+
+
+def test_a_packed_map_reads_the_response_or_its_own_columns_never_the_prompt():
+    with pytest.raises(FieldMapError) as err:
+        packed_map(ids={"from": "prompt_ids"},
+                   seq={"op": "concat", "from": ["prompt_ids", "response_ids"]},
+                   both={"op": "any", "from": ["pad_mask", "response_mask"]})
+    text = str(err.value)
+    assert "fields.ids: reads ['prompt_ids']: a packed map puts per-token values on the " \
+        "response tokens" in text
+    assert "fields.seq: reads ['prompt_ids', 'prompt_mask', 'response_length']" not in text
+    assert "fields.seq: reads ['prompt_ids'" in text
+    assert "fields.both: reads the packed columns ['pad_mask'] and the token rows' " \
+        "['response_mask']" in text
+
+
+def test_a_result_neither_per_token_nor_per_sample_is_refused():
+    fmap = packed_map(lead={"from": "logprob", "then": [{"op": "unsqueeze", "axis": 0}]})
+    with pytest.raises(ContractError, match="a packed map's entry is per response token or "
+                                            "per sample"):
+        fmap.build(records())
+
+
+def unpack(batch: dict[str, np.ndarray], key: str, sample: int) -> np.ndarray:
+    """The tokens of one sample, in order: where `sample_index` is that sample."""
+    return batch[key][batch["sample_index"] == sample]
+
+
+lengths = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), min_size=1, max_size=24)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=lengths, budget=st.integers(1, 20), seed=st.integers(0, 2**16))
+def test_unpacking_by_sample_index_gives_back_every_row_exactly_once(lengths, budget, seed):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, (p, a) in enumerate(lengths):
+        if p + a == 0 or p + a > budget:
+            continue
+        prompt = rng.integers(1, 100, p).tolist()
+        action = rng.integers(100, 200, a).tolist()
+        mask = rng.random(a) < 0.8
+        rows.append(step(f"e{i}", prompt, action, reward=float(rng.random()),
+                         group=f"g{i % 3}", loss_mask=mask.tolist()))
+    if not rows:
+        return
+    fields = {**PACKED_FIELDS, "advantages": {"op": "rloo", "from": ["reward", "group_id"],
+                                              "singletons": "zero", "then": [{"op": "per_token"}]}}
+    b = packed_map(budget, **fields).batch(rows)            # validated: the rule holds
+    row_adv = padded_map().build(rows)                      # the rows the ops ran on
+    rloo = FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "fields": {
+        "a": {"op": "rloo", "from": ["reward", "group_id"], "singletons": "zero"}}}).build(rows)
+    assert b["input_ids"].shape[1] == budget
+    assert sorted(set(b["sample_index"].ravel().tolist()) - {-1}) == list(range(len(rows)))
+    for i, r in enumerate(rows):
+        p, a = len(r["observation"]["token_ids"]), len(r["action"])
+        assert len(np.unique(np.nonzero(b["sample_index"] == i)[0])) == 1   # one micro-batch row
+        assert unpack(b, "input_ids", i).tolist() == r["observation"]["token_ids"] + r["action"]
+        assert unpack(b, "position_ids", i).tolist() == list(range(p + a))
+        assert unpack(b, "loss_mask", i).tolist() == [False] * p + r["loss_mask"]
+        np.testing.assert_array_equal(unpack(b, "logprobs", i)[p:],
+                                      row_adv["logprob"][i, :a])
+        want = np.where(r["loss_mask"], rloo["a"][i], 0.0).astype(np.float32)
+        np.testing.assert_array_equal(unpack(b, "advantages", i)[p:], want)
+        assert not unpack(b, "advantages", i)[:p].any()
+    assert not b["loss_mask"][~b["pad_mask"]].any()
+    assert not b["logprobs"][~b["pad_mask"]].any() and not b["advantages"][~b["pad_mask"]].any()
+    assert b["pad_mask"].sum() == sum(len(r["observation"]["token_ids"]) + len(r["action"])
+                                      for r in rows)
