@@ -21,10 +21,14 @@ from gyre_contract.schema._tokentrainer import (
     POSITION_NAMES,
     TOKEN_COLUMNS,
     fixed_widths,
+    integer_dtype,
+    last_name,
+    packed_trainer,
     per_token_field,
     profile_of,
     span_of,
     token_action,
+    token_budget,
     token_prompt,
     token_rank,
 )
@@ -48,6 +52,11 @@ class TokenRows:
         self.prompt = token_prompt(self.s_tab)
         self.group_ops: list[str] = []
         """Trainer fields the map computes with a group-relative op (the group_split warning)."""
+        self.lead = tuple(self.t_tab.batch_dims or ("B",))
+        """The trainer's one batch dim: its rows (`B`), or packed micro-batch rows (`M`)."""
+        self.packed = packed_trainer(self.t_tab)
+        """The trainer reads packed rows `[M, S]`: token fields are the layout's columns or
+        lie over the response tokens (`_packed_token`)."""
 
     def have(self, role: str) -> Field | None:
         fields = self.by_role.get(role)
@@ -57,14 +66,14 @@ class TokenRows:
 
     def match(self, t: Field, renamed: Field | None = None) -> Entry:
         """The entry of trainer field `t` read from token rows."""
-        rank = token_rank(t, ("B",))
+        rank = token_rank(t, self.lead)
         if rank is None:
             return self._missing(t, (), f"{t.name} {shape_text(t.shape)} does not lead with the "
-                                 f"row dim B of token rows")
+                                 f"row dim {self.lead[0]} of token rows")
         if renamed is not None:
             return self._renamed(t, renamed, rank)
         if rank == 1:
-            return self._per_token(t)
+            return self._packed_token(t) if self.packed else self._per_token(t)
         if rank == 0:
             return self._per_row(t)
         return self._missing(t, (), f"token rows hold [B] and [B, L] fields; {t.name} has "
@@ -98,6 +107,30 @@ class TokenRows:
                                 "True on the real prompt tokens (left-padded: padding only at "
                                 "the start)")
             return self._read(t, self.prompt, "prompt_ids", "")
+        return self._token_value(t, last)
+
+    def _packed_token(self, t: Field) -> Entry:
+        """A field `[M, S]` of packed rows: the layout's own columns (the token ids, positions,
+        real tokens, sample of each token), else a per-response-token column `[B, R]` the
+        layout puts on its tokens (log-probs, the loss mask, advantages, ...)."""
+        last = last_name(t)
+        own = ("position_ids" if last in POSITION_NAMES else
+               "sample_index" if last in SAMPLE_NAMES else
+               "pad_mask" if last in ATTENTION_NAMES | PAD_MASK_NAMES else
+               "input_ids" if integer_dtype(t.dtype) and t.role not in ("mask", "loss_mask") and (
+                   t.role in ("action", "observation") or span_of(t) == "sequence") else None)
+        if own is None:
+            return self._token_value(t, last)
+        if self.prompt is None:
+            return self._missing(t, (), "the sampler records no prompt token ids "
+                                 "(observation.token_ids): packed rows hold prompt + response")
+        out, why = PACKED_OWN[own]
+        return self._op(t, [self.prompt, self.action], {"from": own}, ("pack",),
+                        f"{own} of the packed rows", out, why)
+
+    def _token_value(self, t: Field, last: str) -> Entry:
+        """A per-token field over the response tokens `[B, R]` (packed rows: at their tokens'
+        positions), by role."""
         if last in LENGTH_NAMES:
             return self._missing(t, (), f"{t.name} is a length: one value per row, not [B, R]")
         if last in KL_NAMES:
@@ -335,7 +368,8 @@ class TokenRows:
         text = column
         if per_token:
             text = ("prompt_ids [B, P], left-padded with 0" if column == "prompt_ids" else
-                    f"{column} [B, R], right-padded with 0")
+                    f"{column} [B, R] on its tokens of the packed rows, 0 elsewhere"
+                    if self.packed else f"{column} [B, R], right-padded with 0")
         fit = compare_dtype(s.dtype, t.dtype)
         if not fit.ok:
             return self._missing(t, (s.name,), f"{s.name} has the role {s.role} but "
@@ -399,7 +433,8 @@ class TokenRows:
     def finish(self, entries: list[Entry]) -> None:
         """Warnings only token rows have: fixed widths the map cannot settle, a group split
         across batches, stale rows."""
-        _, manual = fixed_widths(self.t_tab, ("B",))
+        _, manual = token_budget(self.t_tab, self.lead) if self.packed else \
+            fixed_widths(self.t_tab, ("B",))
         if manual:
             fixed = tuple(f.name for f in self.t_tab if f.shape and isinstance(f.shape[-1], int))
             self.warnings.append(DiffWarning("map_incomplete", fixed, manual))
@@ -425,6 +460,19 @@ class TokenRows:
                 "max_staleness=K) refuses rows older than current - K, naming their "
                 "episodes, and reports the staleness of every kept row"))
 
+
+SAMPLE_NAMES = frozenset({"sample_index", "sample_idx", "sample_ids", "seq_idx"})
+"""A packed trainer's field naming the sample (token row) of each token."""
+PAD_MASK_NAMES = frozenset({"pad_mask", "padding_mask"})
+PACKED_OWN = {
+    "input_ids": ("int64", "each sample's prompt then response tokens, end to end in "
+                  "micro-batch rows of the token budget; pad id 0 after the last sample"),
+    "position_ids": ("int64", "0 at each sample's first token, +1 along it; the tail padding "
+                     "is one more run from 0 (what a varlen kernel reads its boundaries from)"),
+    "pad_mask": ("bool", "True on the real tokens of the packed rows"),
+    "sample_index": ("int64", "the token row (sample) of each token, -1 on padding"),
+}
+"""The packed layout's own columns: their dtype and what the written entry says of them."""
 
 _NO_GROUP = ("no sampler field holds a group id (group_id; verl uid, prompt_id): the rows "
              "sampled for one prompt cannot be told apart; episode_id is never one (each "

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gyre_contract.core._errors import SchemaError, describe
 from gyre_contract.schema._diffreport import DiffWarning
 from gyre_contract.schema._dtyperules import dtype_kind, dtypes_of
 from gyre_contract.schema._fieldtable import Dtype, Field, FieldTable
@@ -27,6 +28,8 @@ from gyre_contract.schema._layouts import Layout
 from gyre_contract.schema._shaperules import strip_batch_dims
 
 ROWS_TEXT = "token rows [B, ...]: one row per generation (\"rows\": \"step\")"
+PACKED_TEXT = ("packed token rows [M, S]: every generation's prompt + response end to end in "
+               "micro-batch rows of S tokens (\"layout\": \"packed\")")
 SEQUENCE_NAMES = frozenset({"input_ids", "sequences", "sequence", "attention_mask",
                             "position_ids", "full_attention_mask", "attn_mask"})
 """Fields spanning the whole sequence, prompt then response (verl, OpenRLHF)."""
@@ -121,19 +124,25 @@ def token_rows(s_tab: FieldTable, t_tab: FieldTable) -> tuple[FieldTable, Layout
     dims = t_tab.batch_dims
     if dims is not None and len(dims) != 1:
         return None
-    lead = dims or ("B",)
+    packed = packed_trainer(t_tab)
+    lead = dims or (("M",) if packed else ("B",))
     tokens = [f for f in t_tab if token_rank(f, lead) == 1 and (
         f.role in TOKEN_ROLES or span_of(f) != "response"
         or f.name.lower().rsplit(".", 1)[-1] in KL_NAMES)]
     if not tokens:
         return None
-    text = ROWS_TEXT
+    text = PACKED_TEXT if packed else ROWS_TEXT
     if dims is None:
         if any(f.shape is not None and len(f.shape) == 0 for f in t_tab):
             return None  # a scalar field: not a batch of rows
-        t_tab = replace(t_tab, batch_dims=("B",))
-        text += "; batch dim B assumed (a token trainer's arrays lead with its rows; " \
-                "--batch-dims says otherwise)"
+        t_tab = replace(t_tab, batch_dims=lead)
+        text += (f"; batch dim {lead[0]} assumed (a token trainer's arrays lead with its rows; "
+                 f"--batch-dims says otherwise)")
+    if packed:
+        budget, _ = token_budget(t_tab, lead)
+        if budget is not None:
+            text += f"; token budget S={budget}"
+        return t_tab, Layout(lead, "token", text, "packed", (), budget)
     pad_to, _ = fixed_widths(t_tab, ("B",))
     if pad_to:
         text += "; fixed widths " + ", ".join(f"{d}={w}" for d, w in pad_to) + " (pad_to)"
@@ -172,6 +181,67 @@ def fixed_widths(t_tab: FieldTable, lead: tuple[str, ...]
                         f"\"R\": {length} - p}} by hand (verl max_prompt_length, "
                         f"max_response_length)")
     return tuple((d, w) for d, w in (("P", p), ("R", r)) if w is not None), ""
+
+
+def packed_trainer(t_tab: FieldTable) -> bool:
+    """Whether the trainer reads packed token rows `[M, S]`: its schema says
+    `x-gyre-layout: "packed"`, or (saying no layout) it reads `position_ids` and per-token
+    advantages with no prompt/response split — no prompt field and no response token ids, the
+    samples laid end to end (prime-rl's micro-batches)."""
+    declared = layout_keyword(t_tab, "x-gyre-layout")
+    if declared is not None:
+        return bool(declared == "packed")
+    lead = tuple(t_tab.batch_dims or ("M",))
+    if len(lead) != 1:
+        return False
+    tokens = [f for f in t_tab if token_rank(f, lead) == 1]
+    positions = any(last_name(f) in POSITION_NAMES for f in tokens)
+    advantages = any(f.role == "advantage" for f in tokens)
+    split = any(span_of(f) == "prompt" or (span_of(f) == "response" and integer_dtype(f.dtype)
+                                           and f.role in ("action", "observation"))
+                for f in tokens)
+    return positions and advantages and not split
+
+
+def token_budget(t_tab: FieldTable, lead: tuple[str, ...]) -> tuple[int | None, str]:
+    """A packed trainer's tokens per micro-batch row: `x-gyre-token-budget`, else the one fixed
+    size of its token dim; and what the map must say by hand ("" when settled)."""
+    declared = layout_keyword(t_tab, "x-gyre-token-budget")
+    if declared is not None:
+        return int(declared), ""
+    sizes = set()
+    for f in t_tab:
+        step, stripped = strip_batch_dims(f.shape, lead)
+        if step is not None and stripped == len(lead) and len(step) == 1 and \
+                isinstance(step[0], int) and not isinstance(step[0], bool):
+            sizes.add(step[0])
+    if len(sizes) == 1:
+        return next(iter(sizes)), ""
+    why = (f"its token fields fix different sizes {sorted(sizes)}" if sizes else
+           "neither x-gyre-token-budget nor a fixed token dim says it")
+    return None, (f"the trainer reads packed rows [M, S] but {why}: add \"token_budget\": S "
+                  f"to the map (prime-rl seq_len, the tokens of one micro-batch row)")
+
+
+def layout_keyword(t_tab: FieldTable, key: str) -> Any:
+    """A trainer schema's token-layout keyword (None when absent), checked: `x-gyre-layout`
+    is `padded` or `packed`, `x-gyre-token-budget` a whole number > 0; SchemaError else."""
+    value = t_tab.extra.get(key)
+    if value is None:
+        return None
+    if key == "x-gyre-layout" and value not in ("padded", "packed"):
+        raise SchemaError(f"{t_tab.name}: x-gyre-layout must be \"padded\" or \"packed\", "
+                          f"got {describe(value)}")
+    if key == "x-gyre-token-budget" and (not isinstance(value, int) or isinstance(value, bool)
+                                         or value <= 0):
+        raise SchemaError(f"{t_tab.name}: x-gyre-token-budget must be a whole number > 0 (the "
+                          f"tokens of one micro-batch row), got {describe(value)}")
+    return value
+
+
+def last_name(f: Field) -> str:
+    """The field's last dotted name, lower case (`position_ids` of `batch.position_ids`)."""
+    return f.name.lower().rsplit(".", 1)[-1]
 
 
 def untokenised(s_tab: FieldTable, t_tab: FieldTable) -> DiffWarning | None:

@@ -74,3 +74,70 @@ def test_a_packed_map_reading_the_prompt_is_exit_2(tmp_path):
     bad = {**PACKED_MAP, "fields": {**PACKED_MAP["fields"], "prompt": {"from": "prompt_ids"}}}
     code, _, err = batch(tmp_path, bad)
     assert code == 2 and "fields.prompt: reads ['prompt_ids']" in err
+
+
+# -- prime-rl: diff --write-map, then batch --trainer ---------------------------------------------
+
+PEERS = Path(__file__).resolve().parents[2] / "tests" / "data" / "peers"
+
+
+def first_fit_decreasing(lengths: list[int], budget: int) -> list[list[int]]:
+    """The samples of each micro-batch row, in placement order, in plain Python."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):  # stable: ties in order
+        at = next((r for r in range(len(rows)) if room[r] >= lengths[i]), None)
+        if at is None:
+            rows.append([])
+            room.append(budget)
+            at = len(rows) - 1
+        rows[at].append(i)
+        room[at] -= lengths[i]
+    return rows
+
+
+def test_prime_rl_gets_its_micro_batches(tmp_path):
+    """The map `diff` writes for prime-rl's micro-batch runs through `batch --trainer`: every
+    sample end to end in rows of 64 tokens as first-fit-decreasing places them (computed here),
+    positions restarting per sample, advantages and log-probs on the completion tokens."""
+    from gyre_contract.pinned import LLMStep
+    from gyre_contract.schema import json_schema
+
+    rows = records() * 5  # 20 samples of 2..7 tokens: rows of 64 hold several
+    rows = [dict(r, episode_id=f"{r['episode_id']}{i}", group_id=f"{r['group_id']}{i % 2}",
+                 loss_mask=[k != 1 for k in range(len(r["action"]))])
+            for i, r in enumerate(rows)]
+    rollouts, step, map_path, npz = (tmp_path / n for n in
+                                     ("r.jsonl", "step.json", "map.json", "b.npz"))
+    write_steps(rollouts, rows)
+    step.write_text(json.dumps(json_schema(LLMStep)))
+    trainer = str(PEERS / "prime_rl_micro_batch.json")
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["diff", str(step), trainer, "--write-map", str(map_path)], out, err) == 0
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["batch", str(rollouts), "--map", str(map_path), "--trainer", trainer,
+                "--model", MODEL, "-o", str(npz)], stdout=out, stderr=err)
+    assert code == 0, err.getvalue() + out.getvalue()
+    with np.load(npz, allow_pickle=False) as data:
+        b = {k: data[k] for k in data.files}
+    assert sorted(b) == ["advantages", "inference_logprobs", "input_ids", "loss_mask",
+                         "position_ids"]
+    lengths = [len(r["observation"]["token_ids"]) + len(r["action"]) for r in rows]
+    packed = first_fit_decreasing(lengths, 64)
+    ids, pos, loss = [], [], []
+    for samples in packed:
+        row_ids, row_pos, row_loss = [], [], []
+        for i in samples:
+            prompt, action = rows[i]["observation"]["token_ids"], rows[i]["action"]
+            row_ids += prompt + action
+            row_pos += list(range(len(prompt) + len(action)))
+            row_loss += [False] * len(prompt) + rows[i]["loss_mask"]
+        tail = 64 - len(row_ids)
+        ids.append(row_ids + [0] * tail)
+        pos.append(row_pos + list(range(tail)))
+        loss.append(row_loss + [False] * tail)
+    assert b["input_ids"].tolist() == ids
+    assert b["position_ids"].tolist() == pos
+    assert b["loss_mask"].tolist() == loss
+    assert (b["inference_logprobs"] == -0.5).sum() == sum(len(r["action"]) for r in rows)
+    assert not b["advantages"][~b["loss_mask"]].any()

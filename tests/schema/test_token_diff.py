@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gyre_contract.core._errors import SchemaError
 from gyre_contract.core._models import TrainBatch
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._diffing import diff
@@ -569,3 +570,67 @@ def test_widths_the_diff_cannot_settle_are_left_to_the_map_with_a_warning() -> N
     assert "pad_to" not in r.field_map()
     assert "response [30, 32]" in warning(r, "map_incomplete").message
     check(r)
+
+
+# -- packed trainers: "layout": "packed" with a token budget --------------------------------------
+
+def test_a_packed_trainer_gets_a_packed_map() -> None:
+    """prime-rl's micro-batch: position_ids and per-token advantages, no prompt/response split."""
+    r = diff(sampler(), PEERS / "prime_rl_micro_batch.json")
+    fmap = r.field_map()
+    assert {k: fmap[k] for k in ("rows", "batch_dims", "layout", "token_budget")} == {
+        "rows": "step", "batch_dims": ["M"], "layout": "packed", "token_budget": 64}
+    assert fmap["fields"] == {
+        "input_ids": {"from": "input_ids"}, "position_ids": {"from": "position_ids"},
+        "advantages": {"op": "group_norm", "from": ["reward", "group_id"], "std": "unbiased",
+                       "eps": 1e-6, "then": [{"op": "per_token"}]},
+        "inference_logprobs": {"from": "logprob"}, "loss_mask": {"from": "response_mask"}}
+    assert r.layout.text.startswith("packed token rows [M, S]")
+    assert "recomputed_logprob" not in codes(r) and "map_incomplete" not in codes(r)
+    assert type(FieldMap.from_dict(fmap).layout).__name__ == "PackedRows"
+    check(r)
+
+
+def packed_schema(**keys: object) -> dict:
+    """A packed trainer that says so (`x-gyre-layout`), its token dims open."""
+    token = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+    number = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
+    flag = {"type": "array", "items": {"type": "array", "items": {"type": "boolean"}}}
+    return {"title": "packed trainer", "type": "object", **keys, "properties": {
+        "tokens": {**token, "x-gyre-role": "action"}, "attention_mask": flag,
+        "sample_index": token, "advantages": number, "old_log_probs": number,
+        "ref_log_prob": number, "action_mask": flag}}
+
+
+def test_a_schema_that_says_it_is_packed_gets_its_budget() -> None:
+    r = diff(sampler(), packed_schema(**{"x-gyre-layout": "packed",
+                                         "x-gyre-token-budget": 4096}))
+    fmap = r.field_map()
+    assert (fmap["layout"], fmap["token_budget"], fmap["batch_dims"]) == ("packed", 4096, ["M"])
+    fields = fmap["fields"]
+    assert fields["tokens"] == {"from": "input_ids"}
+    assert fields["attention_mask"] == {"from": "pad_mask"}
+    assert fields["sample_index"] == {"from": "sample_index"}
+    assert fields["action_mask"] == {"from": "response_mask"}
+    assert fields["ref_log_prob"] == {"from": "ref_logprob"}
+    assert FieldMap.from_dict(fmap).layout.token_budget == 4096
+    check(r)
+
+
+def test_a_packed_trainer_without_a_budget_is_told_to_write_one() -> None:
+    r = diff(sampler(), packed_schema(**{"x-gyre-layout": "packed"}))
+    assert "token_budget" not in r.field_map()
+    assert "add \"token_budget\": S to the map" in warning(r, "map_incomplete").message
+
+
+def test_what_a_schema_says_of_its_layout_wins() -> None:
+    doc = peer("prime_rl_micro_batch")
+    assert diff(sampler(), doc).field_map()["layout"] == "packed"
+    said = diff(sampler(), {**doc, "x-gyre-layout": "padded", "x-gyre-batch-dims": ["B"]})
+    assert said.field_map()["layout"] == "padded" and "token_budget" not in said.field_map()
+    for name in ("verl_actor_batch", "trl_grpo", "openrlhf_experience"):  # a split: padded
+        assert diff(sampler(), PEERS / f"{name}.json").field_map()["layout"] == "padded"
+    with pytest.raises(SchemaError, match='x-gyre-layout must be "padded" or "packed"'):
+        diff(sampler(), {**doc, "x-gyre-layout": "ragged"})
+    with pytest.raises(SchemaError, match="x-gyre-token-budget must be a whole number > 0"):
+        diff(sampler(), {**doc, "x-gyre-token-budget": 0})

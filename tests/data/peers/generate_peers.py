@@ -231,6 +231,31 @@ PEERS["verl_fixed_width"] = schema(
     "volcengine/verl (DataProto, core_algos; the dataset pads prompts to max_prompt_length, "
     "the rollout responses to max_response_length)", ["B"])
 
+S_MAX = 64  # prime-rl's seq_len (the token budget of one micro-batch row; a test's size)
+PEERS["prime_rl_micro_batch"] = schema(
+    "prime-rl training micro-batch (packed)",
+    "What prime-rl's RL trainer reads per micro-batch, as far as its data loader and loss "
+    "describe it (the source was not at hand: these are assumptions, from prime-rl's packed "
+    "micro-batches and from what flash-attention varlen trainers read - verl with "
+    "use_remove_padding, OpenRLHF with packing_samples): samples (prompt + completion) packed "
+    f"end to end into rows of seq_len = {S_MAX} tokens, [M, S] with M micro-batch rows, "
+    "position_ids restarting at 0 at each sample so the attention kernel sees each sample "
+    "alone; per-token advantages (the sample's advantage on its completion tokens), the "
+    "inference engine's log-probs at each token and a loss mask on the completion tokens the "
+    "loss counts; 0 on prompt tokens and padding. No prompt/completion split and no sample "
+    "index: position_ids carry the boundaries. The per-micro-batch sampling temperature (a "
+    "float) is left out. Batch dims: M.",
+    [("input_ids", "integer", [N, S_MAX], True, "int64 [M, S]: samples end to end"),
+     ("position_ids", "integer", [N, S_MAX], True, "int64 [M, S]: 0 at each sample's first "
+      "token"),
+     ("advantages", "number", [N, S_MAX], True, "float32 [M, S]: per token, 0 off the "
+      "completion"),
+     ("inference_logprobs", "number", [N, S_MAX], True, "float32 [M, S]: the inference "
+      "engine's log-prob of each completion token (importance ratio)"),
+     ("loss_mask", "boolean", [N, S_MAX], True, "bool [M, S]: completion tokens the loss "
+      "counts")],
+    "PrimeIntellect-ai/prime-rl (trainer micro-batches; assumed, see the description)", ["M"])
+
 for name, doc in PEERS.items():
     (OUT / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
 print(sorted(PEERS))
