@@ -93,11 +93,12 @@ def plan_packing(lengths: Any, budget: int) -> PackPlan:
     return PackPlan(budget, rows, row, start, length)
 
 
-def _runs(lengths: np.ndarray) -> np.ndarray:
-    """Per token of samples of `lengths` laid end to end: its position within its sample."""
-    total = int(lengths.sum())
-    first = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) - np.repeat(first, lengths)
+def destinations(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The flat cell of every token of samples of `lengths` tokens placed at flat `starts`, in
+    sample order: one `arange` and one `repeat` (token t of sample i: starts[i] + t)."""
+    out = np.arange(int(lengths.sum()), dtype=np.int64)
+    out += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return out
 
 
 class ResponseTokens:
@@ -115,7 +116,7 @@ class ResponseTokens:
         prompt = np.asarray(columns["sample_length"]) - length
         self.cells = int(np.size(columns["input_ids"]))
         self.shape = tuple(np.shape(columns["input_ids"]))
-        self.where = np.repeat(start + prompt, length) + _runs(length)
+        self.where = destinations(start + prompt, length)
 
     def fits(self, value: Any) -> bool:
         """Whether `value` is a per-response-token column of these rows (`[B, R, ...]`)."""
@@ -142,11 +143,10 @@ def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,
     _check_size(plan, max_bytes)
     cells = plan.rows * budget
     first = plan.row * budget + plan.start
-    ids = np.full(cells, pad_id, np.int64)
-    ids[np.repeat(first, prompt) + _runs(prompt)] = np.asarray(columns["prompt_ids"])[prompt_mask]
+    ids = np.zeros(cells, np.int64) if pad_id == 0 else np.full(cells, pad_id, np.int64)
+    ids[destinations(first, prompt)] = np.asarray(columns["prompt_ids"])[prompt_mask]
     real = np.arange(np.shape(columns["response_ids"])[1]) < response[:, None]
-    ids[np.repeat(first + prompt, response) + _runs(response)] = \
-        np.asarray(columns["response_ids"])[real]
+    ids[destinations(first + prompt, response)] = np.asarray(columns["response_ids"])[real]
     used = plan.used
     tails = (np.arange(plan.rows) * budget + used)[used < budget]
     label = np.empty(cells, np.int64)  # at each run's first cell: its sample, or -1 (padding)
@@ -157,9 +157,10 @@ def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,
     run_start[tails] = tails
     np.maximum.accumulate(run_start, out=run_start)
     sample_index = label[run_start]
+    position = np.arange(cells, dtype=np.int64)
+    position -= run_start
     shape = (plan.rows, budget)
-    return {"input_ids": ids.reshape(shape),
-            "position_ids": (np.arange(cells, dtype=np.int64) - run_start).reshape(shape),
+    return {"input_ids": ids.reshape(shape), "position_ids": position.reshape(shape),
             "pad_mask": (sample_index >= 0).reshape(shape),
             "sample_index": sample_index.reshape(shape),
             "sample_row": plan.row, "sample_start": plan.start, "sample_length": plan.length}
