@@ -33,7 +33,7 @@ from gyre_contract.schema._fieldtable import SchemaInput
 from gyre_contract.trainer._batching import build_batch, resolve_trainer
 from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer._inspection import Inspection, format_table, inspect_batch
-from gyre_contract.trainer._layouts import RowStats
+from gyre_contract.trainer._rowstats import RowStats
 from gyre_contract.trainer._trainerbatch import TrainerSchema
 
 

@@ -91,17 +91,18 @@ def profile_of(t_tab: FieldTable) -> Profile:
 
 def token_action(s_tab: FieldTable) -> Field | None:
     """The sampler's token ids: an integer action with a varying dim (one generation's tokens)."""
-    for f in s_tab:
-        if f.role == "action" and integer_dtype(f.dtype) and f.shape and len(f.shape) == 1 and \
-                f.shape[0] in f.varying:
-            return f
-    return None
+    return _token_ids(s_tab, "action")
 
 
 def token_prompt(s_tab: FieldTable) -> Field | None:
     """The sampler's prompt token ids (`observation.token_ids`): integer, one varying dim."""
+    return _token_ids(s_tab, "observation")
+
+
+def _token_ids(s_tab: FieldTable, role: str) -> Field | None:
+    """The first sampler field of `role` holding integer ids along one varying dim."""
     for f in s_tab:
-        if f.role == "observation" and integer_dtype(f.dtype) and f.shape and len(f.shape) == 1 and \
+        if f.role == role and integer_dtype(f.dtype) and f.shape and len(f.shape) == 1 and \
                 f.shape[0] in f.varying:
             return f
     return None

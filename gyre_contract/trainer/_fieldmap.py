@@ -36,12 +36,14 @@ episode that did not terminate). `per_step` repeats a per-row column (`episode_i
 each step, `[B, T]`, for a trainer that reads one per step (RLlib's `eps_id`). A map written
 without these keys and ops reads as before.
 
-The top-level layout keys (`rows`, `layout`, `batch_dims`, `pad_to`) say what one batch row is
-and how the trainer lays the batch out: the map's row layout, `FieldMap.layout`
+The top-level layout keys (`rows`, `layout`, `batch_dims`, `pad_to`, `token_budget`) say what
+one batch row is and how the trainer lays the batch out: the map's row layout, `FieldMap.layout`
 (`trainer._layouts`: `EpisodeRows`, the default, a contiguous run of one episode per row,
 `[B, T, ...]` with a `mask`; `TokenRows`, one token row per step, an LLM's generated turn, whose
-column names the sources then refer to). The map asks its layout how to collate, which models to
-validate and read as, and how to describe itself; `batch_dims` and `layout`, written by
+column names the sources then refer to; `PackedRows`, those rows packed into micro-batch rows of
+a token budget). The map asks its layout how to collate, which models to validate and read as,
+which entries it refuses, how to lay the results out (`arrange`: packed rows put a per-token
+result at its tokens) and how to describe itself; `batch_dims` and `layout`, written by
 `diff --write-map`, let `FieldMap.batch` and `gyre-contract batch --trainer` run without
 `--batch-dims` on the very schema the diff read.
 """

@@ -1,4 +1,4 @@
-"""The row layouts of a field map (docs/contract.md §7, docs/llm.md §2): what one row of the
+"""The row layouts of a field map (docs/contract.md §7, docs/llm.md §2, §4): what one row of the
 trainer's batch is, as one object the map owns (`FieldMap.layout`) and every caller asks,
 instead of testing the map's `"rows"`.
 
@@ -7,25 +7,29 @@ instead of testing the map's `"rows"`.
   `time_major` `[T, B]` or `flat` `[M]` (real steps only);
 - `TokenRows` (`"rows": "step"`, `"layout": "padded"`): a row is one step, an LLM's generated
   turn: prompt `[B, P]` left-padded, response `[B, R]` right-padded (`collate_tokens`), a
-  `TokenBatch` by default; `pad_to` (`{"P": 512, "R": 1024}`) records fixed widths.
+  `TokenBatch` by default; `pad_to` (`{"P": 512, "R": 1024}`) fixes the widths, and a longer
+  row is refused, never cut;
+- `PackedRows` (`"layout": "packed"`, `token_budget`): the token rows, collated and mapped as
+  `TokenRows`, then packed into micro-batch rows of `token_budget` tokens `[M, S]`
+  (`_packing`); a `PackedBatch` by default.
 
 `parse_layout` builds a layout from the map's layout keys (`LAYOUT_KEYS`) and `to_dict` writes
 them back. What the callers ask of a layout: the batch and step models, collation (episodes,
 step records, a file, a channel's block of steps), how rows and episodes are counted, how the
-trainer's own schema sees the rows (`fit_trainer`), the report's row statistics (`stats`: token
-counts, staleness per row, split groups), its clause in `FieldMap.describe()` and which sampler
-fields its own columns come from (the channel's handshake). Another layout (packed token rows,
-`"layout": "packed"` with a `token_budget`) is one more subclass listed in `ROW_LAYOUTS`, not a
-branch in its callers.
+trainer's own schema sees the rows (`fit_trainer`), which of the map's entries it refuses
+(`field_problems`, when the map loads) and how the map's results are laid out (`arrange`, at
+the end of `FieldMap.apply`), the report's row statistics (`stats`, `_rowstats`), its clause in
+`FieldMap.describe()` and which sampler fields its own columns come from (the channel's
+handshake). Another layout is one more subclass listed in `ROW_LAYOUTS`, not a branch in its
+callers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,6 +54,7 @@ from gyre_contract.trainer._packing import (
     ResponseTokens,
     pack_columns,
 )
+from gyre_contract.trainer._rowstats import RowStats, packed_row_stats, token_row_stats
 from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE, collate_tokens
 
 PROMPT_COLUMNS = ("prompt_ids", "prompt_mask")
@@ -297,8 +302,8 @@ class EpisodeRows(RowLayout):
 
 class TokenRows(RowLayout):
     """A row is one step, an LLM's generated turn: the `TokenBatch` columns (`collate_tokens`),
-    padded to the longest prompt and response; `pad_to` records fixed widths (`{"P": 512,
-    "R": 1024}`)."""
+    padded to the longest prompt and response, or to the fixed widths of `pad_to`
+    (`{"P": 512, "R": 1024}`)."""
 
     rows = "step"
     rows_text = "one token row per step"
@@ -538,162 +543,3 @@ def _parse_batch_dims(raw: Any, problems: list[str]) -> tuple[str, ...] | None:
     problems.append(f'"batch_dims" must be a list of dim names such as ["B", "T"], ["T", "B"], '
                     f'["M"], ["T*N"] or ["B"], got {json.dumps(raw)}')
     return None
-
-
-# -- what the stages report of token rows ---------------------------------------------------------
-# One row per generated turn, so a report counts tokens rather than steps: the prompt and response
-# widths, the real tokens and those the loss counts (`response_mask`), the staleness of every row
-# (current policy version minus the row's), and one warning the contract cannot make an error: a
-# group (`group_id`, the samples of one prompt) with fewer rows in the batch than the others, as
-# when a group is split across batches, which biases a group-relative advantage (GRPO, RLOO).
-
-class RowStats:
-    """What a stage's report says of a batch's rows beyond their count (`RowLayout.stats`)."""
-
-    batch_name: ClassVar[str] = "TokenBatch"
-    """The batch model a batch of such rows is validated as without a trainer schema."""
-    staleness: tuple[int, ...]
-    """`current_version - policy_version` of each row, in batch order (empty when the batch
-    holds no `policy_version`)."""
-    warnings: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def to_text(self) -> str:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class TokenRowStats(RowStats):
-    """The token rows of one batch: sizes, token counts, staleness per row, group warnings."""
-
-    rows: int
-    prompt_width: int
-    response_width: int
-    prompt_tokens: int
-    response_tokens: int
-    loss_tokens: int
-    current_version: int | None
-    staleness: tuple[int, ...]
-    """`current_version - policy_version` of each row, in batch order (empty when the batch
-    holds no `policy_version`)."""
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def padding(self) -> float:
-        """The fraction of the padded prompt and response cells that is padding."""
-        cells = self.rows * (self.prompt_width + self.response_width)
-        return 1.0 - (self.prompt_tokens + self.response_tokens) / cells if cells else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "prompt_width": self.prompt_width,
-                "response_width": self.response_width, "prompt_tokens": self.prompt_tokens,
-                "response_tokens": self.response_tokens, "loss_tokens": self.loss_tokens,
-                "padding": self.padding, "current_version": self.current_version,
-                "staleness": list(self.staleness), "warnings": list(self.warnings)}
-
-    def to_text(self) -> str:
-        lines = [f"token rows: B={self.rows}, prompt P={self.prompt_width}, response "
-                 f"R={self.response_width}; {self.prompt_tokens} prompt and "
-                 f"{self.response_tokens} response tokens ({self.loss_tokens} in the loss), "
-                 f"{self.padding:.1%} padding",
-                 _staleness_text(self.staleness, self.current_version)]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
-
-
-def _staleness_text(staleness: tuple[int, ...], current: int | None) -> str:
-    counts = sorted(Counter(staleness).items())
-    if not counts:
-        return "staleness: no policy_version in the batch"
-    stale = ", ".join(f"{age}: {n} rows" if n != 1 else f"{age}: 1 row" for age, n in counts)
-    return f"staleness (current {current} - row version): {stale}"
-
-
-def _staleness(columns: Mapping[str, Any], current_version: int | None
-               ) -> tuple[tuple[int, ...], int | None]:
-    """`current - policy_version` of each row (empty without versions), and the current
-    version (default: the newest row's)."""
-    versions = columns.get("policy_version")
-    if versions is None or not len(versions):
-        return (), current_version
-    versions = np.asarray(versions, dtype=np.int64)
-    current = int(versions.max()) if current_version is None else current_version
-    return tuple((current - versions).tolist()), current
-
-
-@dataclass(frozen=True)
-class PackedRowStats(RowStats):
-    """Packed token rows: the micro-batch rows and their fill, the samples' staleness, group
-    warnings."""
-
-    batch_name: ClassVar[str] = "PackedBatch"
-    samples: int
-    rows: int
-    token_budget: int
-    tokens: int
-    """Real tokens (`sample_index` >= 0)."""
-    current_version: int | None
-    staleness: tuple[int, ...]
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def fill(self) -> float:
-        """Real tokens over the packed cells: tokens / (rows × budget)."""
-        cells = self.rows * self.token_budget
-        return self.tokens / cells if cells else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "rows": self.rows, "token_budget": self.token_budget,
-                "tokens": self.tokens, "fill": self.fill,
-                "current_version": self.current_version, "staleness": list(self.staleness),
-                "warnings": list(self.warnings)}
-
-    def to_text(self) -> str:
-        lines = [f"packed rows: M={self.rows} of S={self.token_budget} tokens hold "
-                 f"{self.samples} samples, {self.tokens} tokens ({self.fill:.1%} filled)",
-                 _staleness_text(self.staleness, self.current_version)]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
-
-
-def packed_row_stats(columns: Mapping[str, Any], current_version: int | None) -> PackedRowStats:
-    """The summary of packed columns (collated, or a packed batch's own fields)."""
-    index = np.asarray(columns["sample_index"])
-    staleness, current = _staleness(columns, current_version)
-    groups = columns.get("group_id")
-    return PackedRowStats(
-        samples=len(columns["episode_id"]), rows=int(index.shape[0]),
-        token_budget=int(index.shape[1]), tokens=int(np.count_nonzero(index >= 0)),
-        current_version=current, staleness=staleness,
-        warnings=tuple(group_split_warnings(groups)) if groups is not None else ())
-
-
-def token_row_stats(columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
-    """The summary of collated token columns; `current_version` defaults to the newest row's."""
-    prompt = np.asarray(columns["prompt_mask"])
-    response = np.asarray(columns["response_mask"])
-    staleness, current = _staleness(columns, current_version)
-    groups = columns.get("group_id")
-    return TokenRowStats(
-        rows=int(response.shape[0]), prompt_width=int(prompt.shape[1]),
-        response_width=int(response.shape[1]), prompt_tokens=int(prompt.sum()),
-        response_tokens=int(np.asarray(columns["response_length"]).sum()),
-        loss_tokens=int(response.sum()), current_version=current, staleness=staleness,
-        warnings=tuple(group_split_warnings(groups)) if groups is not None else ())
-
-
-def group_split_warnings(group_ids: Any) -> list[str]:
-    """A warning naming the groups with fewer rows in the batch than the largest group has
-    (at most 10 named), or none when every group has as many rows."""
-    ids = np.asarray(group_ids)
-    if ids.size == 0:
-        return []
-    names, counts = np.unique(ids, return_counts=True)
-    full = int(counts.max())
-    short = [(str(n), int(c)) for n, c in zip(names.tolist(), counts.tolist()) if c < full]
-    if not short:
-        return []
-    shown = ", ".join(f"{n!r} ({c})" for n, c in short[:10]) + (", ..." if len(short) > 10 else "")
-    return [f"{len(short)} of {len(names)} groups have fewer rows than the largest ({full}): "
-            f"{shown}; a group split across batches biases a group-relative advantage "
-            f"(GRPO, RLOO): batch whole groups"]
