@@ -173,4 +173,5 @@ def _check_size(plan: PackPlan, max_bytes: int | None) -> None:
         raise collation.BatchTooLargeError(
             f"packed token batch [M={plan.rows}, S={plan.budget}] would take "
             f"{collation.bytes_text(size)} ({plan.fill:.0%} of it real tokens), more than "
-            f"MAX_BATCH_BYTES = {collation.bytes_text(limit)}; pack fewer rows per batch")
+            f"MAX_BATCH_BYTES = {collation.bytes_text(limit)}; a smaller token_budget, or fewer "
+            f"rows per batch")

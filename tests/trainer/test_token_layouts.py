@@ -249,3 +249,11 @@ def test_unpacking_by_sample_index_gives_back_every_row_exactly_once(lengths, bu
     assert not b["logprobs"][~b["pad_mask"]].any() and not b["advantages"][~b["pad_mask"]].any()
     assert b["pad_mask"].sum() == sum(len(r["observation"]["token_ids"]) + len(r["action"])
                                       for r in rows)
+
+
+def test_packed_rows_over_the_batch_limit_are_refused_before_they_are_allocated():
+    from gyre_contract.trainer._collation import BatchTooLargeError
+
+    with pytest.raises(BatchTooLargeError, match=r"packed token batch \[M=1, S=1000000000000\] "
+                                                 r"would take 22.7 TiB .* a smaller token_budget"):
+        packed_map(budget=10**12).batch(records())
