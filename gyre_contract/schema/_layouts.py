@@ -37,7 +37,7 @@ class Layout:
 
 _TIME_NAMES = frozenset({"T", "time", "t"})
 BATCH_DIMS_SPELLINGS = ("B,T (batch-major), T,B (time-major), M or T*N (flat: real steps only), "
-                        "B (token rows: one per generation)")
+                        "B (token rows: one per generation), M (packed token rows)")
 """Every spelling of `--batch-dims` / `batch_dims=` the layouts read, for usage hints."""
 
 
