@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gyre_contract.core._text import MAX_MESSAGE_CHARS, quoted, shorten
+from gyre_contract.core._text import MAX_MESSAGE_CHARS, MAX_SHOWN_CHARS, quoted, shorten
 
 MAX_GROUP_WARNINGS = 20
 """Groups named one by one in a report; the others are counted in one more warning."""
@@ -27,8 +27,11 @@ class FileWarning:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON reports give it: the message bounded, every string detail shortened."""
-        details = {k: shorten(v) if isinstance(v, str) else v for k, v in self.details.items()}
+        """As JSON reports give it: the message bounded, every string detail shortened (a name
+        from the data at `MAX_SHOWN_CHARS`; a file `path` the OS listed only past
+        `MAX_MESSAGE_CHARS`, longer than any real path: a script reads it back whole)."""
+        details = {k: shorten(v, MAX_MESSAGE_CHARS if k == "path" else MAX_SHOWN_CHARS)
+                   if isinstance(v, str) else v for k, v in self.details.items()}
         return {"code": self.code, "message": str(self), **details}
 
     def __str__(self) -> str:

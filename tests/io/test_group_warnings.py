@@ -108,3 +108,16 @@ def test_the_text_report_counts_every_mixed_group_not_the_lines_shown(tmp_path, 
     text = validate_file(write(tmp_path, records, CartPoleStep, "jsonl"), CartPoleStep).to_text()
     assert f"warnings: 50 ({MAX_GROUP_WARNINGS} shown)\n" in text
     assert f"  ... and {50 - MAX_GROUP_WARNINGS} more groups mix policy versions" in text
+
+
+def test_a_file_path_in_a_warning_is_given_whole_and_a_name_from_the_data_shortened():
+    """A listed file's path is what a script reads back (`validate DIR --format json`'s
+    `skipped`): never cut at the 80 characters a name from the data is; a group id is."""
+    from gyre_contract.io._groups import FileWarning
+
+    path = "/tmp/" + "d" * 120 + "/b.jsonl"
+    group = "g" * 1000
+    data = FileWarning("skipped_not_a_regular_file", f"skipped {path}",
+                       {"path": path, "group_id": group}).to_dict()
+    assert data["path"] == path
+    assert data["group_id"].startswith("g" * 32 + "…") and data["group_id"].endswith("(1,000 chars)")
