@@ -84,15 +84,15 @@ def load_trainer(source: Any, batch_dims: tuple[str, ...] | list[str] | str | No
     return trainer_schema(source, batch_dims)
 
 
-def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, columns: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, columns: Mapping[str, Any],
+                  episodes: Any = None) -> dict[str, Any]:
     """The trainer's own batch from a block of step columns (a delivery's segments): what the
     map's row layout makes of them (episodes, or one block of token rows), the map's collation
     and ops, then the trainer's schema (or `TrainBatch` / `TokenBatch`) check — what
     `gyre-contract batch --map M --trainer T` does (`half_way`). The one call
     `FieldMap.batch(source, trainer=...)` gives the same arrays: when it exists, this body is
-    that call."""
-    collated = fmap.collated(fmap.layout.from_block(columns))
+    that call. `episodes`: (each step's episode code, the ids by code), when known."""
+    collated = fmap.collated_block(columns, episodes=episodes)
     arrays = fmap.apply(collated)
     if schema is None:
         validated = validate_batch(arrays, fmap.batch_model)

@@ -366,24 +366,29 @@ class TrainerEnd(_End):
         if read is None:
             return None
         table, meta = read
-        ids, versions = segments.row_keys(table)
-        stale = np.zeros(len(ids), bool)
+        codes, ids, versions = segments.row_keys(table)
+        stale = np.zeros(len(codes), bool)
+        gone = np.zeros(len(ids), bool)  # by episode code
         if max_staleness is not None:
             assert current is not None
             floor = current - max_staleness
             old = versions < floor
             if old.any() and on_stale == "error":
-                raise ContractError(_stale_problems(meta.segment, ids, versions, old, floor,
-                                                    current, max_staleness))
-            gone = set(ids[old].tolist()) | {i for i in set(ids.tolist()) if i in self._dropped}
-            if gone:
-                stale = np.isin(ids, sorted(gone))
-                for episode_id in gone:
+                raise ContractError(_stale_problems(meta.segment, ids[codes], versions, old,
+                                                    floor, current, max_staleness))
+            gone[codes[old]] = True
+            if self._dropped:  # the rest of an episode dropped in an earlier segment
+                gone |= np.fromiter((i in self._dropped for i in ids.tolist()), bool, len(ids))
+            if gone.any():
+                stale = gone[codes]
+                for episode_id in ids[gone].tolist():
                     self._remember_drop(episode_id)
         keep = ~stale
-        ages = Counter((current - versions[keep]).tolist()) if current is not None else {}
-        dropped = len(set(ids[stale].tolist()))
-        part = _Part(ref, meta, table, keep, dict(ages), dropped)
+        ages: dict[int, int] = {}
+        if current is not None:
+            age, count = np.unique(current - versions[keep], return_counts=True)
+            ages = dict(zip(age.tolist(), count.tolist()))
+        part = _Part(ref, meta, table, keep, ages, int(gone.sum()))
         if not keep.any():  # nothing to train on: committed as dropped at once
             self._commit([part], time.time(), time.time(), reason="stale")
             self._gone.append(part)
@@ -419,9 +424,10 @@ class TrainerEnd(_End):
 
     def _deliver(self, parts: list[_Part], current: int | None) -> Delivery:
         tables = [p.table if p.keep.all() else p.table.filter(p.keep) for p in parts]
-        columns = segments.to_columns(segments.concat(tables))
-        ids = columns["episode_id"]
-        batch = contract.trainer_batch(self.fmap, self.schema, columns)
+        table = segments.concat(tables)
+        columns = segments.to_columns(table)
+        codes, ids, _ = segments.row_keys(table)
+        batch = contract.trainer_batch(self.fmap, self.schema, columns, episodes=(codes, ids))
         now = time.time()
         refs = [p.ref for p in parts]
         refs = self.backend.mark_delivered(refs, self.epoch, now)
@@ -436,12 +442,12 @@ class TrainerEnd(_End):
         steps = int(sum(p.keep.sum() for p in parts))
         self.counts.segments += len(parts)
         self.counts.steps += steps
-        self.counts.episodes += len(set(np.asarray(ids).tolist()))
+        self.counts.episodes += len(ids)
         dropped = [*parts, *self._gone]
         ended = int(np.count_nonzero(np.asarray(columns["terminated"], bool)
                                      | np.asarray(columns["truncated"], bool)))
         delivery = Delivery(batch=batch, segments=tuple(r.segment for r in refs), steps=steps,
-                        episodes=len(set(np.asarray(ids).tolist())), ended=ended,
+                        episodes=len(ids), ended=ended,
                         dropped_steps=int(sum((~p.keep).sum() for p in dropped)),
                         dropped_episodes=sum(p.dropped_episodes for p in dropped),
                         dropped_segments=tuple(p.ref.segment for p in self._gone),

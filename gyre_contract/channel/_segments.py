@@ -194,6 +194,14 @@ def _from_values(arrow_type: Any, values: list[Any]) -> Any:
 
 # -- decoding ----------------------------------------------------------------------------------
 
+def allocate(size: int) -> Any:
+    """A writable buffer of `size` bytes that Arrow reads columns from in place (64-byte
+    aligned), for a segment's bytes read from a file."""
+    import pyarrow as pa
+
+    return pa.allocate_buffer(size)
+
+
 def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
     """(the table, its facts) of a segment's bytes; SegmentError when they are not one."""
     import pyarrow as pa
@@ -250,11 +258,23 @@ def concat(tables: Sequence[Any]) -> Any:
     return pa.concat_tables(tables, promote_options="default")
 
 
-def row_keys(table: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(episode id per row as str_, policy version per row as int64) of a table."""
-    ids = np.asarray(table.column("episode_id").to_pylist(), dtype=np.str_)
+def row_keys(table: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each row's episode code, numbered in order of first appearance; the episode ids by code
+    as str_; each row's policy version as int64) of a table: Arrow's dictionary encoding, no
+    Python value per row."""
+    codes, ids = _codes(table.column("episode_id"))
     versions = table.column("policy_version").to_numpy().astype(np.int64, copy=False)
-    return ids, versions
+    return codes, ids, versions
+
+
+def _codes(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, the distinct values by code) of a string column without nulls."""
+    import pyarrow as pa
+
+    encoded = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    encoded = encoded.dictionary_encode()
+    codes = encoded.indices.to_numpy().astype(np.int64, copy=False)
+    return codes, np.array(encoded.dictionary.to_pylist(), dtype=np.str_)
 
 
 def to_columns(table: Any) -> dict[str, Any]:
@@ -264,7 +284,8 @@ def to_columns(table: Any) -> dict[str, Any]:
     for f in table.schema:
         if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
             continue  # `info`: free-form, never collated
-        column = table.column(f.name).combine_chunks()
+        column = table.column(f.name)
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if column.null_count == len(column):
             continue  # no step carries it
         out[f.name] = _column(column, f, varying)
@@ -281,8 +302,10 @@ def _column(array: Any, f: Any, varying: set[str]) -> Any:
                 for i, child in enumerate(arrow_type)
                 if array.field(i).null_count < len(array)}
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        values = array.to_pylist()
-        return values if null is not None else np.array(values, dtype=np.str_)
+        if null is not None:
+            return array.to_pylist()
+        codes, values = _codes(array)  # a str_ per distinct value, not per step
+        return values[codes]
     if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
         return _list_column(array, f, varying, null)
     values = array.to_numpy(zero_copy_only=False)

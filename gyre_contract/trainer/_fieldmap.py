@@ -343,6 +343,16 @@ class FieldMap:
         return self.layout.collate(episodes, fields=self.sources(), max_len=max_len,
                                    sparse=self.sparse_sources(), source=self.source)
 
+    def collated_block(self, columns: Mapping[str, Any], *, episodes: Any = None
+                       ) -> dict[str, Any]:
+        """`collated` of a block of step columns (a channel's delivery: steps of several
+        episodes), straight from the columns where its layout can (the same arrays), else of
+        `layout.from_block(columns)`. `episodes`: (each step's episode code in order of first
+        appearance, the ids by code) when the caller knows them."""
+        found = self.layout.collate_block(columns, fields=self.sources(),
+                                          sparse=self.sparse_sources(), episodes=episodes)
+        return found if found is not None else self.collated(self.layout.from_block(columns))
+
     def collated_file(self, path: str | os.PathLike[str], model: Any, *,
                       max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
         """`collated` of a rollout file straight from its columns, with the number of

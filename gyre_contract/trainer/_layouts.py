@@ -38,7 +38,7 @@ from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
 from gyre_contract.trainer._collation import DERIVED_FIELDS, collate, episodes_of
-from gyre_contract.trainer._flatcollate import collate_file
+from gyre_contract.trainer._flatcollate import collate_block, collate_file
 from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE, collate_tokens
 
 LAYOUT_KEYS = ("rows", "batch_dims", "layout", "pad_to", "token_budget")
@@ -147,6 +147,13 @@ class RowLayout:
         `collate` takes."""
         raise NotImplementedError
 
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        """`collate(from_block(columns))` straight from the columns; None when only
+        `from_block` can say. `episodes`: (each step's episode code, the ids by code)."""
+        return None
+
     # -- counting ------------------------------------------------------------------------------
 
     def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
@@ -239,6 +246,12 @@ class EpisodeRows(RowLayout):
 
     def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
         return episodes_of(columns, columns["episode_id"])
+
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        wanted = [n for n in fields if n not in DERIVED_FIELDS]
+        return collate_block(columns, fields=wanted, sparse=sparse, episodes=episodes)
 
     def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
         return len(items)
