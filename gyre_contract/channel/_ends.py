@@ -251,6 +251,8 @@ class _Part:
     keep: np.ndarray
     staleness: dict[int, int]
     dropped_episodes: int
+    episodes: tuple[np.ndarray, np.ndarray]
+    """(each row's episode code, the episode ids by code: `segments.row_keys`)."""
 
 
 @dataclass
@@ -388,7 +390,7 @@ class TrainerEnd(_End):
         if current is not None:
             age, count = np.unique(current - versions[keep], return_counts=True)
             ages = dict(zip(age.tolist(), count.tolist()))
-        part = _Part(ref, meta, table, keep, ages, int(gone.sum()))
+        part = _Part(ref, meta, table, keep, ages, int(gone.sum()), (codes, ids))
         if not keep.any():  # nothing to train on: committed as dropped at once
             self._commit([part], time.time(), time.time(), reason="stale")
             self._gone.append(part)
@@ -423,10 +425,12 @@ class TrainerEnd(_End):
             self._dropped.popitem(last=False)
 
     def _deliver(self, parts: list[_Part], current: int | None) -> Delivery:
-        tables = [p.table if p.keep.all() else p.table.filter(p.keep) for p in parts]
-        table = segments.concat(tables)
-        columns = segments.to_columns(table)
-        codes, ids, _ = segments.row_keys(table)
+        if len(parts) == 1 and parts[0].keep.all():
+            table, (codes, ids) = parts[0].table, parts[0].episodes
+        else:
+            table = segments.concat([p.table.filter(p.keep) for p in parts])
+            codes, ids, _ = segments.row_keys(table)
+        columns = segments.to_columns(table, episodes=(codes, ids))
         batch = contract.trainer_batch(self.fmap, self.schema, columns, episodes=(codes, ids))
         now = time.time()
         refs = [p.ref for p in parts]

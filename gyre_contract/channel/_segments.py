@@ -163,6 +163,9 @@ def _from_values(arrow_type: Any, values: list[Any]) -> Any:
     """A column given as one value per step (None where absent)."""
     import pyarrow as pa
 
+    nested = pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type)
+    if not nested and not pa.types.is_struct(arrow_type):
+        return pa.array(values, arrow_type)  # None: null
     null = np.fromiter((v is None for v in values), bool, len(values))
     if null.all():
         return pa.nulls(len(values), arrow_type)
@@ -171,16 +174,17 @@ def _from_values(arrow_type: Any, values: list[Any]) -> Any:
                     for f in arrow_type]
         return pa.StructArray.from_arrays(children, fields=list(arrow_type),
                                           mask=pa.array(null) if null.any() else None)
-    if not (pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type)):
-        return pa.array(values, arrow_type)
-    arrays = [np.asarray(v) for v in values if v is not None]
+    arrays = [v if v.__class__ is np.ndarray else np.asarray(v)
+              for v in (values if not null.any() else (v for v in values if v is not None))]
     shapes = {a.shape for a in arrays}
     if len(shapes) == 1 and not null.any():
         return _from_ndarray(arrow_type, np.stack(arrays))
-    if pa.types.is_list(arrow_type) and all(a.ndim >= 1 for a in arrays):
+    if pa.types.is_list(arrow_type) and all(len(shape) >= 1 for shape in shapes):
         inner = arrow_type.value_type
-        lengths = np.array([0 if v is None else len(v) for v in values], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        lengths = np.zeros(len(values), np.int64)
+        lengths[~null] = [len(a) for a in arrays]
+        offsets = np.zeros(len(values) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
         if offsets[-1] >= 2**31:
             raise InputError(f"a segment column holds {offsets[-1]} values; put fewer steps "
                              "at a time (Arrow lists hold fewer than 2**31)")
@@ -277,13 +281,18 @@ def _codes(column: Any) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.array(encoded.dictionary.to_pylist(), dtype=np.str_)
 
 
-def to_columns(table: Any) -> dict[str, Any]:
-    """The table's columns per step (module doc), nested dicts for modalities."""
+def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> dict[str, Any]:
+    """The table's columns per step (module doc), nested dicts for modalities. `episodes`:
+    the table's `row_keys` codes and ids, when known (`episode_id` is then `ids[codes]`)."""
     varying = set(json.loads((table.schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")))
     out: dict[str, Any] = {}
     for f in table.schema:
         if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
             continue  # `info`: free-form, never collated
+        if f.name == "episode_id" and episodes is not None:
+            out[f.name] = episodes[1][episodes[0]]
+            continue
         column = table.column(f.name)
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if column.null_count == len(column):

@@ -115,3 +115,35 @@ def test_facts_that_do_not_match_the_rows_are_refused():
 def test_completion_model_segments_decode(tmp_path):
     table = round_trip(Completion, completions("c", 3))
     assert table.num_rows == 3
+
+
+def test_the_checksum_is_zlibs_crc32_whichever_code_computes_it():
+    """ISA-L's CRC-32 where installed, zlib's otherwise: the same value, so a segment named by
+    one is read back by the other."""
+    import zlib
+
+    from gyre_contract.channel import _backends
+
+    data = np.random.default_rng(0).bytes(1_000_003)
+    assert _backends.checksum(data) == zlib.crc32(data)
+    assert _backends.checksum(pa.py_buffer(data)) == zlib.crc32(data)
+
+
+def test_a_replaced_manifest_is_read_again_however_often(tmp_path):
+    """An end reads the manifest again only when the file was replaced; it holds the one it
+    read open, so a new file can never take its inode number and pass for it."""
+    from procs import CartStep
+
+    from gyre_contract.channel import open_sampler
+    from gyre_contract.channel._filebackend import FileBackend
+
+    open_sampler(tmp_path / "ch", model=CartStep).close()
+    reader, writer = FileBackend(tmp_path / "ch"), FileBackend(tmp_path / "ch")
+    try:
+        for i in range(100, 300):  # one size throughout: only the file tells them apart
+            writer.update(lambda m, i=i: m.__setitem__("created", i))
+            assert reader.manifest()["created"] == i
+            assert reader.manifest() is reader.manifest()  # unchanged: not read again
+    finally:
+        reader.close()
+        writer.close()
