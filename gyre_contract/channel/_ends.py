@@ -49,8 +49,11 @@ from gyre_contract.channel._locate import open_backend
 from gyre_contract.core._errors import ContractError, Problem
 from gyre_contract.core._models import RolloutStepV1
 
-POLL_SECONDS = (0.005, 0.25)
-"""How often a waiting `get` or `put` looks again: from the first value, doubling to the second."""
+POLL_SECONDS = (0.002, 0.05, 0.1)
+"""How often a waiting `get` or `put` looks again: every 2 ms (the first value) during the first
+0.1 s of a wait (the third), so that a segment put while a trainer waits is picked up within a
+few milliseconds; then doubling up to every 50 ms (the second). A look is one listing of the
+segments folder (one actor call on Ray)."""
 RECENT_DROPS = 65536
 """Episode ids dropped as stale that a trainer end remembers, so that the rest of an episode
 put in several segments is dropped too."""
@@ -80,11 +83,21 @@ class EndCounts:
         return dict(self.__dict__)
 
 
-def _wait(deadline: float | None, pause: float) -> float:
-    """Sleep a little (never past `deadline`); the next pause."""
-    left = pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
-    time.sleep(left)
-    return min(pause * 2, POLL_SECONDS[1])
+class _Poll:
+    """The pauses of one wait (`POLL_SECONDS`), never past its deadline."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.start = time.monotonic()
+        self.pause = POLL_SECONDS[0]
+
+    def wait(self) -> None:
+        now = time.monotonic()
+        left = self.pause if self.deadline is None else \
+            max(0.0, min(self.pause, self.deadline - now))
+        time.sleep(left)
+        if now - self.start >= POLL_SECONDS[2]:
+            self.pause = min(self.pause * 2, POLL_SECONDS[1])
 
 
 class _End:
@@ -184,12 +197,12 @@ class SamplerEnd(_End):
         if self.max_pending is None:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = POLL_SECONDS[0]
+        poll = _Poll(deadline)
         while (pending := self.backend.pending_count()) >= self.max_pending:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"put: {pending} segments of {self.uri} not acked "
                                    f"(max_pending {self.max_pending}) for {timeout} s")
-            pause = _wait(deadline, pause)
+            poll.wait()
 
 
 def open_sampler(uri: str | os.PathLike[str], model: type[RolloutStepV1] | None = None, *,
@@ -338,7 +351,7 @@ class TrainerEnd(_End):
         self._gone = []  # segments of this get dropped whole as stale
         seen: set[str] = set()
         kept = 0
-        pause = POLL_SECONDS[0]
+        poll = _Poll(deadline)
         while True:
             for ref in self.backend.pending():
                 if rows is not None and kept >= rows:
@@ -359,7 +372,7 @@ class TrainerEnd(_End):
                 raise TimeoutError(f"get: nothing deliverable in {self.uri} within {timeout} s "
                                    f"({len(self._leased)} segments leased to this end, not "
                                    f"acked)")
-            pause = _wait(deadline, pause)
+            poll.wait()
         return self._deliver(parts, current)
 
     def _part(self, ref: SegmentRef, current: int | None, max_staleness: int | None,

@@ -9,7 +9,9 @@ reader opens it.
 
 Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
 become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
-modalities, strings) are built per column, ragged arrays concatenated once.
+modalities, strings) are built per column, ragged arrays concatenated once. Fields that no step
+of the segment carries are left out of its file (a reader sees no such column, as it would see
+a column of nulls: half the bytes of a CartPole segment).
 
 Decoding gives the columns back per step, as episodes read from a file hold them (`Episode`):
 an `[n, ...]` array for a fixed layout, a list of arrays for a field with a varying dim (the
@@ -105,15 +107,20 @@ class SegmentMeta:
 
 def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -> Any:
     """The Arrow IPC file of one segment, as a `pyarrow.Buffer`: `columns` (a checked block's)
-    laid out by `schema` (`to_arrow_schema` of the sampler's model), `meta` in its metadata."""
+    laid out by `schema` (`to_arrow_schema` of the sampler's model), `meta` in its metadata.
+    A field no step of the segment carries is left out (a reader sees no such column, as it
+    would see a column of nulls)."""
     import pyarrow as pa
 
-    arrays = []
+    arrays, fields = [], []
     for f in schema:
         values = columns.get(f.name)
-        arrays.append(pa.nulls(n, f.type) if values is None else _array(f, values, n))
+        array = None if values is None else _array(f, values, n)
+        if array is not None and array.null_count < n:
+            arrays.append(array)
+            fields.append(f)
     metadata = {**(schema.metadata or {}), META_KEY: orjson.dumps(meta.to_json())}
-    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(metadata))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -150,7 +157,7 @@ def _from_ndarray(arrow_type: Any, array: np.ndarray, null: np.ndarray | None = 
     n = len(array)
     if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
         inner = arrow_type.value_type
-        width = int(np.prod(array.shape[1:2])) if array.ndim > 1 else 0
+        width = array.shape[1] if array.ndim > 1 else 0
         values = _from_ndarray(inner, array.reshape(n * width, *array.shape[2:]))
         if pa.types.is_fixed_size_list(arrow_type):
             return pa.FixedSizeListArray.from_arrays(values, type=arrow_type, mask=mask)

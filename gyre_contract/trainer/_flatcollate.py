@@ -21,6 +21,7 @@ gives, each step's time index its place among its episode's steps in the block.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -130,7 +131,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     row_lengths = np.bincount(row, minlength=b)
     nt = min(span, int(row_lengths.max()))
     limit = collation.MAX_BATCH_BYTES if max_bytes is None else max_bytes
-    cell = 1 + sum(int(np.prod(columns[name].shape[1:])) * columns[name].dtype.itemsize
+    cell = 1 + sum(math.prod(columns[name].shape[1:]) * columns[name].dtype.itemsize
                    + (name in (groups or ())) for name in names)
     if b * nt * cell > limit:
         return None  # `collate` raises BatchTooLargeError with its remedy
