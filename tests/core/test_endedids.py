@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 import gyre_contract.core._endedids as endedids
+import gyre_contract.io._arrowlines as arrowlines
 import gyre_contract.io._lines as lines
 from gyre_contract.core._endedids import episode_key, episode_keys
 from gyre_contract.core._models import RolloutStep
@@ -46,6 +47,7 @@ def episodes_in_turn(tmp_path: Path, episodes: int = 6) -> Path:
 def small_blocks(monkeypatch):
     """Blocks of a few episodes each, and a count of the blocks the bulk path accepted."""
     monkeypatch.setattr(lines, "CHUNK_BYTES", 1500)
+    monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)  # the Arrow reader's chunks: as small
     accepted = []
     add_columns = EpisodeTracker.add_columns
 

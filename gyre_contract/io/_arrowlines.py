@@ -1,0 +1,143 @@
+"""JSON Lines read straight into Arrow columns by pyarrow's JSON reader, then checked on columns.
+
+Why: the bulk path of `fastfile` decodes each line into a Python object (msgspec, one thread)
+and transposes the objects into columns: most of the time of reading a file went into making
+objects only to take them apart. pyarrow's C++ JSON reader parses a chunk of lines straight
+into typed columns, on several threads, with an explicit schema (the plan's fields, read as
+`arrowschema.json_read_type`: floats as float64, integers as int64) and unknown keys an error;
+the plan's rules then run on the columns (`columnrules.check_columns`) and the episode rules
+vectorised (`EpisodeTracker.add_columns`), as for a Parquet batch.
+
+Like every bulk path it only ever accepts. The reader takes more than JSON Lines allows, and
+cannot say some things the line path reports, so a chunk steps aside (None: the next path reads
+it, down to the line path, which decides and explains) unless its bytes rule them out:
+- one object per line and nothing else: the chunk starts with `{`, every line ends with `}`
+  right before its newline and the next starts with `{`, and the reader made one row per line
+  (no blank line, no byte-order mark, no two objects on a line, no CR line ends);
+- as many `:` in the bytes as keys in the columns: no `null` (the reader makes a null of an
+  absent field and of a JSON `null` alike) and no key written twice (the reader refuses most);
+- UTF-8 throughout (the reader does not check the bytes of strings);
+- numbers the reader cannot tell apart from others: NaN and Infinity literals (accepted by the
+  reader), and any float at or beyond the range where the dtype holds integers exactly (the
+  reader reads `16777217` and `16777217.0` alike: `columnrules.narrowed`);
+- a plan with a field bound to floats that refuses integer literals (`BulkPlan.no_ints`) never
+  takes this path (the reader reads both as floats);
+- whatever the reader refuses (a type that changes, an unknown or duplicate key, an integer
+  beyond 64 bits, a float literal in an integer field, bad JSON).
+pyarrow (extra `parquet`) is imported inside the functions only; without it this path is off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gyre_contract.core._registry import declare_fast_path
+from gyre_contract.core._switches import fast_paths_enabled
+from gyre_contract.io import _lines as lines
+from gyre_contract.io._arrowschema import json_read_type
+from gyre_contract.io._columnrules import COLUMN_RULES, check_columns
+from gyre_contract.io._fastfile import Block, BulkPlan
+from gyre_contract.io._lines import Chunk
+
+ARROW_FAST_PATH = declare_fast_path("arrow_jsonl", kinds=("field", "step"),
+                                    implements=COLUMN_RULES)
+"""The rules this path implements (`columnrules`): a chunk that breaks one goes on."""
+
+CHUNK_FACTOR = 4
+"""A chunk is this many reads of `lines.CHUNK_BYTES` (4 MiB): the reader parses blocks of one
+read each on its threads, and a chunk's columns are checked with a few numpy calls."""
+READER_KEY = "arrowlines.reader"
+"""`BulkPlan.extra` key of a plan's reader (None: the plan cannot be read this way)."""
+
+_OPEN, _CLOSE, _COLON = ord("{"), ord("}"), ord(":")
+
+
+def chunk_bytes() -> int:
+    """Bytes of a chunk (`lines.Lines.blocks`)."""
+    return CHUNK_FACTOR * lines.CHUNK_BYTES
+
+
+def usable() -> bool:
+    """Whether this path may run: fast paths on, its rules all implemented, pyarrow there."""
+    if not fast_paths_enabled() or not ARROW_FAST_PATH.usable():
+        return False
+    try:
+        import pyarrow.json  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class ArrowLines:
+    """pyarrow's JSON reader set up for one plan: its explicit schema, unknown keys an error."""
+
+    def __init__(self, plan: BulkPlan) -> None:
+        import pyarrow as pa
+        import pyarrow.json as pj
+
+        self.plan = plan
+        fields = [pa.field(wire, json_read_type(plan.dtypes[wire].name
+                                                if plan.dtypes[wire].kind != "U" else "string",
+                                                len(plan.shapes[wire])))
+                  for wire, _, _, _ in plan.fields if wire in plan.dtypes]
+        self.schema = pa.schema(fields)
+        self.parse_options = pj.ParseOptions(explicit_schema=self.schema,
+                                             unexpected_field_behavior="error",
+                                             newlines_in_values=False)
+
+    def read(self, chunk: Chunk) -> Any:
+        """The chunk's columns as an Arrow table when the reader takes it and its bytes rule out
+        what the columns cannot say (module doc), else None. Pure: it may run on another
+        thread while an earlier chunk is checked (`checking`)."""
+        import pyarrow as pa
+        import pyarrow.json as pj
+
+        ends = chunk.newlines
+        if not len(ends):
+            return None
+        raw = chunk.raw
+        codes = np.frombuffer(raw, np.uint8)
+        if codes[0] != _OPEN or not (codes[ends - 1] == _CLOSE).all() \
+                or not (codes[ends[:-1] + 1] == _OPEN).all():
+            return None  # not one object per line, each alone on its line
+        if not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        longest = int(np.diff(ends, prepend=-1).max())
+        options = pj.ReadOptions(use_threads=True, block_size=max(lines.CHUNK_BYTES, 2 * longest))
+        try:
+            table = pj.read_json(pa.BufferReader(raw), read_options=options,
+                                 parse_options=self.parse_options)
+        except (pa.ArrowException, ValueError, OverflowError):
+            return None  # the reader refuses the chunk: the next path decides
+        if table.num_rows != len(ends):
+            return None
+        keys = sum(len(column) - column.null_count for column in table.columns)
+        if np.count_nonzero(codes == _COLON) != keys:
+            return None  # a `null`, a key written twice, or a ':' inside a string
+        return table
+
+
+def reader_for(plan: BulkPlan) -> ArrowLines | None:
+    """The plan's reader, made once; None when the plan cannot be read this way (a field bound to
+    floats that refuses integer literals, modalities, `info`-only fields)."""
+    if READER_KEY not in plan.extra:
+        ok = not plan.no_ints and all(wire in plan.dtypes or wire == "info"
+                                      for wire, _, _, _ in plan.fields)
+        plan.extra[READER_KEY] = ArrowLines(plan) if ok else None
+    reader: ArrowLines | None = plan.extra[READER_KEY]
+    return reader
+
+
+def decode_chunk(plan: BulkPlan, table: Any, arrays: bool = False) -> Block | None:
+    """A chunk's lines as a checked `Block`, from the `table` `ArrowLines.read` made of them
+    (`columnrules.check_columns`), or None when the chunk steps aside (module doc)."""
+    if table is None or not ARROW_FAST_PATH.usable():
+        return None
+    columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
+               for name, column in zip(table.column_names, table.columns)]
+    return check_columns(plan, columns, table.num_rows, arrays=arrays, widened=True)
