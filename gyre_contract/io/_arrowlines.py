@@ -46,8 +46,12 @@ ARROW_FAST_PATH = declare_fast_path("arrow_jsonl", kinds=("field", "step"),
 """The rules this path implements (`columnrules`): a chunk that breaks one goes on."""
 
 CHUNK_FACTOR = 4
-"""A chunk is this many reads of `lines.CHUNK_BYTES` (4 MiB): the reader parses blocks of one
-read each on its threads, and a chunk's columns are checked with a few numpy calls."""
+"""A chunk is this many reads of `lines.CHUNK_BYTES` (4 MiB): each is parsed on one helper
+thread (`checking` keeps `READERS` chunks in flight) and its columns checked with a few numpy
+calls."""
+READERS = 2
+"""Chunks read into columns at once, each on its own thread, while the one before them is
+checked: the reader's own threads split a chunk in blocks at a cost (a tenth more time)."""
 READER_KEY = "arrowlines.reader"
 """`BulkPlan.extra` key of a plan's reader (None: the plan cannot be read this way)."""
 
@@ -71,26 +75,40 @@ def usable() -> bool:
 
 
 class ArrowLines:
-    """pyarrow's JSON reader set up for one plan: its explicit schema, unknown keys an error."""
+    """pyarrow's JSON reader set up for one plan: an explicit schema, unknown keys an error.
+
+    The schema holds the fields chunks have shown so far (the required ones at first): the
+    reader spends time on every field of its schema, present or not (absent optional token
+    fields cost a CartPole file about a tenth more). A chunk with a field not yet in it fails
+    with an unexpected field; the fields whose quoted names its bytes hold join the schema and
+    the chunk is read again (`fields` only grows, shared by the threads reading chunks).
+    """
 
     def __init__(self, plan: BulkPlan) -> None:
+        self.plan = plan
+        self.types = {wire: json_read_type(plan.dtypes[wire].name
+                                           if plan.dtypes[wire].kind != "U" else "string",
+                                           len(plan.shapes[wire]))
+                      for wire, _, _, _ in plan.fields if wire in plan.dtypes}
+        self.fields = frozenset(w for w in self.types if w in plan.required)
+        self._options: dict[frozenset[str], Any] = {}
+
+    def _parse_options(self, fields: frozenset[str]) -> Any:
         import pyarrow as pa
         import pyarrow.json as pj
 
-        self.plan = plan
-        fields = [pa.field(wire, json_read_type(plan.dtypes[wire].name
-                                                if plan.dtypes[wire].kind != "U" else "string",
-                                                len(plan.shapes[wire])))
-                  for wire, _, _, _ in plan.fields if wire in plan.dtypes]
-        self.schema = pa.schema(fields)
-        self.parse_options = pj.ParseOptions(explicit_schema=self.schema,
-                                             unexpected_field_behavior="error",
-                                             newlines_in_values=False)
+        options = self._options.get(fields)
+        if options is None:
+            schema = pa.schema([pa.field(w, t) for w, t in self.types.items() if w in fields])
+            options = self._options[fields] = pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="error",
+                newlines_in_values=False)
+        return options
 
     def read(self, chunk: Chunk) -> Any:
         """The chunk's columns as an Arrow table when the reader takes it and its bytes rule out
-        what the columns cannot say (module doc), else None. Pure: it may run on another
-        thread while an earlier chunk is checked (`checking`)."""
+        what the columns cannot say (module doc), else None. It may run on another thread
+        while an earlier chunk is checked (`checking`)."""
         import pyarrow as pa
         import pyarrow.json as pj
 
@@ -108,18 +126,29 @@ class ArrowLines:
             except UnicodeDecodeError:
                 return None
         longest = int(np.diff(ends, prepend=-1).max())
-        options = pj.ReadOptions(use_threads=True, block_size=max(lines.CHUNK_BYTES, 2 * longest))
-        try:
-            table = pj.read_json(pa.BufferReader(raw), read_options=options,
-                                 parse_options=self.parse_options)
-        except (pa.ArrowException, ValueError, OverflowError):
-            return None  # the reader refuses the chunk: the next path decides
+        options = pj.ReadOptions(use_threads=False, block_size=max(len(raw) + 1, 2 * longest))
+        fields, table = self.fields, None
+        while table is None:
+            try:
+                table = pj.read_json(pa.BufferReader(raw), read_options=options,
+                                     parse_options=self._parse_options(fields))
+            except (pa.ArrowException, ValueError, OverflowError) as err:
+                more = self._more_fields(raw, fields) if "unexpected field" in str(err) \
+                    else fields
+                if more == fields:
+                    return None  # the reader refuses the chunk: the next path decides
+                fields = self.fields = self.fields | more
         if table.num_rows != len(ends):
             return None
         keys = sum(len(column) - column.null_count for column in table.columns)
         if np.count_nonzero(codes == _COLON) != keys:
             return None  # a `null`, a key written twice, or a ':' inside a string
         return table
+
+    def _more_fields(self, raw: bytes, fields: frozenset[str]) -> frozenset[str]:
+        """`fields` and the plan's other fields whose quoted name `raw` holds."""
+        return fields | {w for w in self.types
+                         if w not in fields and b'"' + w.encode() + b'"' in raw}
 
 
 def reader_for(plan: BulkPlan) -> ArrowLines | None:

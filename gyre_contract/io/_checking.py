@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import gc
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
@@ -25,7 +26,7 @@ from gyre_contract.core._validate import EpisodeTracker, validate_step
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io._binding import Binder, bindable
 from gyre_contract.io._episodes import Episode
-from gyre_contract.io._fastfile import Block, BulkPlan, bulk_plan
+from gyre_contract.io._fastfile import Block, BulkPlan, CodedIds, bulk_plan
 from gyre_contract.io._groups import GroupVersions
 from gyre_contract.io._lines import Chunk, Item, Lines
 from gyre_contract.io._report import FieldStats, FileReport, ProblemGroups, finish_report
@@ -166,10 +167,12 @@ class StepChecker:
         """Apply the episode rules to a decoded block and count it; False (nothing changed)
         when it must go line by line."""
         bulk = checked.plan
+        ids = checked.episode_id
         if not self.tracker.add_columns(
-                checked.episode_id, checked.step, checked.policy_version, checked.terminated,
+                ids, checked.step, checked.policy_version, checked.terminated,
                 checked.truncated, first,
-                None if bulk.bound is None else bulk.bound.for_block(checked)):
+                None if bulk.bound is None else bulk.bound.for_block(checked),
+                (ids.codes, ids.ids) if isinstance(ids, CodedIds) else None):
             return False
         self.records += checked.n
         self.steps += checked.n
@@ -178,10 +181,10 @@ class StepChecker:
         if "group_id" in checked.key_counts:
             self.group_versions.add_many(checked.column("group_id"), checked.policy_version)
         if self.episode_ids is not None:
-            ids = self.episode_ids
+            known = self.episode_ids
             for i, eid in enumerate(checked.episode_id):
-                if eid not in ids:
-                    ids[eid] = first + i
+                if eid not in known:
+                    known[eid] = first + i
         return True
 
     def feed(self, source: Lines | _BatchSource | Iterable[Item],
@@ -294,7 +297,8 @@ class _Columns:
         if reader is None:
             return None
         if self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="gyre-arrow-lines")
+            self.pool = ThreadPoolExecutor(arrowlines.READERS,
+                                           thread_name_prefix="gyre-arrow-lines")
         return self.pool.submit(contextvars.copy_context().run, reader.read, block)
 
     def decode(self, plan: BulkPlan, table: Any, arrays: bool) -> Block | None:
@@ -313,15 +317,15 @@ def _ahead(blocks: Iterator[tuple[int, Any]], binder: Binder | None, bulk: BulkP
     """(first line, block, its plan, its Arrow table: None when the reader refused it, `_UNREAD`
     when it was not given the block) of each block, in order; the next block's table is being
     read while the caller checks this one."""
-    pending = None
+    pending: deque[tuple[int, Any, BulkPlan | None, Future[Any] | None]] = deque()
     for first, block in blocks:
         plan = bulk if binder is None else binder.plan_for(block)
-        future = None if columns is None else columns.submit(plan, block)
-        if pending is not None:
-            yield _settled(*pending)
-        pending = (first, block, plan, future)
-    if pending is not None:
-        yield _settled(*pending)
+        pending.append((first, block, plan, None if columns is None
+                        else columns.submit(plan, block)))
+        if len(pending) > arrowlines.READERS:
+            yield _settled(*pending.popleft())
+    while pending:
+        yield _settled(*pending.popleft())
 
 
 def _settled(first: int, block: Any, plan: BulkPlan | None, future: Future[Any] | None

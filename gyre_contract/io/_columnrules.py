@@ -18,13 +18,14 @@ is imported inside the functions only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gyre_contract.core._dims import FLOAT_EXACT_INT, INT_RANGES
 from gyre_contract.core._rules import FIELD_RULES
-from gyre_contract.io._fastfile import SIGNED, Block, BulkPlan
+from gyre_contract.io._fastfile import SIGNED, Block, BulkPlan, CodedIds
 
 COLUMN_RULES = (
     *(r.name for r in FIELD_RULES),  # typed columns, `_checked`, the strings' lengths
@@ -53,7 +54,7 @@ def check_columns(plan: BulkPlan, columns: list[tuple[str, Any]], n: int, *, arr
     counts = dict(counts or {})
     values: dict[str, Any] = {}
     masks: dict[str, np.ndarray] = {}
-    strings: dict[str, tuple[Any, ...]] = {}
+    strings: dict[str, Sequence[Any]] = {}
     for name, column in columns:
         nulls = column.null_count
         if nulls and name in plan.required:
@@ -65,7 +66,12 @@ def check_columns(plan: BulkPlan, columns: list[tuple[str, Any]], n: int, *, arr
             valid = column if present is None else column.filter(present)
             if pc.any(pc.equal(pc.utf8_length(valid), 0)).as_py():
                 return None  # an empty string: the row path reports it
-            strings[name] = tuple(column.to_pylist())  # None on null rows, as `Block.lists`
+            if name == "episode_id":  # required: no null; coded, no string per row
+                encoded = pc.dictionary_encode(column)
+                strings[name] = CodedIds(encoded.indices.to_numpy().astype(np.int64),
+                                         encoded.dictionary.to_pylist())
+            else:
+                strings[name] = column.to_pylist()  # None on null rows, as `Block.lists`
             array = None
         else:
             array = _checked(plan, name, column, present, n, widened)
