@@ -374,15 +374,16 @@ class EpisodeTracker:
         an earlier invalid step left the episode without dims: `add` decides)."""
         sizes, out = shapes.sizes, []
         first_dims, all_kinds = shapes.per_episode(order, starts)
+        tracked = tracks_dims(self.model)  # else a step binds no dims: none to have or compare
         for eid, dims, kinds in zip(ids, first_dims, all_kinds):
             state = self._open.get(eid)
             if state is None:
-                if not dims:
+                if not dims and tracked:
                     return None
                 out.append((dims, kinds))
                 continue
-            if not state.dims or any(size != sizes.get(name, size)
-                                     for name, size in state.dims.items()):
+            if not state.dims and tracked or any(size != sizes.get(name, size)
+                                                 for name, size in state.dims.items()):
                 return None
             if any(kind != state.kinds.get(path, kind) for path, kind in kinds.items()):
                 return None

@@ -40,6 +40,7 @@ from gyre_contract.io._arrowschema import json_read_type
 from gyre_contract.io._columnrules import COLUMN_RULES, check_columns
 from gyre_contract.io._fastfile import Block, BulkPlan
 from gyre_contract.io._lines import Chunk
+from gyre_contract.io._raggedcols import RaggedPlan
 
 ARROW_FAST_PATH = declare_fast_path("arrow_jsonl", kinds=("field", "step"),
                                     implements=COLUMN_RULES)
@@ -84,12 +85,15 @@ class ArrowLines:
     the chunk is read again (`fields` only grows, shared by the threads reading chunks).
     """
 
-    def __init__(self, plan: BulkPlan) -> None:
+    def __init__(self, plan: BulkPlan | RaggedPlan) -> None:
         self.plan = plan
-        self.types = {wire: json_read_type(plan.dtypes[wire].name
-                                           if plan.dtypes[wire].kind != "U" else "string",
-                                           len(plan.shapes[wire]))
-                      for wire, _, _, _ in plan.fields if wire in plan.dtypes}
+        if isinstance(plan, RaggedPlan):
+            self.types = plan.json_types()
+        else:
+            self.types = {wire: json_read_type(plan.dtypes[wire].name
+                                               if plan.dtypes[wire].kind != "U" else "string",
+                                               len(plan.shapes[wire]))
+                          for wire, _, _, _ in plan.fields if wire in plan.dtypes}
         self.fields = frozenset(w for w in self.types if w in plan.required)
         self._options: dict[frozenset[str], Any] = {}
 
@@ -140,7 +144,11 @@ class ArrowLines:
                 fields = self.fields = self.fields | more
         if table.num_rows != len(ends):
             return None
-        keys = sum(len(column) - column.null_count for column in table.columns)
+        keys = 0
+        for column in table.columns:
+            keys += len(column) - column.null_count
+            if pa.types.is_struct(column.type):  # the keys of its objects (nulls where absent)
+                keys += sum(len(child) - child.null_count for child in column.flatten())
         if np.count_nonzero(codes == _COLON) != keys:
             return None  # a `null`, a key written twice, or a ':' inside a string
         return table
@@ -151,22 +159,25 @@ class ArrowLines:
                          if w not in fields and b'"' + w.encode() + b'"' in raw}
 
 
-def reader_for(plan: BulkPlan) -> ArrowLines | None:
+def reader_for(plan: BulkPlan | RaggedPlan) -> ArrowLines | None:
     """The plan's reader, made once; None when the plan cannot be read this way (a field bound to
-    floats that refuses integer literals, modalities, `info`-only fields)."""
+    floats that refuses integer literals)."""
     if READER_KEY not in plan.extra:
-        ok = not plan.no_ints and all(wire in plan.dtypes or wire == "info"
-                                      for wire, _, _, _ in plan.fields)
+        ok = isinstance(plan, RaggedPlan) or not plan.no_ints
         plan.extra[READER_KEY] = ArrowLines(plan) if ok else None
     reader: ArrowLines | None = plan.extra[READER_KEY]
     return reader
 
 
-def decode_chunk(plan: BulkPlan, table: Any, arrays: bool = False) -> Block | None:
+def decode_chunk(plan: BulkPlan | RaggedPlan, table: Any, arrays: bool = False
+                 ) -> Block | None:
     """A chunk's lines as a checked `Block`, from the `table` `ArrowLines.read` made of them
-    (`columnrules.check_columns`), or None when the chunk steps aside (module doc)."""
+    (`columnrules.check_columns`, `RaggedPlan.check`), or None when the chunk steps aside
+    (module doc)."""
     if table is None or not ARROW_FAST_PATH.usable():
         return None
     columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
                for name, column in zip(table.column_names, table.columns)]
+    if isinstance(plan, RaggedPlan):
+        return plan.check(columns, table.num_rows, arrays=arrays, widened=True)
     return check_columns(plan, columns, table.num_rows, arrays=arrays, widened=True)

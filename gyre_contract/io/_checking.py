@@ -29,6 +29,7 @@ from gyre_contract.io._episodes import Episode
 from gyre_contract.io._fastfile import Block, BulkPlan, CodedIds, bulk_plan
 from gyre_contract.io._groups import GroupVersions
 from gyre_contract.io._lines import Chunk, Item, Lines
+from gyre_contract.io._raggedcols import RaggedPlan, ragged_plan
 from gyre_contract.io._report import FieldStats, FileReport, ProblemGroups, finish_report
 
 
@@ -45,7 +46,8 @@ class _BatchSource(Protocol):
 
     def blocks(self) -> Iterator[tuple[int, Any]]: ...
     def parse(self, first: int, batch: Any) -> Iterator[Item]: ...
-    def decode_block(self, batch: Any, arrays: bool = False) -> Block | None: ...
+    def decode_block(self, batch: Any, arrays: bool = False, ragged: bool = True
+                     ) -> Block | None: ...
 
 
 class _EpisodeSink(Protocol):
@@ -198,16 +200,20 @@ class StepChecker:
         if isinstance(source, _BatchSource):  # a typed source checked a batch at a time
             yield from self._typed(source, episodes)
             return
-        bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
+        if not isinstance(source, Lines):
+            yield from self._items(source, episodes)
+            return
+        columns = _Columns() if arrowlines.usable() else None
+        bulk: BulkPlan | RaggedPlan | None = bulk_plan_for(self.model)
+        if bulk is None and columns is not None and takes_ragged(episodes):
+            bulk = ragged_plan(self.model)  # lists of any length: on columns only
         binder = None
-        if bulk is None and isinstance(source, Lines) and bindable(self.model):
+        if bulk is None and bindable(self.model):
             binder = Binder(self.model)  # an unpinned model: bind what the file shows
         if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return
-        assert isinstance(source, Lines)
         arrays = episodes is not None
-        columns = _Columns() if arrowlines.usable() else None
         blocks = source.blocks(None if columns is None else arrowlines.chunk_bytes())
         try:
             for first, block, plan, table in _ahead(blocks, binder, bulk, columns):
@@ -217,7 +223,7 @@ class StepChecker:
                         checked = columns.decode(plan, table, arrays)  # type: ignore[union-attr]
                         if checked is not None and not self.accept(checked, first):
                             checked = None
-                    if checked is None:
+                    if checked is None and isinstance(plan, BulkPlan):
                         checked = self.block(plan, block, first, arrays=arrays)
                 if checked is None:
                     yield from self._items(source.parse(first, block), episodes)
@@ -236,8 +242,10 @@ class StepChecker:
         checked batch keeps no lines to rebuild a mixed episode from), except for a sink that
         takes blocks whole (`columnar`)."""
         whole = episodes is None or getattr(episodes, "takes_blocks", False)
+        ragged = takes_ragged(episodes)
         for first, batch in source.blocks():
-            checked = source.decode_block(batch, arrays=episodes is not None) if whole else None
+            checked = source.decode_block(batch, arrays=episodes is not None, ragged=ragged) \
+                if whole else None
             if checked is not None and self.accept(checked, first):
                 if episodes is not None:
                     yield from episodes.add_block(checked, first)
@@ -290,7 +298,7 @@ class _Columns:
         self.refusals = 0
         self.pool: ThreadPoolExecutor | None = None
 
-    def submit(self, plan: BulkPlan | None, block: Any) -> Future[Any] | None:
+    def submit(self, plan: BulkPlan | RaggedPlan | None, block: Any) -> Future[Any] | None:
         """Start reading `block` when it may be read into columns."""
         reader = None if plan is None or block.__class__ is not Chunk \
             or self.refusals >= self.MAX_REFUSALS else arrowlines.reader_for(plan)
@@ -301,7 +309,7 @@ class _Columns:
                                            thread_name_prefix="gyre-arrow-lines")
         return self.pool.submit(contextvars.copy_context().run, reader.read, block)
 
-    def decode(self, plan: BulkPlan, table: Any, arrays: bool) -> Block | None:
+    def decode(self, plan: BulkPlan | RaggedPlan, table: Any, arrays: bool) -> Block | None:
         checked = arrowlines.decode_chunk(plan, table, arrays)
         self.refusals = 0 if checked is not None else self.refusals + 1
         return checked
@@ -312,12 +320,13 @@ class _Columns:
             self.pool = None
 
 
-def _ahead(blocks: Iterator[tuple[int, Any]], binder: Binder | None, bulk: BulkPlan | None,
-           columns: _Columns | None) -> Iterator[tuple[int, Any, BulkPlan | None, Any]]:
+def _ahead(blocks: Iterator[tuple[int, Any]], binder: Binder | None,
+           bulk: BulkPlan | RaggedPlan | None, columns: _Columns | None
+           ) -> Iterator[tuple[int, Any, BulkPlan | RaggedPlan | None, Any]]:
     """(first line, block, its plan, its Arrow table: None when the reader refused it, `_UNREAD`
     when it was not given the block) of each block, in order; the next block's table is being
     read while the caller checks this one."""
-    pending: deque[tuple[int, Any, BulkPlan | None, Future[Any] | None]] = deque()
+    pending: deque[tuple[int, Any, BulkPlan | RaggedPlan | None, Future[Any] | None]] = deque()
     for first, block in blocks:
         plan = bulk if binder is None else binder.plan_for(block)
         pending.append((first, block, plan, None if columns is None
@@ -328,13 +337,19 @@ def _ahead(blocks: Iterator[tuple[int, Any]], binder: Binder | None, bulk: BulkP
         yield _settled(*pending.popleft())
 
 
-def _settled(first: int, block: Any, plan: BulkPlan | None, future: Future[Any] | None
-             ) -> tuple[int, Any, BulkPlan | None, Any]:
+def _settled(first: int, block: Any, plan: BulkPlan | RaggedPlan | None,
+             future: Future[Any] | None) -> tuple[int, Any, BulkPlan | RaggedPlan | None, Any]:
     return first, block, plan, _UNREAD if future is None else future.result()
 
 
 _UNREAD = object()
 """`_ahead`'s table of a block not given to the Arrow reader (a table it refused is None)."""
+
+
+def takes_ragged(episodes: Any) -> bool:
+    """Whether a `feed` sink takes blocks of ragged lists (`raggedcols`) whole: none (a report),
+    or one that says so (an `EpisodeAssembler` builds episodes from blocks it cannot split)."""
+    return episodes is None or getattr(episodes, "takes_ragged", False)
 
 
 def unread_report(model: type[RolloutStepV1], problems: list[Problem], *,

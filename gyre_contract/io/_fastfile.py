@@ -121,6 +121,10 @@ class Block:
     """(wire, its `arrays` entry, whether some line lacks it) per field, for `episode`."""
     present: dict[str, np.ndarray] = field(default_factory=dict)
     """Per wire of `BulkPlan.presence`: which lines carry it (a plan bound from data)."""
+    ragged: dict[str, Any] = field(default_factory=dict)
+    """A plan of ragged lists (`raggedcols`): each list field as a `raggedcols.Ragged`."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """What else the block's plan keeps with it (`raggedcols`: modalities, tensor counts)."""
     _columns: dict[str, tuple[Any, ...]] | None = None
 
     @property
@@ -544,14 +548,20 @@ def _cross_rules() -> Any:
     return RolloutStepV1.__pydantic_decorators__.model_validators[_CROSS].func
 
 
+def registry_rules_only(model: type[BaseModel]) -> bool:
+    """Whether `model` validates with the registry's rules only: no validator of its own
+    (a bulk plan cannot know what one would refuse)."""
+    decorators = model.__pydantic_decorators__
+    return not decorators.field_validators and decorators.model_validators.keys() == {_CROSS} \
+        and decorators.model_validators[_CROSS].func is _cross_rules()
+
+
 def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> BulkPlan | None:
     """The plan of `model`; None when it is not simple enough. `no_ints`: wires whose numbers
     must be written as floats (read as `int | float`, refused when an integer comes)."""
     if not FAST_PATH.usable() or not issubclass(model, RolloutStepV1):
         return None  # a registered rule this reader does not implement: the normal path
-    decorators = model.__pydantic_decorators__
-    if decorators.field_validators or decorators.model_validators.keys() != {_CROSS} \
-            or decorators.model_validators[_CROSS].func is not _cross_rules():
+    if not registry_rules_only(model):
         return None  # rules of the project's own: only the normal path knows them
     specs = field_specs(model)
     specs = {**specs, **bound_specs(specs)}

@@ -144,11 +144,11 @@ def collated(field_map: MapLike, source: Source, model: Any = None,
     number of episodes they hold."""
     model = model or step_model(field_map)
     if isinstance(source, (str, os.PathLike)):
+        # the file's columns, no episode or step objects (None: objects decide)
+        flat = field_map.collated_file(source, model, max_len=max_len)
+        if flat is not None:
+            return flat
         if field_map.rows != "step":
-            # a file of [B, T] rows: its columns, no episode objects (None: episodes decide)
-            flat = field_map.collated_file(source, model, max_len=max_len)
-            if flat is not None:
-                return flat
             items: list[Any] = list(read_episodes(source, model))
         else:
             items = list(read_steps(source, model))

@@ -64,6 +64,7 @@ from gyre_contract.core._models import TrainBatch
 from gyre_contract.core._tokenbatch import TokenBatch
 from gyre_contract.core._validate import validate_batch
 from gyre_contract.io._jsonfile import JSONFileError, read_json_file
+from gyre_contract.io._tokencolumns import read_token_columns
 from gyre_contract.schema._fieldtable import SchemaInput, shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
 from gyre_contract.schema._trainerbatch import TrainerSchema
@@ -85,7 +86,7 @@ from gyre_contract.trainer._ops import (
     step_ops,
     unregister_op,
 )
-from gyre_contract.trainer._tokens import LAYOUT_FIELDS, collate_tokens
+from gyre_contract.trainer._tokens import LAYOUT_FIELDS, collate_token_columns, collate_tokens
 
 __all__ = [
     "COMMON_KEYS", "FORMAT_VERSION", "MAX_MAP_BYTES", "MAX_THEN", "ArgCheck", "FieldMap", "FieldSpec",
@@ -388,11 +389,19 @@ class FieldMap:
 
     def collated_file(self, path: str | os.PathLike[str], model: Any, *,
                       max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
-        """`collated` of a JSON Lines file's episodes straight from its columns, with the
-        number of episodes; None when only episodes can say (`flatcollate.collate_file`) and
-        for a map of token rows (`"rows": "step"`)."""
+        """`collated` of a JSON Lines or Parquet file's episodes (token rows: steps) straight
+        from its columns, with the number of episodes; None when only episodes (steps) can
+        say (`flatcollate.collate_file`, `tokens.collate_token_columns`)."""
         if self.rows == "step":
-            return None
+            if max_len is not None:
+                return None  # `collated` explains
+            found = read_token_columns(path, model)
+            if found is None:
+                return None
+            wanted = [n for n in self.sources() if n not in (*LAYOUT_FIELDS, "mask")]
+            columns = collate_token_columns(found, fields=wanted)
+            return None if columns is None else \
+                (columns, len(np.unique(columns["episode_id"])))
         wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
         return collate_file(path, model, fields=wanted, max_len=max_len,
                             sparse=self.sparse_sources())
