@@ -53,8 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gyre_contract.core._models import RolloutStep  # noqa: E402
-from gyre_contract.io._writer import write_steps  # noqa: E402
+from gyre_contract import RolloutStep, write_steps  # noqa: E402
 
 CORPUS_VERSION = 1
 """Bump when the generator's output changes: the cache key holds it."""

@@ -1,411 +1,368 @@
-"""Every performance figure, each as a ratio to its baseline measured in the same run.
+"""Every performance figure, each a ratio to the strongest baseline, measured in the same run.
 
-    python benchmarks/run.py            # full sizes (1,000,000-line files; 136 s at load average 2)
-    python benchmarks/run.py --quick    # smaller files and fewer repeats (about 75 s)
-    python benchmarks/run.py --only validate_step,import
-    python benchmarks/run.py --normal-path   # fast paths off: the figures without the fast paths
-    python benchmarks/run.py --only corpus_validate,corpus_batch,parquet,rss
-                                             # the default model on realistic corpora
-                                             # (benchmarks/realistic.py; corpora cached)
+    python benchmarks/run.py                 # full sizes (corpora cached after the first run)
+    python benchmarks/run.py --quick         # smaller corpora, fewer rounds (a few minutes)
+    python benchmarks/run.py --smoke         # tiny sizes: the harness works (tests run this)
+    python benchmarks/run.py --only validate_step,startup
+    python benchmarks/run.py --json figures.json --markdown table.md
 
-Times are interleaved (ours, baseline, ours, baseline, ...) so that machine noise hits both
-sides alike; a ratio is the median of the per-round ratios. Absolute times are printed beside
-the ratios for reading, never as a verdict (the one absolute target is the 500-field diff).
-Generated files go to a temporary directory that is removed at the end.
+Before anything is timed, benchmarks/agreement.py checks that every baseline gives the
+package's verdicts on valid and planted-invalid data (declared gaps aside) and the package's
+arrays; a mismatch stops the run with exit 2. The protocol (interleaved rounds, median of
+per-round ratios, raw-read and typed-decode limits, load and free cores per figure) is in
+benchmarks/measure.py. Exit 0: every target holds; 1: a target fails; 2: a baseline disagrees
+with the package or the run could not be made.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (str(ROOT), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
+import agreement  # noqa: E402
 import baselines  # noqa: E402
-from models import CartPoleStep, LLMStep  # noqa: E402
+import corpus  # noqa: E402
+from measure import Figure, interleaved, load_now, markdown, process_time, where  # noqa: E402
 
-from gyre_contract.core._models import RolloutStep  # noqa: E402
-from gyre_contract.core._validate import validate_step  # noqa: E402
-from gyre_contract.schema._export import json_schema  # noqa: E402
+import gyre_contract  # noqa: E402
+import gyre_contract.io  # noqa: E402
+from gyre_contract.cli._app import run as cli_run  # noqa: E402
+from gyre_contract.pinned import CartPoleStep, LLMStep  # noqa: E402
 
-SECTIONS = ("validate_step", "validate_file", "end_to_end", "collate", "import", "diff",
-            # the default model on realistic corpora: benchmarks/realistic.py
-            "corpus_validate", "corpus_batch", "parquet", "rss")
-
-
-# -- records (record A = classic control, record B = LLM) --------
-
-def cartpole_record() -> dict[str, Any]:
-    return {"observation": [0.0123, -0.0456, 0.0789, -0.1011], "action": 1, "logprob": -0.6931,
-            "value": 17.25, "reward": 1.0, "step": 17, "episode_id": "cartpole-3-12",
-            "terminated": False, "truncated": False, "policy_version": 4}
+SECTIONS = ("validate_step", "validate", "batch", "parquet", "tokens", "startup", "rss",
+            "collate", "diff")
+MAP = str(baselines.CARTPOLE_MAP)
 
 
-def llm_record() -> dict[str, Any]:
-    rng = np.random.default_rng(0)
-    return {"observation": {"token_ids": rng.integers(0, 50_000, 512).tolist()},
-            "action": rng.integers(0, 50_000, 128).tolist(),
-            "logprob": (-rng.random(128) * 5).astype(np.float32).astype(float).tolist(),
-            "reward": 1.0, "step": 0, "episode_id": "prompt-17/3", "terminated": True,
-            "truncated": False, "policy_version": 12}
+@dataclass(frozen=True)
+class Sizes:
+    """How big and how many rounds, per mode."""
+
+    step_rounds: int
+    step_calls: int  # CartPole calls per round (the LLM record: a tenth)
+    validate_lines: tuple[int, ...]
+    batch_lines: int
+    completions: int
+    file_rounds: int
+    startup_rounds: int
+    rss_lines: tuple[int, int]
+    check_lines: int
+    check_completions: int
 
 
-def as_numpy(record: dict[str, Any]) -> dict[str, Any]:
-    """The LLM record as a sampler holds it: arrays already numpy, of the declared dtypes."""
-    out = dict(record)
-    out["observation"] = {"token_ids": np.asarray(record["observation"]["token_ids"], np.int64)}
-    out["action"] = np.asarray(record["action"], np.int64)
-    out["logprob"] = np.asarray(record["logprob"], np.float32)
+MODES = {
+    "full": Sizes(31, 2000, (200_000, 1_000_000), 200_000, 10_000, 5, 15,
+                  (100_000, 2_000_000), agreement.CHECK_LINES, agreement.CHECK_COMPLETIONS),
+    "quick": Sizes(9, 1000, (50_000,), 50_000, 1_000, 3, 7, (20_000, 200_000),
+                   agreement.CHECK_LINES, agreement.CHECK_COMPLETIONS),
+    "smoke": Sizes(3, 100, (3_000,), 3_000, 100, 2, 2, (2_000, 6_000), 2_000, 32),
+}
+
+
+def cli(*argv: str) -> str:
+    """One gyre-contract command in this process (the console script minus interpreter
+    start-up); its stdout, or AssertionError unless it exits 0."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_run(list(argv), stdout=out, stderr=err)
+    if code != 0:
+        raise AssertionError(f"gyre-contract {' '.join(argv)} exited {code}:\n"
+                             f"{out.getvalue()[-2000:]}{err.getvalue()[-2000:]}")
+    return out.getvalue()
+
+
+def env() -> dict[str, str]:
+    out = dict(os.environ)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), out.get("PYTHONPATH")]))
     return out
 
 
-# -- timing and reporting -----------------------------------------------------------------------
-
-@dataclass
-class Figure:
-    name: str
-    ours: float
-    base: float
-    base_name: str
-    ratio: float
-    target: str
-    ok: bool | None
-    unit: str = "s"
-    spread: tuple[float, float] | None = None
-    """The per-round ratios' quartiles (interleaved figures): how much the machine moved."""
-    section: str = ""
-    """The section of run.py that measured it (set by `main`)."""
-
-    def line(self) -> str:
-        verdict = {True: "PASS", False: "FAIL", None: "info"}[self.ok]
-        return (f"{verdict:4}  {self.name:46} {self.ratio:9.2f}x {self.target:9}  "
-                f"({_fmt(self.ours, self.unit)} vs {_fmt(self.base, self.unit)} {self.base_name})"
-                + (f" [rounds {self.spread[0]:.2f}-{self.spread[1]:.2f}x]" if self.spread else ""))
+def corpus_note(path: Path) -> str:
+    meta = corpus.load_meta(path)
+    if "episodes" not in meta:
+        return f"{path.name}: {meta['lines']:,} lines, {meta['bytes'] / 2**20:.0f} MiB"
+    return (f"{path.name}: {meta['lines']:,} lines, {meta['episodes']:,} episodes, lengths "
+            f"{meta['length_min']}-{meta['length_max']} (median {meta['length_median']:.0f}), "
+            f"{meta['bytes'] / 2**20:.0f} MiB")
 
 
-def _fmt(seconds: float, unit: str) -> str:
-    if unit == "MB":
-        return f"{seconds:.0f} MB"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.2f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
+# -- validate_step --------------------------------------------------------------------------------
 
-
-def check(ratio: float, target: str) -> bool | None:
-    """`<= 1.5` / `>= 25`; an empty target is informational."""
-    if not target:
-        return None
-    op, value = target.split()
-    return ratio <= float(value) if op == "<=" else ratio >= float(value)
-
-
-def quartiles(values: list[float]) -> tuple[float, float]:
-    """The first and third quartiles (the middle half of the rounds)."""
-    if len(values) < 4:
-        return min(values), max(values)
-    q = statistics.quantiles(values, n=4)
-    return q[0], q[2]
-
-
-def interleaved_rounds(ours: Callable[[], Any], base: Callable[[], Any], number: int,
-                       rounds: int, base_number: int | None = None
-                       ) -> tuple[float, float, list[float]]:
-    """(ours s/call median, base s/call median, the ratio of each round)."""
-    base_number = base_number or number
-    ours(), base()
-    t_ours, t_base, ratios = [], [], []
-    for _ in range(rounds):
-        a = timeit.timeit(ours, number=number) / number
-        b = timeit.timeit(base, number=base_number) / base_number
-        t_ours.append(a)
-        t_base.append(b)
-        ratios.append(a / b)
-    med = statistics.median
-    return med(t_ours), med(t_base), ratios
-
-
-def figure(name: str, ours: Callable[[], Any], base: Callable[[], Any], base_name: str,
-           target: str, number: int, rounds: int, *, inverse: bool = False,
-           base_number: int | None = None) -> Figure:
-    a, b, ratios = interleaved_rounds(ours, base, number, rounds, base_number)
-    if inverse:  # "the baseline takes N times as long as ours": its time comes first
-        a, b, ratios = b, a, [1 / r for r in ratios]
-    ratio = statistics.median(ratios)
-    return Figure(name, a, b, base_name, ratio, target, check(ratio, target),
-                  spread=quartiles(ratios))
-
-
-# -- 1. validate_step ---------------------------------------------------------------------------
-
-def bench_validate_step(quick: bool) -> list[Figure]:
-    """`validate_step(record)` with the default model (`RolloutStep`) and the pinned models, on the
-    CartPole and the LLM record, against plain strict pydantic with numpy conversion and a finite
-    check (`baselines.PlainStep`, `baselines.PlainLLMStep`), fastjsonschema compiled from our
-    exported default schema, and jsonschema on the pinned models' schemas."""
-    from jsonschema import Draft202012Validator
-
-    rounds = 15 if quick else 31  # many short interleaved rounds: the machine is shared
-    cart, llm = cartpole_record(), llm_record()
-    compiled = baselines.fastjsonschema_validator(RolloutStep)
-    plain = {"CartPole": (cart, baselines.PlainStep, CartPoleStep, 2000),
-             "LLM": (llm, baselines.PlainLLMStep, LLMStep, 200)}
-    for record, model, pinned, _ in plain.values():  # every side accepts the records...
-        validate_step(record, RolloutStep)
-        validate_step(record, pinned)
-        model.model_validate(record)
-        compiled(record)
-    bad_cart = [{**cart, "step": 1.5}, {**cart, "observation": "x"},
-                {**cart, "observation": [0.0, float("nan"), 0.0, 0.0]}]
-    bad_llm = [{**llm, "action": [1, None]}, {**llm, "logprob": [float("inf")] * 128}]
-    for bad, model in [*((b, baselines.PlainStep) for b in bad_cart),
-                       *((b, baselines.PlainLLMStep) for b in bad_llm)]:
-        for side in (lambda r: validate_step(r, RolloutStep), model.model_validate):
-            try:  # ...and refuse these (fastjsonschema has no finite check: not asked)
-                side(bad)
-            except Exception:  # each side raises its own error type
-                continue
-            raise AssertionError(f"{side} accepts the broken record {bad}")
+def bench_validate_step(s: Sizes) -> list[Figure]:
+    """`validate_step` with the default model and the pinned models against the best pydantic
+    model of the same record; msgspec and jsonschema-rs beside (information). The LLM record
+    is timed pinned only: unpinned, the contract reads its observation as free modalities
+    (any names, string arrays too), which no fixed model of an LLM turn matches."""
+    cart, llm = agreement.cartpole_record(), agreement.llm_record()
+    schema = baselines.JsonSchemaRs()
+    default = gyre_contract.RolloutStep
+    sides = [  # label, record, our model, pydantic, msgspec struct, calls
+        ("CartPole, default model", cart, default, baselines.BestStep, baselines.StepStruct, 1),
+        ("CartPole, pinned CartPoleStep", cart, CartPoleStep, baselines.BestCartPoleStep,
+         baselines.CartPoleStruct, 1),
+        ("LLM (512 + 128 tokens), pinned LLMStep", llm, LLMStep, baselines.BestLLMStep,
+         baselines.LLMStruct, 10),
+    ]
     figures = []
-    for label, (record, model, _, n) in plain.items():
-        number = n // 2 if quick else n
-        figures.append(figure(
-            f"validate_step {label} default / plain pydantic",
-            lambda r=record: validate_step(r, RolloutStep),
-            lambda r=record, m=model: m.model_validate(r), "plain pydantic+numpy", "<= 1.5",
-            number, rounds))
-        figures.append(figure(
-            f"fastjsonschema / validate_step {label} default",
-            lambda r=record: validate_step(r, RolloutStep), lambda r=record: compiled(r),
-            "validate_step default", ">= 3" if label == "CartPole" else "", number, rounds,
-            inverse=True, base_number=number if label == "CartPole" else max(number // 100, 2)))
-    for label, (record, model, pinned, n) in plain.items():
-        number = n // 2 if quick else n
-        figures.append(figure(
-            f"validate_step {label} pinned / plain pydantic",
-            lambda r=record, p=pinned: validate_step(r, p),
-            lambda r=record, m=model: m.model_validate(r), "plain pydantic+numpy", "<= 1.5",
-            number, rounds))
-        schema = Draft202012Validator(json_schema(pinned))
-        if not schema.is_valid(record):
-            raise AssertionError(f"jsonschema refuses the {label} record")
-        figures.append(figure(
-            f"jsonschema / validate_step {label} pinned",
-            lambda r=record, p=pinned: validate_step(r, p), lambda r=record, s=schema: s.is_valid(r),
-            "validate_step pinned", ">= 25" if label == "CartPole" else "", number, rounds // 3,
-            inverse=True, base_number=max(number // (30 if label == "CartPole" else 100), 2)))
-    numpy_llm = as_numpy(llm)
-    validate_step(numpy_llm, LLMStep)
-    figures.append(figure("validate_step LLM pinned, numpy arrays / plain (lists)",
-                          lambda: validate_step(numpy_llm, LLMStep),
-                          lambda: baselines.PlainLLMStep.model_validate(llm),
-                          "plain pydantic+numpy", "", 100 if quick else 200, rounds))
+    for label, record, model, best, struct, per in sides:
+        number = max(s.step_calls // per, 5)
+
+        def ours(r: Any = record, m: Any = model) -> Any:
+            return gyre_contract.validate_step(r, m)
+
+        def typed(r: Any = record, t: Any = struct) -> Any:
+            return baselines.msgspec_step(r, t)
+
+        figures.append(interleaved(
+            f"validate_step {label} / best pydantic", ours,
+            lambda r=record, b=best: b.model_validate(r), best.__name__, target="<= 1.1",
+            rounds=s.step_rounds, number=number, typed=typed))
+        figures.append(interleaved(
+            f"validate_step {label} / msgspec Struct", ours, typed, struct.__name__,
+            rounds=s.step_rounds, number=number))
+    figures.append(interleaved(
+        "validate_step CartPole, default model / jsonschema-rs", lambda: gyre_contract.validate_step(
+            cart, default), lambda: schema.record(cart), "jsonschema-rs is_valid (schema only)",
+        rounds=s.step_rounds, number=s.step_calls))
     return figures
 
 
-# -- 2. rollout files -------------------------------------------------------------------------
+# -- validate FILE --------------------------------------------------------------------------------
 
-def write_cartpole_file(path: Path, lines: int, seed: int = 0) -> None:
-    """CartPole-like episodes of 20..200 steps; a quarter truncated with a next_value."""
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((lines, 4)).astype(np.float32).astype(float).round(6).tolist()
-    logp = (-rng.random(lines) - 0.01).round(6).tolist()
-    values = (rng.random(lines) * 20).round(4).tolist()
-    dumps = orjson.dumps
-    written, episode = 0, 0
-    with open(path, "wb") as out:
-        while written < lines:
-            length = min(int(rng.integers(20, 201)), lines - written)
-            truncated = episode % 4 == 3
-            chunk = []
-            for t in range(length):
-                i = written + t
-                last = t == length - 1
-                record = {"observation": obs[i], "action": i & 1, "logprob": logp[i],
-                          "value": values[i], "reward": 1.0, "step": t,
-                          "episode_id": f"cartpole-{episode}", "terminated": last and not truncated,
-                          "truncated": last and truncated, "policy_version": episode // 10}
-                if last:
-                    record["next_value"] = 0.0 if not truncated else values[i]
-                chunk.append(dumps(record))
-            out.write(b"\n".join(chunk) + b"\n")
-            written += length
-            episode += 1
+def bench_validate(s: Sizes) -> list[Figure]:
+    """`gyre-contract validate FILE` (no --model) against polars + vectorised checks, and
+    pyarrow.json + numpy checks and jsonschema-rs per line (information)."""
+    figures = []
+    schema = baselines.JsonSchemaRs()
+    for lines in s.validate_lines:
+        path = corpus.cartpole_corpus(lines)
+        print(f"      corpus {corpus_note(path)}", flush=True)
+        file = str(path)
 
+        def ours(f: str = file) -> str:
+            return cli("validate", f, "--format", "json")
 
-def parse_floor(path: Path) -> None:
-    loads = orjson.loads
-    with open(path, "rb") as f:
-        for line in f:
-            loads(line)
-
-
-def best_of(fn: Callable[[], Any], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def paired(ours: Callable[[], Any], base: Callable[[], Any], rounds: int) -> tuple[float, float, float]:
-    """Interleaved single runs of two long jobs: (ours s, base s, median ratio)."""
-    t_ours, t_base, ratios = [], [], []
-    for _ in range(rounds):
-        b = best_of(base, 1)
-        a = best_of(ours, 1)
-        t_ours.append(a)
-        t_base.append(b)
-        ratios.append(a / b)
-    med = statistics.median
-    return med(t_ours), med(t_base), med(ratios)
-
-
-def bench_validate_file(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.io._validation import validate_file
-
-    lines = 100_000 if quick else 1_000_000
-    small_lines = lines // 10
-    big, small = tmp / f"cartpole-{lines}.jsonl", tmp / f"cartpole-{small_lines}.jsonl"
-    write_cartpole_file(big, lines)
-    write_cartpole_file(small, small_lines)
-
-    def ours() -> None:
-        report = validate_file(big, CartPoleStep, require_complete=True)
-        if not report.ok or report.steps != lines:
-            raise AssertionError(f"generated file does not validate: {report.to_text()[:2000]}")
-
-    a, b, ratio = paired(ours, lambda: parse_floor(big), 5 if quick else 3)
-    figures = [Figure(f"validate {lines:,} CartPole lines / orjson loop", a, b, "orjson.loads loop",
-                      ratio, "<= 2", check(ratio, "<= 2"))]
-    peak_small, peak_big = peak_rss(small), peak_rss(big)
-    figures.append(Figure(f"peak RSS {lines:,} lines / {small_lines:,} lines", peak_big,
-                          peak_small, "smaller file", peak_big / peak_small, "<= 1.2",
-                          check(peak_big / peak_small, "<= 1.2"), unit="MB"))
+        limits = {"raw": lambda p=path: baselines.raw_read(p),
+                  "typed": lambda p=path: baselines.typed_decode(p)}
+        figures.append(interleaved(
+            f"validate {lines:,} lines (no --model) / polars", ours,
+            lambda p=path: baselines.validate_polars(p), "pl.read_ndjson + polars checks",
+            target="<= 1.0", rounds=s.file_rounds, **limits))
+        figures.append(interleaved(
+            f"validate {lines:,} lines (no --model) / pyarrow.json", ours,
+            lambda p=path: baselines.validate_pyarrow(p), "pyarrow.json + numpy checks",
+            rounds=s.file_rounds))
+        if lines == s.validate_lines[0]:
+            figures.append(interleaved(
+                f"validate {lines:,} lines (no --model) / jsonschema-rs", ours,
+                lambda p=path: schema.file(p), "orjson + jsonschema-rs per line (schema only)",
+                rounds=min(s.file_rounds, 3)))
     return figures
 
 
-PEAK_SCRIPT = """
-import sys
-sys.path.insert(0, {examples!r})
-from models import CartPoleStep
-from gyre_contract.io._validation import validate_file
-report = validate_file({path!r}, CartPoleStep, require_complete=True)
-assert report.ok, report.to_text()[:2000]
-with open("/proc/self/status") as f:
-    print(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
-"""
+# -- JSONL and Parquet -> batch -------------------------------------------------------------------
 
+def bench_batch(s: Sizes) -> list[Figure]:
+    path = corpus.cartpole_corpus(s.batch_lines)
+    print(f"      corpus {corpus_note(path)}", flush=True)
+    file = str(path)
 
-def peak_rss(path: Path) -> float:
-    """Peak resident memory (MB) of a fresh process that validates `path`.
+    def ours() -> str:
+        return cli("batch", file, "--map", MAP, "--format", "json")
 
-    VmHWM, not ru_maxrss: Linux carries ru_maxrss over `exec` from the forked parent's copy.
-    """
-    code = PEAK_SCRIPT.format(examples=str(ROOT / "examples"), path=str(path))
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         cwd=ROOT, env=_env())
-    return int(out.stdout.split()[-1]) / 1024
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-# -- 3. rollout file -> validated TrainBatch ----------------------------------------------------
-
-def bench_end_to_end(quick: bool, tmp: Path) -> list[Figure]:
-    from gyre_contract.io._reading import read_episodes
-    from gyre_contract.trainer._fieldmap import FieldMap
-
-    lines = 20_000 if quick else 200_000
-    path = tmp / f"e2e-{lines}.jsonl"
-    write_cartpole_file(path, lines, seed=1)
-    field_map = FieldMap.load(ROOT / "examples" / "cartpole_map.json")
-
-    def ours() -> None:
-        batch = field_map.to_train_batch(read_episodes(path, CartPoleStep))
-        if int(batch.mask.sum()) != lines:
-            raise AssertionError("the batch lost steps")
-
-    a, b, ratio = paired(ours, lambda: parse_floor(path), 5)
-    return [Figure(f"JSONL {lines:,} lines -> TrainBatch / orjson loop", a, b,
-                   "orjson.loads loop", ratio, "<= 3", check(ratio, "<= 3"))]
-
-
-# -- 4. collate -----------------------------------------------------------------------------------
-
-def bench_collate(quick: bool) -> list[Figure]:
-    from gyre_contract.io._episodes import Episode
-    from gyre_contract.trainer._collation import collate
-
-    rng = np.random.default_rng(0)
-    episodes = [Episode(f"ep-{i}", {"observation": rng.standard_normal((200, 64), np.float32),
-                                    "episode_id": np.array([f"ep-{i}"] * 200)})
-                for i in range(256)]  # as read_episodes delivers them
-    src = np.stack([e.columns["observation"] for e in episodes])
-    dst = np.empty_like(src)
-    out = collate(episodes, fields=["observation"])
-    if out["observation"].shape != (256, 200, 64):
-        raise AssertionError(f"collate gave {out['observation'].shape}")
-    return [figure("collate 256x200x64 float32 / np.copyto", lambda: collate(
-        episodes, fields=["observation"]), lambda: np.copyto(dst, src), "np.copyto", "<= 3",
-        10, 7 if quick else 15)]
-
-
-# -- 5. import cost -------------------------------------------------------------------------------
-
-def bench_import(quick: bool) -> list[Figure]:
-    runs = 7 if quick else 15
-    ours_code, base_code = "import gyre_contract", "import numpy; from pydantic import BaseModel"
-    t_ours, t_base, t_bare = [], [], []
-    for _ in range(runs):  # interleaved fresh processes
-        t_ours.append(_process_time(ours_code))
-        t_base.append(_process_time(base_code))
-        t_bare.append(_process_time("pass"))
-    med = statistics.median
-    a, b, bare = med(t_ours), med(t_base), med(t_bare)
     return [
-        Figure("import gyre_contract / numpy+pydantic", a, b, "numpy + BaseModel", a / b,
-               "<= 1.3", check(a / b, "<= 1.3")),
-        Figure("  same, minus bare interpreter start", a - bare, b - bare,
-               f"(bare start {bare * 1e3:.1f} ms)", (a - bare) / (b - bare), "", None),
+        interleaved(f"JSONL {s.batch_lines:,} lines -> [B, T] batch + GAE / pyarrow.json", ours,
+                    lambda: baselines.batch_jsonl(path), "pyarrow.json + checks + numpy + GAE",
+                    target="<= 1.1", rounds=s.file_rounds,
+                    raw=lambda: baselines.raw_read(path),
+                    typed=lambda: baselines.typed_decode(path)),
+        interleaved(f"JSONL {s.batch_lines:,} lines -> batch / pyarrow.json, no checks", ours,
+                    lambda: baselines.batch_jsonl(path, check=False),
+                    "pyarrow.json + numpy + GAE, nothing checked", rounds=s.file_rounds),
     ]
 
 
-def _process_time(code: str) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=_env())
-    return time.perf_counter() - start
+def bench_parquet(s: Sizes) -> list[Figure]:
+    path = corpus.cartpole_corpus(s.batch_lines, "parquet")
+    print(f"      corpus {corpus_note(path)}", flush=True)
+    file = str(path)
+    return [interleaved(
+        f"Parquet {s.batch_lines:,} lines -> [B, T] batch + GAE / pq.read_table",
+        lambda: cli("batch", file, "--map", MAP, "--format", "json"),
+        lambda: baselines.batch_parquet(path), "pq.read_table + checks + numpy + GAE",
+        target="<= 1.1", rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
+        typed=lambda: baselines.typed_decode(path))]
 
 
-# -- 6. diff of two 500-field schemas -------------------------------------------------------------
+# -- completions -> token batch -------------------------------------------------------------------
+
+def bench_tokens(s: Sizes, tmp: Path) -> list[Figure]:
+    path = corpus.llm_corpus(s.completions)
+    print(f"      corpus {corpus_note(path)}", flush=True)
+    token_map = str(agreement.write_token_map(tmp))
+    file = str(path)
+    return [interleaved(
+        f"JSONL {s.completions:,} completions -> token batch (padded) / pyarrow.json",
+        lambda: cli("batch", file, "--map", token_map, "--format", "json"),
+        lambda: baselines.token_batch(path), "pyarrow.json list columns + checks + mask scatter",
+        target="<= 1.2", rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
+        typed=lambda: baselines.typed_decode(path, baselines.LLMStruct),
+        note="packed layout: not measured, the package has none yet")]
+
+
+# -- start-up -------------------------------------------------------------------------------------
+
+def bench_startup(s: Sizes) -> list[Figure]:
+    """Fresh processes, interleaved: ours against `python -c "import numpy, pydantic"`."""
+    python = sys.executable
+    script = str(Path(python).with_name("gyre-contract"))
+    base = [python, "-c", "import numpy, pydantic"]
+    environ, cwd = env(), str(ROOT)
+
+    def proc(argv: list[str]) -> Callable[[], float]:
+        return lambda: process_time(argv, environ, cwd)
+
+    cases = [("import gyre_contract", [python, "-c", "import gyre_contract"], "<= 1.2"),
+             ("gyre-contract --version", [script, "--version"], "<= 1.3"),
+             ("gyre-contract --help", [script, "--help"], "<= 1.3"),
+             # what a sampler pays: the core (numpy, pydantic, the models), no schema built
+             ("from gyre_contract import validate_step, RolloutStep",
+              [python, "-c", "from gyre_contract import validate_step, RolloutStep"], ""),
+             ("python -c pass (bare interpreter)", [python, "-c", "pass"], "")]
+    figures = [interleaved(f"{label} / import numpy, pydantic", proc(argv), proc(base),
+                           'python -c "import numpy, pydantic"', target=target,
+                           rounds=s.startup_rounds) for label, argv, target in cases]
+    record = repr(agreement.cartpole_record())
+    figures.append(interleaved(  # the first validated step, import and schema build included
+        "first validated step: import + validate_step / plain pydantic",
+        proc([python, "-c", f"from gyre_contract import validate_step; validate_step({record})"]),
+        proc([python, "-c", FIRST_STEP_PYDANTIC.format(record=record)]),
+        "numpy + a strict pydantic model (allow_inf_nan=False), one record",
+        rounds=s.startup_rounds))
+    return figures
+
+
+FIRST_STEP_PYDANTIC = """
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+class Step(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    observation: list[float] = Field(min_length=4, max_length=4)
+    action: int
+    logprob: float | None = None
+    value: float | None = None
+    reward: float
+    step: int = Field(ge=0)
+    episode_id: str = Field(min_length=1)
+    terminated: bool
+    truncated: bool
+    policy_version: int = Field(ge=0)
+np.asarray(Step.model_validate({record}).observation, np.float32)
+"""
+"""A sampler's first step without the package: numpy and a strict pydantic model of the
+CartPole record, bounds in `Field`, validating one record."""
+
+
+# -- peak memory ----------------------------------------------------------------------------------
+
+RSS_OURS = """
+import io, sys
+from gyre_contract.cli._app import run
+code = run(["validate", {path!r}, "--format", "json"], stdout=io.StringIO(), stderr=io.StringIO())
+if code != 0:
+    sys.exit(f"validate exited {{code}}")
+"""
+RSS_POLARS = """
+import sys
+sys.path.insert(0, {bench!r})
+import baselines
+baselines.validate_polars({path!r})
+"""
+RSS_TAIL = """
+with open("/proc/self/status") as f:
+    print(int(next(line.split()[1] for line in f if line.startswith("VmHWM:"))))
+"""
+
+
+def peak_rss(code: str, path: Path) -> float:
+    """Peak resident memory (MB, VmHWM: ru_maxrss can carry a forked parent's peak) of a fresh
+    process running `code` on `path`."""
+    out = subprocess.run([sys.executable, "-c", code.format(path=str(path), bench=str(HERE))
+                          + RSS_TAIL], check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=env())
+    return int(out.stdout.split()[-1]) / 1024
+
+
+def bench_rss(s: Sizes) -> list[Figure]:
+    """Peak RSS of `validate` at the large size against the small one, on the default mix and
+    on short (random-policy) episodes, four times the episodes per line (per-episode state);
+    the polars baseline's peak beside (it holds the file as columns)."""
+    small_lines, big_lines = s.rss_lines
+    figures = []
+    for share, label in ((0.25, ""), (1.0, ", short episodes")):
+        small = corpus.cartpole_corpus(small_lines, random_share=share)
+        big = corpus.cartpole_corpus(big_lines, random_share=share)
+        print(f"      corpus {corpus_note(big)}", flush=True)
+        before = load_now()
+        peaks: dict[str, list[float]] = {"small": [], "big": [], "polars": []}
+        for _ in range(2):  # interleaved; the smallest peak of each (noise only adds memory)
+            peaks["small"].append(peak_rss(RSS_OURS, small))
+            peaks["big"].append(peak_rss(RSS_OURS, big))
+            if not label:
+                peaks["polars"].append(peak_rss(RSS_POLARS, big))
+        at = {**where(before, load_now()), "rounds": 2}
+        p_small, p_big = min(peaks["small"]), min(peaks["big"])
+        figures.append(Figure(f"peak RSS validate {big_lines:,} / {small_lines:,} lines{label}",
+                              p_big, p_small, f"{small_lines:,} lines", p_big / p_small,
+                              "<= 1.1", unit="MB", **at))
+        if peaks["polars"]:
+            p_polars = min(peaks["polars"])
+            figures.append(Figure(f"peak RSS polars baseline / validate, {big_lines:,} lines",
+                                  p_polars, p_big, "gyre-contract validate", p_polars / p_big,
+                                  unit="MB", **at))
+    return figures
+
+
+# -- collate and diff (no baseline question: numpy and a plain compare) -----------------------
+
+def bench_collate(s: Sizes) -> list[Figure]:
+    rng = np.random.default_rng(0)
+    episodes = [gyre_contract.io.Episode(f"ep-{i}", {
+        "observation": rng.standard_normal((200, 64), np.float32),
+        "episode_id": np.array([f"ep-{i}"] * 200)}) for i in range(256)]
+    src = np.stack([e.columns["observation"] for e in episodes])
+    dst = np.empty_like(src)
+    if gyre_contract.collate(episodes, fields=["observation"])["observation"].shape != src.shape:
+        raise AssertionError("collate gave the wrong shape")
+    return [interleaved("collate 256x200x64 float32 / np.copyto",
+                        lambda: gyre_contract.collate(episodes, fields=["observation"]),
+                        lambda: np.copyto(dst, src), "np.copyto", target="<= 3",
+                        rounds=s.startup_rounds, number=10)]
+
 
 def wide_schemas(n: int = 500) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A sampler and a trainer schema of n fields each: same, renamed, cast and missing fields."""
+    """A sampler and a trainer schema of n fields each: same, cast and missing fields."""
     sampler_props: dict[str, Any] = {}
     trainer_props: dict[str, Any] = {}
     for i in range(n):
@@ -418,45 +375,48 @@ def wide_schemas(n: int = 500) -> tuple[dict[str, Any], dict[str, Any]]:
         lead = {**body, "x-gyre-shape": ["B", "T", *shape]}
         if i % 5 == 1:
             lead["x-gyre-dtype"] = "float16"  # a narrowing cast
-        name = f"feature_{i}" if i % 10 else f"missing_{i}"
-        trainer_props[name] = lead
-    sampler = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "wide sampler",
-               "type": "object", "properties": sampler_props, "x-gyre-kind": "rollout_step"}
-    trainer = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "wide trainer",
-               "type": "object", "properties": trainer_props, "x-gyre-kind": "train_batch",
-               "x-gyre-batch-dims": ["B", "T"]}
-    return sampler, trainer
+        trainer_props[f"feature_{i}" if i % 10 else f"missing_{i}"] = lead
+    head = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}
+    return ({**head, "title": "wide sampler", "properties": sampler_props,
+             "x-gyre-kind": "rollout_step"},
+            {**head, "title": "wide trainer", "properties": trainer_props,
+             "x-gyre-kind": "train_batch", "x-gyre-batch-dims": ["B", "T"]})
 
 
-def bench_diff(quick: bool) -> list[Figure]:
-    from gyre_contract.schema._diffing import diff
-
+def bench_diff(s: Sizes) -> list[Figure]:
     sampler, trainer = wide_schemas()
-    report = diff(sampler, trainer)
-    if len(report.entries) < 500:
-        raise AssertionError(f"diff gave {len(report.entries)} entries for 500 trainer fields")
-    runs = 5 if quick else 11
-    times = [best_of(lambda: diff(sampler, trainer), 1) for _ in range(runs)]
-    t = statistics.median(times)
-    return [Figure("diff of two 500-field schemas (absolute)", t, 0.1, "target 100 ms",
-                   t / 0.1, "< 100 ms", t < 0.1)]
+    text = json.dumps(sampler), json.dumps(trainer)
+
+    def floor() -> bool:  # parse both and compare the properties by name
+        a, b = (json.loads(t)["properties"] for t in text)
+        return all(a.get(k) == v for k, v in b.items())
+
+    return [interleaved("diff of two 500-field schemas / parse + compare by name",
+                        lambda: gyre_contract.diff(sampler, trainer), floor,
+                        "json.loads + dict compare", rounds=s.startup_rounds)]
 
 
-# -- main ------------------------------------------------------------------------------------------
+# -- main -----------------------------------------------------------------------------------------
 
-def machine() -> list[str]:
+def header() -> dict[str, Any]:
+    import polars as pl
+    import pyarrow as pa
+
     cpu = "unknown"
     with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    versions = ", ".join(f"{p} {_version(p)}" for p in
-                         ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec", "jsonschema",
-                          "pyarrow", "gymnasium", "fastjsonschema"))
-    return [f"machine: {os.cpu_count()} cores, {cpu}, {platform.platform()}",
-            f"python {platform.python_version()}; {versions}",
-            "load average at start: " + ", ".join(f"{x:.1f}" for x in os.getloadavg())]
+        cpu = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")), cpu)
+    versions = {p: _version(p) for p in ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec",
+                                         "pyarrow", "polars", "jsonschema-rs", "gymnasium")}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=ROOT, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
+            "machine": f"{os.cpu_count()} cores, {cpu}, {platform.platform()}",
+            "python": platform.python_version(), "versions": versions,
+            "threads": {"pyarrow": pa.cpu_count(), "polars": pl.thread_pool_size()},
+            "load_start": load_now().load1}
 
 
 def _version(package: str) -> str:
@@ -466,77 +426,65 @@ def _version(package: str) -> str:
         return "(not installed)"
 
 
-def normal_path_only() -> None:
-    """Every record and file goes through the models' normal pydantic validation, line by line."""
-    os.environ["GYRE_FAST_PATHS"] = "0"  # core.switches; child processes inherit it
-
-
-def markdown(figures: list[Figure]) -> str:
-    """The figures as a Markdown table (what benchmarks/README.md keeps)."""
-    rows = ["| figure | ratio | target | verdict | ours | baseline | section |",
-            "|---|---:|---|---|---:|---|---|"]
-    for f in figures:
-        verdict = {True: "PASS", False: "FAIL", None: "info"}[f.ok]
-        ratio = f"{f.ratio:.2f}x" + (f" ({f.spread[0]:.2f}-{f.spread[1]:.2f})" if f.spread else "")
-        rows.append(f"| {f.name.strip()} | {ratio} | {f.target or '-'} | {verdict} | "
-                    f"{_fmt(f.ours, f.unit)} | {_fmt(f.base, f.unit)} {f.base_name} | {f.section} |")
-    return "\n".join(rows) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller corpora, fewer rounds")
+    size.add_argument("--smoke", action="store_true", help="tiny sizes: check the harness runs")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections out of {','.join(SECTIONS)}")
     parser.add_argument("--normal-path", action="store_true",
-                        help="switch the fast paths off (validate_step's compiled validator, "
-                             "bulk file reading): the figures as they were without the fast paths")
+                        help="GYRE_FAST_PATHS=0: the figures without the package's fast paths")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the figures as a table")
     args = parser.parse_args(argv)
-    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    wanted = [x.strip() for x in args.only.split(",") if x.strip()]
     unknown = sorted(set(wanted) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
     if args.normal_path:
-        normal_path_only()
-    for line in machine():
-        print(line)
-    print(f"mode: {'--quick' if args.quick else 'full'}"
-          f"{', fast paths off (--normal-path)' if args.normal_path else ''}\n")
-    figures: list[Figure] = []
+        os.environ["GYRE_FAST_PATHS"] = "0"  # child processes inherit it
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sizes = MODES[mode]
+    head = {**header(), "mode": mode, "fast_paths": not args.normal_path}
+    for key in ("date", "commit", "machine", "python", "versions", "threads", "mode"):
+        print(f"{key}: {head[key]}")
     started = time.perf_counter()
-    sys.modules.setdefault("run", sys.modules[__name__])  # realistic.py imports this module's helpers
-    import realistic
+    problems, rows = agreement.check_all(sizes.check_lines, sizes.check_completions)
+    head["agreement"] = {"verdicts": len(rows), "mismatches": problems}
+    if problems:
+        for p in problems:
+            print(f"MISMATCH {p}")
+        print("the baselines do not compute what the package computes: nothing timed")
+        return 2
+    print(f"agreement: {len(rows)} verdicts and every batch array equal to the package's "
+          f"(declared gaps aside; benchmarks/agreement.py)\n")
+    figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="gyre-bench-") as tmp_dir:
-        tmp = Path(tmp_dir)
+        runners: dict[str, Callable[[], list[Figure]]] = {
+            "validate_step": lambda: bench_validate_step(sizes),
+            "validate": lambda: bench_validate(sizes), "batch": lambda: bench_batch(sizes),
+            "parquet": lambda: bench_parquet(sizes),
+            "tokens": lambda: bench_tokens(sizes, Path(tmp_dir)),
+            "startup": lambda: bench_startup(sizes), "rss": lambda: bench_rss(sizes),
+            "collate": lambda: bench_collate(sizes), "diff": lambda: bench_diff(sizes)}
         for section in SECTIONS:
             if section not in wanted:
                 continue
-            runner = {"validate_step": lambda: bench_validate_step(args.quick),
-                      "validate_file": lambda: bench_validate_file(args.quick, tmp),
-                      "end_to_end": lambda: bench_end_to_end(args.quick, tmp),
-                      "collate": lambda: bench_collate(args.quick),
-                      "import": lambda: bench_import(args.quick),
-                      "diff": lambda: bench_diff(args.quick)}.get(
-                section, lambda s=section: realistic.SECTIONS[s](args.quick))
             gc.collect()
-            try:
-                section_figures = runner()
-            except realistic.BaselineMismatch as err:
-                print(f"the baselines do not compute what the package computes: {err}")
-                return 1
-            for fig in section_figures:
+            for fig in runners[section]():
                 fig.section = section
                 print(fig.line(), flush=True)
                 figures.append(fig)
     failed = [f for f in figures if f.ok is False]
+    head["load_end"] = load_now().load1
     print(f"\n{len(figures) - len(failed)} of {len(figures)} figures hold or are informational; "
-          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s; load average at the end "
-          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
+          f"{len(failed)} FAIL; {time.perf_counter() - started:.0f} s; load average "
+          f"{head['load_start']:.1f} at the start, {head['load_end']:.1f} at the end")
     if args.json:
-        Path(args.json).write_text(json.dumps([f.__dict__ for f in figures], indent=2) + "\n",
-                                   encoding="utf-8")
+        Path(args.json).write_text(json.dumps(
+            {"run": head, "figures": [f.as_dict() for f in figures]}, indent=1) + "\n",
+            encoding="utf-8")
     if args.markdown:
         Path(args.markdown).write_text(markdown(figures), encoding="utf-8")
     return 1 if failed else 0

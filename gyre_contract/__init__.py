@@ -6,23 +6,24 @@ trainer's field map and collation, and the stage checks. A few specialised names
 subpackage (`gyre_contract.core`, `.io`, `.schema`, `.adapters`, `.trainer`, `.channel`,
 `.harness`); every other module is private (`_name.py`) and may change without notice.
 
-What a sampler's hot loop needs (the models, `Tensor`, the validators, the errors) is imported
-with the package; everything else is imported on first use, so `import gyre_contract` in every
-sampler process stays close to the cost of numpy and pydantic.
+Every name loads on first use (PEP 562): `import gyre_contract` imports nothing but this file,
+so `gyre-contract --version` and a process that only passes the package around pay for nothing.
+The first use of `validate_step` or a model imports the core (numpy, pydantic, the models); a
+model's pydantic schema and its compiled fast path are built when it first validates a record.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gyre_contract.core._errors import ContractError, MissingFieldError
 from gyre_contract.core._lazy import lazy_exports
-from gyre_contract.core._models import Modalities, RolloutStep, TrainBatch
-from gyre_contract.core._tensor import Tensor
-from gyre_contract.core._tokenbatch import TokenBatch
-from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
 
 if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on first use
+    from gyre_contract.core._errors import ContractError, MissingFieldError
+    from gyre_contract.core._models import Modalities, RolloutStep, TrainBatch
+    from gyre_contract.core._tensor import Tensor
+    from gyre_contract.core._tokens import TokenBatch
+    from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
     from gyre_contract.harness._recorder import Recorder
     from gyre_contract.harness._runlog import RunLog
     from gyre_contract.harness._stages import full_loop, half_way
@@ -44,6 +45,9 @@ __version__ = "0.3.0"
 _LAZY, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "gyre_contract.core": ("RolloutStep", "TrainBatch", "TokenBatch", "Modalities", "Tensor",
+                               "ContractError", "MissingFieldError", "validate_step",
+                               "validate_episode", "validate_batch"),
         "gyre_contract.io": ("write_steps", "read_steps", "read_episodes", "validate_file"),
         "gyre_contract.schema": ("json_schema", "export_schemas", "load_schema", "infer_schema",
                                  "diff", "compat"),

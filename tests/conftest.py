@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 from models import CartPoleStep, LLMStep  # noqa: E402
+from ray_local import start_ray, stop_ray  # noqa: E402
 
 
 @pytest.fixture
@@ -69,3 +70,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{PEERS_STRICT}=1: {len(skipped)} skipped, so the peers lane "
                                     f"fails: every peer check must run here (the skip reasons "
                                     f"are listed with -rs)", red=True)
+
+
+@pytest.fixture(scope="session")
+def _ray_stopped_at_the_end():
+    yield
+    stop_ray()
+
+
+@pytest.fixture(scope="module")
+def ray_session(_ray_stopped_at_the_end):
+    """A local Ray for the tests of a module, shared with the modules after it: Ray allows one
+    per process, and each module starting and stopping its own broke the next one (`ray.init`
+    twice) in the slow lane. A test that needs a Ray of its own (a doc page's snippets, whose
+    workers must start in its folder) stops this one first; the next module starts it again."""
+    return start_ray()

@@ -6,7 +6,6 @@ Files are walked in Python (not `git ls-files`), so an untracked file is checked
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import unicodedata
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ray_local import start_ray, stop_ray
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -202,6 +202,7 @@ RULE_NAME = re.compile(r"`((?:field|step|episode|batch)\.[a-z_]+)`")
 
 
 def test_every_registered_rule_is_in_the_contract_and_only_those():
+    from gyre_contract import TokenBatch, TrainBatch  # noqa: F401  (their modules register the rules)
     from gyre_contract.core._registry import all_rules
 
     registered = {rule.name for rule in all_rules()}
@@ -266,6 +267,32 @@ def test_every_cli_command_has_its_exit_codes_in_section_9_and_every_flag_in_the
                     f"gyre-contract {name} {flags[-1]} is not in its row of docs/api.md"
 
 
+# -- docs/architecture.md records the structure ------------------------------------------------
+
+def structure_row(label: str) -> tuple[str, str]:
+    """(before, after) of a row of the table in docs/architecture.md "The structure in numbers"."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    found = re.search(rf"^\| {re.escape(label)} \| (.*) \| (.*) \|$", text, re.M)
+    assert found, f"docs/architecture.md has no row {label!r}"
+    return found.group(1), found.group(2)
+
+
+def test_architecture_states_todays_public_names_and_token_row_lines():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("structure", ROOT / "tests" / "structure.py")
+    assert spec is not None and spec.loader is not None
+    structure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(structure)
+    now = structure.measure(ROOT)
+    assert structure_row("public names (top level / unique across the package)")[1] == \
+        f"{now['public_names_top_level']} / {now['public_names_unique']}"
+    assert structure_row('lines spelling token rows (`"step"` on a line about rows)')[1] == \
+        f"{now['rows_step_lines']} in {len(now['rows_step_modules'])} modules"
+    assert structure_row("public modules (no `_` in the dotted path)")[1] == \
+        str(now["public_modules"])
+
+
 # -- the Python snippets of the README and docs run --------------------------------------------
 
 NO_RUN = re.compile(r"^<!--\s*no-run:\s*(.+?)\s*-->$")
@@ -328,21 +355,11 @@ def run_python_block(code: str, where: str, namespace: dict[str, object]) -> Non
         raise
 
 
-def start_small_ray(monkeypatch) -> None:
-    """A local Ray for a page's Ray snippets, started as the other Ray tests start it (2 CPUs, no
-    dashboard, this tree on the workers' path); the snippet's `ray.data` then joins it."""
-    ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
-    pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    before = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *([before] if before else [])]))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 # the scale-out page starts a local Ray cluster: seconds, so it runs with the slow cases
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name == "scale-out.md" else p
                                   for p in runnable_pages()], ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
+def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch, request):
     """Every ```python block of the page runs, in order, in one fresh namespace, in a temporary
     working directory holding a copy of `examples/`, `schemas/` and the peer schemas (paths are
     from the repository's root). `$ gyre-contract` lines of console blocks run too, in order, as
@@ -360,7 +377,11 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))
     namespace: dict[str, object] = {"__name__": "__snippet__"}
     if any("import ray" in code for _, _, code, _ in code_blocks(page)):
-        start_small_ray(monkeypatch)
+        # a Ray of the page's own, its workers started in this folder (the snippets' relative
+        # paths); the snippet's `ray.data` joins it
+        stop_ray()
+        request.getfixturevalue("_ray_stopped_at_the_end")
+        start_ray()
     ran = 0
     ops_before = set(known_ops())
     with warnings.catch_warnings():
@@ -379,8 +400,7 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch):
         finally:
             for name in set(known_ops()) - ops_before:  # a page's custom ops (field-map.md)
                 unregister_op(name)
-            if "ray" in sys.modules:
-                sys.modules["ray"].shutdown()
+            stop_ray()
     assert ran
 
 

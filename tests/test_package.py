@@ -130,15 +130,118 @@ def test_the_lightness_check_can_fail():
     assert heavy_modules_after("import gyre_contract, jsonschema") == ["jsonschema"]
 
 
-def test_only_the_samplers_modules_load_with_the_package():
-    """Diff, field maps, files and stages load on first use; the sampler pays only for validation."""
-    code = ("import sys, gyre_contract; "
-            "print(','.join(sorted(m.split('.', 1)[1] for m in sys.modules "
-            "if m.startswith('gyre_contract.'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = set(out.stdout.strip().split(","))
-    assert not {m for m in loaded if m.split(".")[0] in {"io", "schema", "trainer", "harness", "cli"}}
-    assert {"core._models", "core._validate", "core._tensor", "core._errors"} <= loaded
+def loaded_after(code: str) -> tuple[set[str], str]:
+    """(every module loaded, what `code` printed) after `code` runs in a fresh interpreter;
+    gyre_contract's own modules are named without their `gyre_contract.` prefix, in front of
+    the others (`>core._lazy`), so that none is mistaken for the standard library's (`io`)."""
+    probe = (f"{code}\nimport sys\nprint('\\n#MODULES ' + ','.join(sorted("
+             "'>' + m[len('gyre_contract.'):] if m.startswith('gyre_contract.') else m "
+             "for m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
+    head, _, modules = done.stdout.rpartition("\n#MODULES ")
+    return set(modules.strip().split(",")), head
+
+
+MACHINERY = (">harness", ">io._shards", ">schema._diffing", ">core._models", "numpy",
+             "pydantic", "pyarrow", "torch", "gymnasium", "matplotlib", "ray", "jsonschema",
+             "msgspec")
+"""What start-up must not import: the commands' machinery (of the package: `>`), numpy and
+pydantic, the extras."""
+
+
+def machinery_in(modules: set[str]) -> list[str]:
+    """The entries of MACHINERY loaded (a package counts when any of its modules is)."""
+    return sorted(heavy for heavy in MACHINERY
+                  if any(m == heavy or m.startswith(heavy + ".") for m in modules))
+
+
+def ours(modules: set[str]) -> set[str]:
+    """The package's own modules among `modules`, without the `>`."""
+    return {m[1:] for m in modules if m.startswith(">")}
+
+
+def test_import_loads_nothing_but_the_package():
+    """Every top-level name loads on first use: `import gyre_contract` costs this file alone,
+    no numpy, no pydantic, no model (`--version` and `--help` start from it)."""
+    modules, _ = loaded_after("import gyre_contract")
+    assert ours(modules) == {"core", "core._lazy"}
+    assert machinery_in(modules) == []
+
+
+CLI_CALL = ("from gyre_contract.cli._app import run\n"
+            "import io\ncode = run({argv!r}, stdout=io.StringIO(), stderr=io.StringIO())\n"
+            "print('exit', code)")
+
+
+def cli_start_ups() -> list[list[str]]:
+    from gyre_contract.cli._app import COMMANDS
+
+    return [["--version"], ["--help"], [], *([name, "--help"] for name in COMMANDS)]
+
+
+@pytest.mark.parametrize("argv", cli_start_ups(), ids=lambda argv: " ".join(argv) or "bare")
+def test_the_command_line_starts_without_the_machinery(argv):
+    """`--version`, `--help` and each command's `--help` build the parsers from the commands'
+    light modules: no command's machinery, no numpy or pydantic, no extra."""
+    modules, printed = loaded_after(CLI_CALL.format(argv=argv))
+    assert printed.strip().endswith("exit 0" if argv else "exit 2")
+    assert machinery_in(modules) == []
+
+
+def test_a_command_imports_its_own_machinery_only(tmp_path: Path):
+    """`compat` loads the schema machinery it runs on, not the harness, the files or Arrow."""
+    schema = ROOT / "schemas" / "rollout_step.v1.json"
+    modules, printed = loaded_after(CLI_CALL.format(argv=["compat", str(schema), str(schema)]))
+    assert printed.strip().endswith("exit 0")
+    assert "schema._compatibility" in ours(modules)
+    assert machinery_in(modules) == [">core._models", "numpy", "pydantic"]
+
+
+def test_the_start_up_check_can_fail():
+    modules, _ = loaded_after("import gyre_contract.harness._stages")
+    assert {">harness", "numpy", "pydantic"} <= set(machinery_in(modules))
+
+
+SAMPLER = ("import gyre_contract\nfrom pydantic import BaseModel\n"
+           "from gyre_contract import validate_step, RolloutStep\n"
+           "from gyre_contract.pinned import CartPoleStep, LLMStep\n"
+           "from gyre_contract.core import _modelinfo\n"
+           "def models(cls):\n"
+           "    for sub in cls.__subclasses__():\n"
+           "        yield sub\n        yield from models(sub)\n"
+           "def report():\n"
+           "    ours = {m for m in models(BaseModel) if m.__module__.startswith('gyre_contract')}\n"
+           "    built = sorted(m.__name__ for m in ours if m.__pydantic_complete__\n"
+           "                   or type(m.__pydantic_validator__).__name__ != 'MockValSer')\n"
+           "    print(len(ours), built, len(_modelinfo._INFOS))\n")
+STEP = ("{'observation': [0.0, 0.0, 0.0, 0.0], 'action': 0, 'reward': 1.0, 'step': 0, "
+        "'episode_id': 'e', 'terminated': False, 'truncated': False, 'policy_version': 0}")
+
+
+def test_the_sampler_loads_the_core_and_builds_nothing_until_it_validates():
+    """`validate_step` and the models load the core only; no pydantic core schema is built and
+    no fast path compiled until a model validates its first record."""
+    modules, printed = loaded_after(SAMPLER + "report()")
+    assert {"core._models", "core._validate", "core._tensor", "core._errors"} <= ours(modules)
+    assert not {m for m in ours(modules) if m.split(".")[0] in {
+        "io", "schema", "trainer", "harness", "cli", "adapters", "channel"}}
+    count, built, infos = printed.split(" ", 1)[0], *printed.split(" ", 1)[1].rsplit(" ", 1)
+    assert int(count) >= 6 and built == "[]" and infos.strip() == "0", printed
+    # the check can fail: one record builds its model and compiles its plan
+    _, printed = loaded_after(SAMPLER + f"validate_step({STEP}, CartPoleStep)\nreport()")
+    assert "'CartPoleStep'" in printed and not printed.strip().endswith(" 0"), printed
+
+
+def test_importing_every_module_builds_no_model():
+    """Nothing compiles at import anywhere in the package: every model of every module (the
+    run log's `RunRecord` too) defers its pydantic schema to its first use."""
+    code = ("import importlib, pkgutil, gyre_contract\n"
+            "for m in pkgutil.walk_packages(gyre_contract.__path__, 'gyre_contract.'):\n"
+            "    if not m.name.endswith('__main__'):\n"
+            "        importlib.import_module(m.name)\n")
+    _, printed = loaded_after(code + SAMPLER + "report()")
+    assert printed.split(" ", 1)[1].strip() == "[] 0", printed
 
 
 def test_a_name_loaded_on_first_use_is_the_modules_own():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from gyre_contract.core._errors import ContractError, Problem
 from gyre_contract.core._fastpath import fast_plan
 from gyre_contract.core._models import RolloutStep, TrainBatch
 from gyre_contract.core._registry import Rule
-from gyre_contract.core._tokenbatch import TokenBatch
+from gyre_contract.core._tokens import TokenBatch
 from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
 from gyre_contract.io import _fastfile  # noqa: F401  (declares the bulk reader's fast path)
 from gyre_contract.io._fastfile import bulk_plan
@@ -412,11 +411,9 @@ def test_files_name_the_rule(name, path, tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def ray_reports(tmp_path_factory):
-    """Every rule's files as shards, checked on one local Ray (2 CPUs), one call per model."""
-    ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
-    pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io._shards import quiet_ray_data, validate_shards
+def ray_reports(tmp_path_factory, ray_session):
+    """Every rule's files as shards, checked on the session's local Ray, one call per model."""
+    from gyre_contract.io._shards import validate_shards
 
     folder = tmp_path_factory.mktemp("ray_rules")
     shards: dict[type, list[tuple[str, int, Path]]] = {}
@@ -432,33 +429,22 @@ def ray_reports(tmp_path_factory):
             else:
                 file = write_jsonl(folder / f"{stem}.jsonl", records)
             shards.setdefault(model, []).append((name, i, file))
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([before] if before else [])])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    quiet_ray_data()
     out: dict[str, list[Problem]] = {name: [] for name in RECORD_RULES}
     checked: dict[str, int] = {name: 0 for name in RECORD_RULES}
-    try:
-        for model, items in shards.items():
-            for complete in (False, True):
-                chosen = [(n, f) for n, _, f in items
-                          if bool(registry.get_rule(n).options.get("require_complete")) == complete]
-                if not chosen:
-                    continue
-                report = validate_shards([str(f) for _, f in chosen], model, engine="ray",
-                                         require_complete=complete)
-                by_shard = {str(f): n for n, f in chosen}
-                for shard, problem in report.problems():
-                    if shard:  # not the ids shared by shards (every shard has "clean")
-                        out[by_shard[str(shard)]].append(problem)
-                for n, _ in chosen:
-                    checked[n] += 1
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+    for model, items in shards.items():
+        for complete in (False, True):
+            chosen = [(n, f) for n, _, f in items
+                      if bool(registry.get_rule(n).options.get("require_complete")) == complete]
+            if not chosen:
+                continue
+            report = validate_shards([str(f) for _, f in chosen], model, engine="ray",
+                                     require_complete=complete)
+            by_shard = {str(f): n for n, f in chosen}
+            for shard, problem in report.problems():
+                if shard:  # not the ids shared by shards (every shard has "clean")
+                    out[by_shard[str(shard)]].append(problem)
+            for n, _ in chosen:
+                checked[n] += 1
     return out, checked
 
 

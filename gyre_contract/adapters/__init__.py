@@ -14,7 +14,6 @@ read by their attributes). Names load on first use (PEP 562).
 from gyre_contract.core._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    "._tensors": ("to_torch", "to_tensordict"),
-    "._dataproto": ("to_dataproto",),
+    "._containers": ("to_torch", "to_tensordict", "to_dataproto"),
     "._generation": ("from_vllm",),
 })

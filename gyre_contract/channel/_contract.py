@@ -24,16 +24,13 @@ from gyre_contract.schema._compatibility import CompatReport, compat
 from gyre_contract.schema._export import json_schema
 from gyre_contract.schema._fieldtable import FieldTable, field_table
 from gyre_contract.schema._loading import load_schema
-from gyre_contract.schema._trainerbatch import TrainerSchema, trainer_schema
-from gyre_contract.trainer._collation import DERIVED_FIELDS
 from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
-from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE
+from gyre_contract.trainer._trainerbatch import TrainerSchema, trainer_schema
 
 __all__ = ["CONTRACT_VERSION", "CheckedBlock", "CompatReport", "FieldMap", "FieldTable",
            "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_step_model",
-           "derived_sources", "field_table", "fingerprint", "fixed_layout", "load_map", "load_trainer",
-           "schema_document", "step_schema", "token_sources", "trainer_batch",
-           "write_atomic"]
+           "field_table", "fingerprint", "fixed_layout", "load_map", "load_trainer",
+           "schema_document", "step_schema", "trainer_batch", "write_atomic"]
 
 CONTRACT_VERSION = "1.2"
 """The contract version a fingerprint covers (docs/contract.md §12: the channel, v1.2)."""
@@ -87,29 +84,20 @@ def load_trainer(source: Any, batch_dims: tuple[str, ...] | list[str] | str | No
     return trainer_schema(source, batch_dims)
 
 
-def derived_sources() -> tuple[str, ...]:
-    """Sources collation makes itself for episode rows (`mask`, `episode_id`, ...)."""
-    return DERIVED_FIELDS
-
-
-def token_sources() -> tuple[tuple[str, ...], tuple[str, ...], str]:
-    """(layout columns token collation makes, the fields a prompt comes from, the response's)."""
-    return LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE
-
-
-def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, episodes: list[Any]
+def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, columns: Mapping[str, Any]
                   ) -> dict[str, Any]:
-    """The trainer's own batch from episodes (mappings of columns): the map's collation and
-    ops, then the trainer's schema (or `TrainBatch` / `TokenBatch`) check — what
-    `gyre-contract batch --map M --trainer T` does (`harness.half_way`). The one call
+    """The trainer's own batch from a block of step columns (a delivery's segments): what the
+    map's row layout makes of them (episodes, or one block of token rows), the map's collation
+    and ops, then the trainer's schema (or `TrainBatch` / `TokenBatch`) check — what
+    `gyre-contract batch --map M --trainer T` does (`half_way`). The one call
     `FieldMap.batch(source, trainer=...)` gives the same arrays: when it exists, this body is
     that call."""
-    columns = fmap.collated(episodes)
-    arrays = fmap.apply(columns)
+    collated = fmap.collated(fmap.layout.from_block(columns))
+    arrays = fmap.apply(collated)
     if schema is None:
         validated = validate_batch(arrays, fmap.batch_model)
         return validated.model_dump(by_alias=True, exclude_none=True, round_trip=True)
-    return schema.check(arrays, columns.get("mask"), rows=fmap.rows)
+    return schema.check(arrays, collated.get("mask"), rows=fmap.layout)
 
 
 def write_atomic(path: str | os.PathLike[str], data: Any, *, fsync: bool = True) -> None:

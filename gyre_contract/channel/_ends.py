@@ -5,7 +5,7 @@ Delivery semantics (docs/channel.md):
   it as one segment, atomically; with `max_pending`, it first waits while that many segments
   are not acked (`TimeoutError` after `timeout`).
 - `get` takes whole segments, oldest first, until `rows` steps (one token row per step for a
-  `"rows": "step"` map) are kept, maps them into the trainer's own batch and leases them to this
+  map of token rows) are kept, maps them into the trainer's own batch and leases them to this
   end (a second `get` skips them). `ack` commits them; a segment not acked is delivered again
   to the next trainer end (a restart): at least once, and the segment id makes a repeat
   recognisable. Rows older than `current_version - max_staleness` are dropped by episode (an
@@ -261,7 +261,7 @@ class Delivery:
     """The trainer's batch under its own keys (nested names joined with '.'), validated."""
     segments: tuple[str, ...]
     steps: int
-    """Steps (token rows, for a `"rows": "step"` map) kept in the batch."""
+    """Steps (token rows, for a map of token rows) kept in the batch."""
     episodes: int
     ended: int
     """Episodes whose terminated or truncated step is in the batch."""
@@ -421,8 +421,7 @@ class TrainerEnd(_End):
         tables = [p.table if p.keep.all() else p.table.filter(p.keep) for p in parts]
         columns = segments.to_columns(segments.concat(tables))
         ids = columns["episode_id"]
-        source = segments.episodes_of(columns, ids) if self.fmap.rows == "episode" else [columns]
-        batch = contract.trainer_batch(self.fmap, self.schema, source)
+        batch = contract.trainer_batch(self.fmap, self.schema, columns)
         now = time.time()
         refs = [p.ref for p in parts]
         refs = self.backend.mark_delivered(refs, self.epoch, now)

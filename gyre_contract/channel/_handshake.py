@@ -176,22 +176,17 @@ def map_problems(fmap: Any, sampler: Any) -> tuple[list[Problem], list[str]]:
     only sometimes), per target field of the map."""
     names = set(sampler.names())
     groups = {name.rsplit(".", i)[0] for name in names for i in range(1, name.count(".") + 1)}
-    layout, prompts, response = contract.token_sources()
-    derived = set(contract.derived_sources()) | {"episode_id", "policy_version"}
     problems: list[Problem] = []
     optional: dict[str, list[str]] = {}
     for target, spec in fmap.fields.items():
-        reads = type(fmap)({target: spec}, rows=fmap.rows).sources()
+        reads = type(fmap)({target: spec}, layout=fmap.layout).sources()
         for source in reads:
-            if fmap.rows == "episode" and source in derived:
-                continue
-            if fmap.rows == "step" and source in ("episode_id", "policy_version"):
-                continue
-            if fmap.rows == "step" and source in layout:
-                if not any(n in names and _integer(sampler[n]) for n in prompts):
-                    problems.append(_never_written(target, source, prompts[0], sampler))
-                if response not in names:
-                    problems.append(_never_written(target, source, response, sampler))
+            needs = fmap.layout.needs(source)  # a column the map's row layout makes itself
+            if needs is not None:
+                for need in needs:
+                    if not any(n in names and (not need.integer or _integer(sampler[n]))
+                               for n in need.names):
+                        problems.append(_never_written(target, source, need.names[0], sampler))
                 continue
             if source in names:
                 if not sampler[source].required:

@@ -1,10 +1,11 @@
 """Segments: the steps of one `put`, as one Arrow IPC file (extra `parquet`: pyarrow).
 
 A segment is an Arrow IPC file (`pyarrow.ipc.new_file`) holding one record batch laid out by
-`io.to_arrow_schema` (the layout of the package's Parquet files: one column per record key, a
-fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, modalities a `struct`), with the
-segment's facts as JSON under the schema metadata key `gyre-channel` (`SegmentMeta`: its id,
-writer, fingerprint, counts, policy versions, timestamps). Any Arrow reader opens it.
+`io._arrowschema.to_arrow_schema` (the layout of the package's Parquet files: one column per
+record key, a fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, modalities a
+`struct`), with the segment's facts as JSON under the schema metadata key `gyre-channel`
+(`SegmentMeta`: its id, writer, fingerprint, counts, policy versions, timestamps). Any Arrow
+reader opens it.
 
 Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
 become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
@@ -340,32 +341,3 @@ def _is_varying(f: Any, varying: set[str]) -> bool:
     except ValueError:
         return True
     return any(str(d).lstrip("*") in varying or str(d).startswith("*") for d in dims)
-
-
-def episodes_of(columns: Mapping[str, Any], ids: np.ndarray) -> list[dict[str, Any]]:
-    """The rows of `columns` grouped by episode id (in order of first appearance, each
-    episode's steps in row order), one mapping of columns per episode."""
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    codes = rank[inverse.reshape(-1)]
-    order = np.argsort(codes, kind="stable")
-    bounds = np.cumsum(np.bincount(codes, minlength=len(first)))[:-1]
-    return [_take(columns, rows) for rows in np.split(order, bounds)]
-
-
-def _take(columns: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, column in columns.items():
-        if isinstance(column, Mapping):
-            out[name] = _take(column, rows)
-        elif isinstance(column, np.ndarray):
-            taken = column[rows]
-            if taken.dtype.kind == "f" and np.isnan(taken).all():
-                continue  # no step of this episode carries it (as an `Episode` read from a file)
-            out[name] = taken
-        else:
-            picked = [column[i] for i in rows.tolist()]
-            strings = picked and all(isinstance(v, str) for v in picked)
-            out[name] = np.array(picked, dtype=np.str_) if strings else picked
-    return out

@@ -4,6 +4,11 @@ Exit codes: 0 the contract holds, 1 it is violated, 2 unusable input or usage, 1
 (Ctrl-C).
 Errors are one line on stderr; with `--format json` a command's error is a JSON object on stdout
 instead (`common.write_json_error`), same exit code. `--debug` shows the traceback.
+
+Start-up stays light: the parsers are built from the commands' modules, which import only
+argparse and `_conventions` at their top; a command imports its machinery (numpy, pydantic,
+the models, files, schemas, the harness) in its `run`, so `--version`, `--help` and a
+command's `--help` import none of it (tests/test_package.py).
 """
 
 from __future__ import annotations
@@ -20,9 +25,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
 from gyre_contract import __version__
-from gyre_contract.cli._common import UsageError, error_text, outputs_guarded, write_json_error
-from gyre_contract.cli._conventions import finish_parser
-from gyre_contract.core._errors import ContractError, GyreError
+from gyre_contract.cli._conventions import UsageError, finish_parser
 
 EXIT_OK, EXIT_VIOLATED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -86,15 +89,19 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         if args.command is None:
             build_parser().print_help(out)
             return EXIT_INPUT
+        from gyre_contract.cli._common import outputs_guarded
+
         with outputs_guarded(args):
             return args.run(args, out, err)
     except SystemExit as exc:  # --help and --version exit through argparse
         return int(exc.code or 0)
-    except (UsageError, GyreError, OSError) as exc:
-        # an error may carry its own code: a refused channel handshake is unusable input (2)
-        code = getattr(exc, "exit_code", None) or (
-            EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT)
+    except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:  # not an error of the input or the contract: a bug, shown as one
+            raise
         if args is not None and getattr(args, "format", None) == "json":  # the command's, as JSON
+            from gyre_contract.cli._common import write_json_error
+
             if debug:
                 traceback.print_exception(exc, file=err)
             write_json_error(out, exc, code, args.command, getattr(args, "json_error", None))
@@ -105,7 +112,24 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         return code
 
 
+def _exit_code(exc: Exception) -> int | None:
+    """The exit code of an error reported as a line (a usage error, an OSError, a GyreError),
+    None for any other exception. An error may carry its own code: a refused channel handshake
+    is unusable input (2)."""
+    if isinstance(exc, (UsageError, OSError)):
+        return getattr(exc, "exit_code", None) or EXIT_INPUT
+    # a GyreError comes from code that imported core._errors: importing it here is free then
+    from gyre_contract.core._errors import ContractError, GyreError
+
+    if not isinstance(exc, GyreError):
+        return None
+    return getattr(exc, "exit_code", None) or (
+        EXIT_VIOLATED if isinstance(exc, ContractError) else EXIT_INPUT)
+
+
 def _report(exc: BaseException, err: TextIO, debug: bool) -> None:
+    from gyre_contract.cli._common import error_text
+
     if debug:
         traceback.print_exception(exc, file=err)
     print(f"error: {error_text(exc)}", file=err)

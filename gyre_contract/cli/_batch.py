@@ -1,9 +1,9 @@
 """`gyre-contract batch ROLLOUTS.jsonl --map M.json`: stage 2 (half way) without a training loop.
 
-Reads the rollout file per episode, applies the field map, collates `[B, T, ...]` with a mask,
-validates the TrainBatch (a map with `"rows": "step"`: reads the file step by step, one token row
-per step, and validates a TokenBatch), optionally calls the user's loss once, prints keys, shapes and dtypes,
-and writes an `.npz` that numpy alone loads (`np.load(path, allow_pickle=False)`).
+Reads the rollout file as the map's row layout says (per episode, collated `[B, T, ...]` with a
+mask, a TrainBatch; or for token rows step by step, one token row per step, a TokenBatch),
+applies the field map, validates the batch, optionally calls the user's loss once, prints keys,
+shapes and dtypes, and writes an `.npz` that numpy alone loads (`np.load(path, allow_pickle=False)`).
 Exit 0 the batch holds, 1 the contract is violated (a missing field, a bad batch, a failing or
 non-finite loss), 2 unusable input or usage.
 """
@@ -12,23 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import zipfile
-from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO, TextIO
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-import numpy as np
-
-from gyre_contract.cli._common import OPS_HELP, import_named, import_ops
-from gyre_contract.cli._conventions import non_negative_int
-from gyre_contract.cli._progress import file_progress
-from gyre_contract.cli._validate import load_model
-from gyre_contract.core._errors import InputError
+from gyre_contract.cli._conventions import BATCH_DIMS_SPELLINGS, OPS_HELP, non_negative_int
 from gyre_contract.core._report import FORMATS
-from gyre_contract.harness._stages import BatchReport, half_way
-from gyre_contract.io._atomic import atomic_write
-from gyre_contract.schema._layouts import BATCH_DIMS_SPELLINGS
-from gyre_contract.schema._trainerbatch import flatten_batch
-from gyre_contract.trainer._fieldmap import FieldMap
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def add_parser(sub: Any) -> None:
@@ -80,6 +71,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.cli._common import import_ops, load_function, load_model
+    from gyre_contract.cli._progress import file_progress
+    from gyre_contract.core._errors import InputError
+    from gyre_contract.harness._stages import BatchReport, half_way
+    from gyre_contract.trainer._fieldmap import FieldMap
+
     if args.max_len is not None and args.max_len < 1:
         raise InputError(f"--max-len must be at least 1, got {args.max_len}")
     # The ops modules and the loss module first: they may register the custom ops the map uses.
@@ -101,6 +98,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def write_npz(path: str | os.PathLike[str], batch: Mapping[str, Any]) -> str:
     """Save arrays (nested dicts as dotted keys) so `np.load(path, allow_pickle=False)` works."""
+    from gyre_contract.core._errors import InputError
+    from gyre_contract.io._atomic import atomic_write
+    from gyre_contract.trainer._trainerbatch import flatten_batch
+
     flat = flatten_batch(batch)
     for key, arr in flat.items():
         if arr.dtype.kind == "O":
@@ -117,15 +118,12 @@ def _savez(f: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
     """What `np.savez(f, **arrays)` writes (one `.npy` per key in an uncompressed zip), for any
     key: `np.savez` would take a field named `allow_pickle` as its flag and drop it, and fail
     on one named `file`."""
+    import zipfile
+
+    import numpy as np
+
     with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for key, arr in arrays.items():
             with zf.open(f"{key}.npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
 
-
-def load_function(spec: str, option: str) -> Callable[..., Any]:
-    """Import `module:function` or `file.py:function` that the user named, and nothing else."""
-    fn = import_named(spec, option, "FUNCTION")
-    if not callable(fn):
-        raise InputError(f"{option}: {spec} is not callable")
-    return fn

@@ -1,4 +1,7 @@
-"""Helpers shared by the commands: usage errors, output in text or JSON, importing a user's `module:name`."""
+"""Helpers shared by the commands as they run: error text, output in text or JSON, guarded
+outputs, importing a user's `module:name` (a step model: `load_model`).
+
+Imported when a command runs, never to build the parsers (`_conventions` holds what they need)."""
 
 from __future__ import annotations
 
@@ -9,18 +12,17 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from gyre_contract.cli._conventions import OUTPUTS, TO_STDOUT
-from gyre_contract.core._errors import ContractError, InputError
+from gyre_contract.cli._conventions import OUTPUTS, TO_STDOUT, UsageError
+from gyre_contract.core._errors import ContractError, InputError, SchemaError
 from gyre_contract.core._text import MAX_MESSAGE_CHARS, printable, shorten
 from gyre_contract.io._atomic import output_target, protect_inputs
 
-
-class UsageError(Exception):
-    """Bad command-line usage (exit 2)."""
+if TYPE_CHECKING:
+    from gyre_contract.core._models import RolloutStepV1
 
 
 def error_text(exc: BaseException) -> str:
@@ -130,11 +132,24 @@ def import_ops(specs: Iterable[str], option: str = "--ops") -> None:
             _import_module(spec, option)
 
 
-OPS_HELP = ("import MODULE or FILE.py first (repeatable) so that it can add the ops a map "
-            "names with gyre_contract.register_op; its top-level code runs (a script's "
-            "`if __name__ == '__main__':` block does not); nothing is ever imported because a "
-            "data or map file says so")
-"""The help text of `--ops` (batch, diff)."""
+def load_function(spec: str, option: str) -> Callable[..., Any]:
+    """Import `module:function` or `file.py:function` that the user named, and nothing else."""
+    fn = import_named(spec, option, "FUNCTION")
+    if not callable(fn):
+        raise InputError(f"{option}: {spec} is not callable")
+    return fn
+
+
+def load_model(spec: str) -> type[RolloutStepV1]:
+    """Import the step model the user named (`--model`): `module:Class` or `file.py:Class`,
+    nothing else."""
+    from gyre_contract.core._models import RolloutStepV1
+
+    model = import_named(spec, "--model", "CLASS")
+    if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):
+        raise SchemaError(f"--model: {spec} is not a step model (a subclass of RolloutStep), "
+                          f"got {model!r}")
+    return model
 
 
 def _import_module(name: str, option: str) -> Any:

@@ -6,7 +6,10 @@ import argparse
 from typing import Any, TextIO
 
 from gyre_contract.core._report import FORMATS
-from gyre_contract.schema._compatibility import MODES, compat
+
+MODES = ("backward", "forward", "full")
+"""`compat`'s modes (`schema._compatibility.MODES`, which tests/cli/test_conventions.py holds
+this to), spelled here so that the parser imports no schema machinery."""
 
 
 def add_parser(sub: Any) -> None:
@@ -27,6 +30,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.schema._compatibility import compat
+
     report = compat(args.old, args.new, mode=args.mode)
     report.strict = args.strict  # the JSON's `exit_code` is the one returned here
     text = report.render(args.format)

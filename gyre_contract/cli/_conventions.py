@@ -1,5 +1,8 @@
 """What every command shares on its command line: exit codes in its help, help for `--format`,
-`-o FILE` / `--out-dir DIR`.
+`-o FILE` / `--out-dir DIR`, the usage error.
+
+Light on purpose (argparse and textwrap only): every command's parser is built from it when
+`gyre-contract` starts, `--version` and `--help` included, before any machinery is imported.
 
 `finish_parser` runs on each command's parser after the command built it, so that a command
 (even one added later) cannot forget its exit codes or leave `--format` without help text;
@@ -11,6 +14,11 @@ from __future__ import annotations
 import argparse
 import textwrap
 from typing import Any
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit 2)."""
+
 
 EXIT_CODES: dict[str, str] = {
     "export": "0 written, or (--check) the files match the models; 1 (--check) a file drifted "
@@ -51,6 +59,19 @@ FORMAT_HELP = {
     "json": "JSON on stdout: exactly the report's to_dict(), for scripts",
     "markdown": "a Markdown table, for a pull request",
 }
+
+
+OPS_HELP = ("import MODULE or FILE.py first (repeatable) so that it can add the ops a map "
+            "names with gyre_contract.register_op; its top-level code runs (a script's "
+            "`if __name__ == '__main__':` block does not); nothing is ever imported because a "
+            "data or map file says so")
+"""The help text of `--ops` (batch, diff)."""
+
+BATCH_DIMS_SPELLINGS = ("B,T (batch-major), T,B (time-major), M or T*N (flat: real steps only), "
+                        "B (token rows: one per generation)")
+"""The spellings of `--batch-dims` (batch, diff): `schema._layouts.BATCH_DIMS_SPELLINGS`, which
+tests/cli/test_conventions.py holds this to, spelled here so that no parser imports the schema
+machinery."""
 
 
 def exit_codes_epilog(command: str) -> str:

@@ -9,17 +9,16 @@ import argparse
 import io
 import tempfile
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from gyre_contract.cli._common import UsageError
-from gyre_contract.cli._conventions import add_out_dir
+from gyre_contract.cli._conventions import UsageError, add_out_dir
 from gyre_contract.core._report import FORMATS
-from gyre_contract.harness._demo import run_demo
-from gyre_contract.harness._demoreport import FILES, DemoReport
-from gyre_contract.harness._llmdemo import run_llm_demo
+
+if TYPE_CHECKING:
+    from gyre_contract.harness._demoreport import DemoReport
 
 CARTPOLE_CYCLES, LLM_CYCLES = 12, 40
-__all__ = ["CARTPOLE_CYCLES", "FILES", "LLM_CYCLES", "add_parser", "run"]
+__all__ = ["CARTPOLE_CYCLES", "LLM_CYCLES", "add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
@@ -64,6 +63,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.harness._demoreport import FILES
+
     cycles = args.cycles if args.cycles is not None else (
         LLM_CYCLES if args.llm else CARTPOLE_CYCLES)
     if args.procs and not args.llm:
@@ -98,6 +99,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _run(args: argparse.Namespace, out: TextIO, out_dir: Path, cycles: int, episodes: int,
          *, plot: bool) -> DemoReport:
+    from gyre_contract.harness._demo import run_demo
+    from gyre_contract.harness._llmdemo import run_llm_demo
+
     if args.llm:
         if args.procs:
             from gyre_contract.harness._procdemo import HOW, train_run_procs

@@ -7,12 +7,11 @@ import json
 import math
 from typing import Any, TextIO
 
-from gyre_contract.cli._common import OPS_HELP, import_ops
-from gyre_contract.core._errors import SchemaError
-from gyre_contract.io._atomic import write_text_atomic
-from gyre_contract.schema._diffing import diff, parse_batch_dims
-from gyre_contract.schema._diffreport import FORMATS
-from gyre_contract.schema._layouts import BATCH_DIMS_SPELLINGS
+from gyre_contract.cli._conventions import BATCH_DIMS_SPELLINGS, OPS_HELP
+
+FORMATS = ("text", "json", "markdown")
+"""What a diff report renders (`schema._diffreport.FORMATS`, which tests/cli/test_conventions.py
+holds this to), spelled here so that the parser imports no schema machinery."""
 
 
 def add_parser(sub: Any) -> None:
@@ -57,6 +56,8 @@ def unit_interval(text: str) -> float:
 
 
 def parse_renames(items: list[str]) -> dict[str, str]:
+    from gyre_contract.core._errors import SchemaError
+
     renames: dict[str, str] = {}
     for item in items:
         trainer, sep, sampler = item.partition("=")
@@ -67,6 +68,10 @@ def parse_renames(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.cli._common import import_ops
+    from gyre_contract.io._atomic import write_text_atomic
+    from gyre_contract.schema._diffing import diff, parse_batch_dims
+
     import_ops(args.ops)
     batch_dims = parse_batch_dims(args.batch_dims) if args.batch_dims else None
     report = diff(args.sampler, args.trainer, batch_dims=batch_dims,

@@ -6,10 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
-from gyre_contract.cli._common import emit
 from gyre_contract.cli._conventions import add_out_dir
-from gyre_contract.core._errors import InputError
-from gyre_contract.schema._export import drifted_schemas, export_schemas
 
 
 def add_parser(sub: Any) -> None:
@@ -28,6 +25,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.cli._common import emit
+    from gyre_contract.core._errors import InputError
+    from gyre_contract.schema._export import drifted_schemas, export_schemas
+
     if args.check:
         folder = Path(args.out_dir)
         if not folder.is_dir():  # nothing to compare: not a drift, an unusable input

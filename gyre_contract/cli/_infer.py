@@ -7,11 +7,6 @@ import json
 from contextlib import nullcontext
 from typing import Any, TextIO
 
-from gyre_contract.cli._progress import file_progress
-from gyre_contract.core._text import printable
-from gyre_contract.io._atomic import write_text_atomic
-from gyre_contract.schema._infer import infer_schema
-
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -28,6 +23,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.cli._progress import file_progress
+    from gyre_contract.core._text import printable
+    from gyre_contract.io._atomic import write_text_atomic
+    from gyre_contract.schema._infer import infer_schema
+
     reads_lines = not str(args.file).lower().endswith(".npz")  # an .npz: headers only, no bar
     warnings: list[str] = []
     with file_progress(args.file, err) if reads_lines else nullcontext():

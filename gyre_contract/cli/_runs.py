@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from gyre_contract.cli._common import UsageError
-from gyre_contract.core._errors import InputError
+from gyre_contract.cli._conventions import UsageError
 from gyre_contract.core._report import FORMATS
-from gyre_contract.harness._runlog import RunLog, RunsReport, Summary
-from gyre_contract.harness._runplot import curve_names, plot_runs
 
 
 def add_parser(sub: Any) -> None:
@@ -35,6 +32,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.core._errors import InputError
+    from gyre_contract.harness._runlog import RunLog, RunsReport, Summary
+    from gyre_contract.harness._runplot import curve_names, plot_runs
+
     if args.curve is not None and not args.plot:
         raise UsageError("error: --curve needs --plot P.png")
     log = RunLog(args.runs)

@@ -10,11 +10,6 @@ import argparse
 import shutil
 from typing import Any, TextIO
 
-from gyre_contract.cli._validate import load_model
-from gyre_contract.core._errors import InputError
-from gyre_contract.core._models import RolloutStep
-from gyre_contract.io._show import show_episode
-
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -44,6 +39,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.cli._common import load_model
+    from gyre_contract.core._errors import InputError
+    from gyre_contract.core._models import RolloutStep
+    from gyre_contract.io._show import show_episode
+
     if args.width is not None and args.width < 20:
         raise InputError(f"--width must be at least 20, got {args.width}")
     model = load_model(args.model) if args.model else RolloutStep

@@ -7,16 +7,11 @@ problem with its line number, grouped. Exit 0 holds, 1 violated, 2 unusable inpu
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from gyre_contract.cli._common import import_named
-from gyre_contract.cli._progress import file_progress
-from gyre_contract.core._errors import InputError, SchemaError
-from gyre_contract.core._models import RolloutStep, RolloutStepV1
-from gyre_contract.io._report import FileReport
-from gyre_contract.io._shards import ShardsReport, is_shard_source, validate_shards
-from gyre_contract.io._validation import validate_file
-from gyre_contract.schema._fieldtable import load_schema
+if TYPE_CHECKING:
+    from gyre_contract.io._report import FileReport
+    from gyre_contract.io._shards import ShardsReport
 
 
 def add_parser(sub: Any) -> None:
@@ -68,6 +63,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from gyre_contract.cli._common import load_model
+    from gyre_contract.cli._progress import file_progress
+    from gyre_contract.core._errors import InputError
+    from gyre_contract.core._models import RolloutStep
+    from gyre_contract.io._shards import is_shard_source, validate_shards
+    from gyre_contract.io._validation import validate_file
+    from gyre_contract.schema._fieldtable import load_schema
+
     if args.max_examples < 1:
         raise InputError(f"--max-examples must be at least 1, got {args.max_examples}")
     schema = load_schema(args.schema) if args.schema else None
@@ -92,11 +95,3 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(report.render(args.format) + "\n")
     return report.exit_code(strict=args.strict)
 
-
-def load_model(spec: str) -> type[RolloutStepV1]:
-    """Import the step model the user named: `module:Class` or `file.py:Class`, nothing else."""
-    model = import_named(spec, "--model", "CLASS")
-    if not (isinstance(model, type) and issubclass(model, RolloutStepV1)):
-        raise SchemaError(f"--model: {spec} is not a step model (a subclass of RolloutStep), "
-                          f"got {model!r}")
-    return model

@@ -8,7 +8,7 @@ from gyre_contract.core._lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "._models": ("RolloutStep", "RolloutStepV1", "TrainBatch", "TrainBatchV1", "Modalities"),
-    "._tokenbatch": ("TokenBatch", "TokenBatchV1"),
+    "._tokens": ("TokenBatch", "TokenBatchV1"),
     "._tensor": ("Tensor",),
     "._validate": ("validate_step", "validate_episode", "validate_batch", "EpisodeTracker"),
     "._errors": ("Problem", "GyreError", "ContractError", "MissingFieldError", "SchemaError",

@@ -57,13 +57,13 @@ from gyre_contract.core._fastforms import (
     observation_schema,
     tensor_schema,
 )
+from gyre_contract.core._fields import TOKEN_FIELDS
 from gyre_contract.core._modelinfo import derived_table, model_info
 from gyre_contract.core._models import AnyObservation, JsonScalars, Modalities, RolloutStepV1, field_specs
 from gyre_contract.core._registry import declare_fast_path
 from gyre_contract.core._rules import FIELD_RULES
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._tensor import ERROR_TYPE, TensorSpec
-from gyre_contract.core._tokenfields import TOKEN_FIELDS
 
 _CROSS = RolloutStepV1.__pydantic_decorators__.model_validators["_cross_field_rules"].func
 

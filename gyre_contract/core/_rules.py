@@ -23,22 +23,20 @@ from gyre_contract.core._dims import format_size
 from gyre_contract.core._errors import Problem, describe
 from gyre_contract.core._fields import (
     MODALITIES,
+    TOKEN_FIELDS,
+    TOKENS_REASON,
+    TURNS_REASON,
     AnyObservation,
     field_specs,
     fields_binding,
+    is_token_turn,
     record_bindings,
+    token_field_problem,
 )
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._registry import Rule, register
 from gyre_contract.core._tensor import TensorSpec
 from gyre_contract.core._text import quoted
-from gyre_contract.core._tokenfields import (
-    TOKEN_FIELDS,
-    TOKENS_REASON,
-    TURNS_REASON,
-    is_token_turn,
-    token_field_problem,
-)
 
 # -- field rules --------------------------------------------------------------------------------
 
@@ -484,7 +482,8 @@ class BatchView:
     mask: Any = None
 
 
-def _rows(bad_rows: np.ndarray) -> str:
+def rows_text(bad_rows: np.ndarray) -> str:
+    """`rows [0, 3, ...]`: the rows of a batch where `bad_rows` is True (the first five)."""
     rows = np.flatnonzero(bad_rows)
     shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
     return f"rows [{shown}]"
@@ -504,7 +503,7 @@ def _mask(view: BatchView) -> list[Problem]:
     if not gaps.any():
         return []
     return [Problem("mask", "True then only False along each row (padding at the end)",
-                    _rows(gaps), "padding before a real step")]
+                    rows_text(gaps), "padding before a real step")]
 
 
 def _finite(view: BatchView) -> list[Problem]:
@@ -519,7 +518,7 @@ def _finite(view: BatchView) -> list[Problem]:
         bad = view.mask & ~finite
         if bad.any():
             problems.append(Problem(wire, "finite values where mask is True",
-                                    f"non-finite values in {_rows(bad.any(axis=1))}",
+                                    f"non-finite values in {rows_text(bad.any(axis=1))}",
                                     "not finite"))
     return problems
 
@@ -531,7 +530,7 @@ def _flags(view: BatchView) -> list[Problem]:
         value = view.arrays.get(flag)
         if value is not None and (value & ~mask).any():
             problems.append(Problem(flag, "False where mask is False",
-                                    f"True on padding in {_rows((value & ~mask).any(axis=1))}",
+                                    f"True on padding in {rows_text((value & ~mask).any(axis=1))}",
                                     "flag set on padding"))
     return problems
 
@@ -545,7 +544,7 @@ def _done(view: BatchView) -> list[Problem]:
     if not wrong.any():
         return []
     return [Problem("done", "terminated OR truncated on every real step",
-                    f"a different value in {_rows(wrong.any(axis=1))}",
+                    f"a different value in {rows_text(wrong.any(axis=1))}",
                     "done disagrees with terminated/truncated")]
 
 
@@ -591,7 +590,7 @@ def _padding_flag(batch: dict[str, Any], model: Any) -> dict[str, Any]:
 
 def _time_rows(build: Any) -> Any:
     """A builder for the `[B, T]` rules of `TrainBatch`: None for a batch of another kind (a
-    token batch has no `mask` or `done`; its own rules are in `core._tokenrules`)."""
+    token batch has no `mask` or `done`; its own rules are in `core._tokens`)."""
     return lambda b, m: build(b, m) if getattr(m, "batch_dims", ()) == ("B", "T") else None
 
 

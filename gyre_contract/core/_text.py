@@ -13,6 +13,7 @@ and in JSON alike; the data itself is never changed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -105,3 +106,10 @@ def bounded(data: Any, fn: Callable[[str], str] = _same,
     if isinstance(data, (list, tuple)):
         return [bounded(v, fn, limit) for v in data]
     return data
+
+
+def number_text(value: Any) -> str:
+    """A map argument as a person reads it: 0.99, not 0.9900000000000001; strings as JSON."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value if isinstance(value, str) else json.dumps(value)

@@ -7,7 +7,6 @@ when there is something to explain, by the model's own pydantic validation.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import ne
@@ -20,7 +19,7 @@ from gyre_contract.core._dims import EMPTY_STRING, NON_EMPTY, scalar_reason
 from gyre_contract.core._endedids import EndedEpisodes, episode_keys
 from gyre_contract.core._errors import ContractError, Problem, describe
 from gyre_contract.core._fastpath import FAST_FAILURES, PLANS
-from gyre_contract.core._fields import kind_fields, step_kinds
+from gyre_contract.core._fields import action_bound_dims, kind_fields, step_kinds
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import (
     AnyObservation,
@@ -44,7 +43,6 @@ from gyre_contract.core._rules import (
 )
 from gyre_contract.core._switches import FAST, fast_paths_enabled
 from gyre_contract.core._tensor import TensorSpec
-from gyre_contract.core._tokenfields import action_bound_dims
 
 S = TypeVar("S", bound=RolloutStepV1)
 B = TypeVar("B", bound=BatchModel)
@@ -203,6 +201,8 @@ def _unknown_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     parent = _spec_at(model, loc[:-1])
     known = list(model_info(parent).wires) if isinstance(parent, type) else []
     name = str(loc[-1])
+    import difflib  # only when a name is unknown: not on every import
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 64 else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     owner = parent.__name__ if isinstance(parent, type) else "this object"

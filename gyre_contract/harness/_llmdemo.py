@@ -50,6 +50,8 @@ from gyre_contract.io import validate_file, write_steps
 from gyre_contract.io._atomic import write_text_atomic
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema import diff, json_schema
+from gyre_contract.trainer import FieldMap
+from gyre_contract.trainer._layouts import TokenRows
 
 
 class AdditionStep(LLMStep):
@@ -374,11 +376,12 @@ def _diff_stage(say: Say, result: LLMDemoResult, out_dir: Path) -> tuple[Path, P
     map_path = out_dir / "map.json"
     write_text_atomic(map_path, _json_text(fmap))
     ops = sorted({op for op in map(_op_of, fmap.get("fields", {}).values()) if op is not None})
-    say(f"\nmap written to {map_path}: rows={fmap.get('rows', 'episode')}, ops {ops}")
-    ok = (report.exit_code() == 0 and fmap.get("rows") == "step"
+    rows = FieldMap.from_dict(fmap, source=str(map_path)).layout
+    say(f"\nmap written to {map_path}: rows={rows.rows}, ops {ops}")
+    ok = (report.exit_code() == 0 and isinstance(rows, TokenRows)
           and "group_norm" in json.dumps(fmap.get("fields", {}).get("advantages", {})))
     result.record("diff", ok, counts=report.counts(),
-                  warnings=[w.code for w in report.warnings], rows=fmap.get("rows", "episode"),
+                  warnings=[w.code for w in report.warnings], rows=rows.rows,
                   ops=ops, files=[sampler.name, trainer.name, map_path.name])
     say.verdict(ok, "the map realises the diff")
     return map_path, trainer

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre_contract.adapters._dataproto import to_dataproto
-from gyre_contract.adapters._tensors import to_tensordict, to_torch
+from gyre_contract.adapters._containers import to_dataproto, to_tensordict, to_torch
 from gyre_contract.core._errors import ContractError, Problem, describe
 
 LossFn = Callable[[dict[str, Any]], Any]

@@ -22,7 +22,6 @@ from gyre_contract.core._validate import EpisodeTracker, validate_step
 from gyre_contract.io._assembly import EpisodeAssembler
 from gyre_contract.io._checking import StepChecker
 from gyre_contract.io._episodes import Episode
-from gyre_contract.io._reading import episodes_from_records  # noqa: F401 (its public home here)
 
 Policy = Callable[[Any], Any]
 """`policy(obs) -> action`, or `-> {"action": a, "logprob": lp, "entropy": h, "value": v}`.

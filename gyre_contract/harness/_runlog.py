@@ -61,7 +61,7 @@ class RunRecord(BaseModel):
     cycle reported no finite value for it. Both are optional: a run log without them still reads.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built on first use
 
     run_id: str = Field(min_length=1)
     config: str | dict[str, Any] = Field(

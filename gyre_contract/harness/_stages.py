@@ -27,14 +27,14 @@ from gyre_contract.core._validate import staleness_problems
 from gyre_contract.harness._channelloop import CHANNEL_CHECKS, ChannelLeg
 from gyre_contract.harness._channelloop import batch_shape as channel_batch_shape
 from gyre_contract.harness._losscall import LossFn, call_loss, check_container, in_container
-from gyre_contract.harness._recorder import episodes_from_records
 from gyre_contract.harness._runlog import Phase, RunLog, RunRecord, RunTimer
-from gyre_contract.harness._tokenrows import TokenRowStats, is_token_rows, token_row_stats
+from gyre_contract.io._reading import episodes_from_records
 from gyre_contract.schema._fieldtable import SchemaInput
-from gyre_contract.schema._trainerbatch import TrainerSchema
-from gyre_contract.trainer._batching import batch_rows, build_batch, resolve_trainer, row_keys, step_model
+from gyre_contract.trainer._batching import build_batch, resolve_trainer
 from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer._inspection import Inspection, format_table, inspect_batch
+from gyre_contract.trainer._layouts import TokenRowStats
+from gyre_contract.trainer._trainerbatch import TrainerSchema
 
 
 @dataclass
@@ -55,7 +55,7 @@ class HalfWayReport(Report):
     batch: dict[str, Any] = field(repr=False)
     trainer: str | None = None
     tokens: TokenRowStats | None = None
-    """For token rows (a map with `"rows": "step"`): their sizes, staleness and warnings."""
+    """For token rows (`TokenRows`): their sizes, staleness and warnings."""
 
     @property
     def warnings(self) -> list[Any]:
@@ -164,9 +164,10 @@ def half_way(
     `episodes_or_path` is a rollout file (read with `read_episodes(path, model)`, `model`
     defaulting to `RolloutStep`), episodes already read, or step records (validated as
     `model`); the batch is validated as `batch_model` (default `TrainBatch`).
-    With a map of token rows (`"rows": "step"`) a file is read step by step in file order
-    (`read_steps`, `model` defaulting to `LLMStep`), steps or episodes may be given, and the
-    batch is a `TokenBatch` by default; the report's `tokens` gives the staleness of every row.
+    The map's row layout decides the rest: with token rows (`TokenRows`) a file is read step by
+    step in file order (`read_steps`, `model` defaulting to `LLMStep`), steps or episodes may be
+    given, and the batch is a `TokenBatch` by default; the report's `tokens` gives the staleness
+    of every row.
     With `trainer=` (a JSON Schema path or dict, ours or foreign; `batch_dims=` when neither it
     (`x-gyre-batch-dims`) nor the map (`"batch_dims"`, written by the diff) names them) the
     batch is checked against that schema instead and keyed by its
@@ -189,7 +190,7 @@ def half_way(
     dims = built.schema.batch_dims if built.schema is not None else None
     loss = None if loss_fn is None else call_loss(loss_fn, batch, container, dims)
     done = time.perf_counter()
-    mask = batch_rows(columns)
+    mask = fmap.layout.row_mask(columns)
     versions = sorted({int(v) for v in np.asarray(columns.get("policy_version", [])).tolist()})
     return HalfWayReport(
         fields=inspect_batch(batch),
@@ -202,7 +203,7 @@ def half_way(
         seconds={**built.seconds, "loss": done - validated},
         batch=batch,
         trainer=None if built.schema is None else built.schema.name,
-        tokens=token_row_stats(columns, current_version) if is_token_rows(columns) else None,
+        tokens=fmap.layout.stats(columns, current_version),
     )
 
 
@@ -395,7 +396,7 @@ def full_loop(
     if channel is not None:
         return _channel_loop(sample_fn, train_fn, fmap, cycles, max_staleness,
                              ChannelLeg.open(channel, fmap, trainer, batch_dims,
-                                             model or step_model(fmap),
+                                             model or fmap.layout.step_model,
                                              sampling=sample_fn is not None,
                                              timeout=channel_timeout),
                              rows=rows, start_version=start_version, run_id=run_id,
@@ -411,32 +412,28 @@ def full_loop(
     with RunTimer(clock=clock) as timer:
         for cycle in range(cycles):
             with timer.rollout():
-                episodes = _as_episodes(list(sample_fn(version)), model or step_model(fmap))
+                episodes = _as_episodes(list(sample_fn(version)), model or fmap.layout.step_model)
             counts = _episode_counts(episodes, cycle)
             timer.count(steps=counts.n_steps, episodes=counts.n_ended)
             with timer.train():
                 if schema is None:
                     batch = fmap.to_train_batch(episodes, max_len=max_len, batch_model=batch_model)
-                    _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
-                    columns = arrays
+                    columns = batch.model_dump(by_alias=True, exclude_none=True, round_trip=True)
                 else:
                     columns = fmap.collated(episodes, max_len=max_len)
-                    batch = row_keys(columns)
-                    _check_batch(batch, counts, version, max_staleness, cycle)
-                    arrays = schema.check(fmap.apply(columns), columns.get("mask"),
-                                          rows=fmap.rows, episode_id=columns.get("episode_id"))
+                    batch = fmap.layout.row_keys(columns)
+                _check_batch(batch, fmap.layout.row_mask(columns), counts, version,
+                             max_staleness, cycle)
+                arrays = columns if schema is None else schema.check(
+                    fmap.apply(columns), columns.get("mask"), rows=fmap.layout,
+                    episode_id=columns.get("episode_id"))
                 metrics = _metrics(train_fn(in_container(arrays, container, dims)))
             timer.add_metrics(metrics)
             version = _next_version(metrics, version, cycle)
             rollout, train = timer.phases[-2:]
             _check_order(rollout, train, timer.phases[-3] if cycle else None, cycle)
-            tokens = token_row_stats(columns, version - 1) if is_token_rows(columns) else None
-            if tokens:
-                batch_shape = (tokens.rows, tokens.response_width)
-            else:
-                rows, width = np.shape(batch.mask)  # [B, T]
-                batch_shape = (int(rows), int(width))
+            tokens = fmap.layout.stats(columns, version - 1)
+            batch_shape = fmap.layout.shape(columns)
             reports.append(CycleReport(
                 cycle=cycle, policy_version=version - 1, n_steps=counts.n_steps,
                 n_episodes=counts.n_episodes, n_ended=counts.n_ended, batch_shape=batch_shape,
@@ -562,11 +559,12 @@ def _columns_and_id(episode: Any) -> tuple[Mapping[str, Any], str]:
     return episode.columns, str(episode.episode_id)
 
 
-def _check_batch(batch: Any, counts: _Counts, version: int, max_staleness: int,
+def _check_batch(batch: Any, mask: Any, counts: _Counts, version: int, max_staleness: int,
                  cycle: int) -> None:
+    """The loop's checks of one cycle's batch (`mask`: its `[B, T]` real steps, as the map's
+    layout counts them)."""
     where = f"cycles[{cycle}]"
     problems: list[Problem] = []
-    mask = batch.mask if hasattr(batch, "mask") else batch_rows(batch.arrays())
     n_mask = int(np.asarray(mask).sum())
     if n_mask != counts.n_steps:
         problems.append(Problem(f"{where}.mask", f"{counts.n_steps} real steps (as sampled)",

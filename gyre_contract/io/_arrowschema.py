@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from gyre_contract.core._dims import Dim, format_shape
 from gyre_contract.core._errors import Problem, SchemaError, describe
+from gyre_contract.core._fields import TOKEN_FIELDS
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import (
     AnyObservation,
@@ -41,7 +42,6 @@ from gyre_contract.core._models import (
 )
 from gyre_contract.core._tensor import TensorSpec
 from gyre_contract.core._text import quoted
-from gyre_contract.core._tokenfields import TOKEN_FIELDS
 from gyre_contract.core._validate import validate_step
 
 EXTENSIONS = (".parquet", ".pq")

@@ -26,12 +26,11 @@ from pydantic import BaseModel, Field
 
 from gyre_contract.core._dims import FLOAT_DTYPES, dtype_name
 from gyre_contract.core._errors import ContractError
-from gyre_contract.core._fields import AnyObservation, field_specs, kind_fields, record_bindings
+from gyre_contract.core._fields import TOKEN_FIELDS, AnyObservation, field_specs, kind_fields, record_bindings
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._tensor import Tensor, TensorSpec, tensor_annotation
-from gyre_contract.core._tokenfields import TOKEN_FIELDS
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io._fastfile import Block, BulkPlan, build_plan
 from gyre_contract.io._lines import MAX_RECORD_KEYS, parse_lines

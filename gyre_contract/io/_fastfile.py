@@ -34,13 +34,13 @@ from msgspec.structs import astuple
 from pydantic import BaseModel
 
 from gyre_contract.core._dims import FLOAT_DTYPES, FLOAT_EXACT_INT, FLOAT_MAX, INT_RANGES, numpy_dtype
+from gyre_contract.core._fields import TOKEN_FIELDS
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import JsonScalars, RolloutStepV1, field_specs
 from gyre_contract.core._registry import declare_fast_path
 from gyre_contract.core._rules import FIELD_RULES
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._tensor import TensorSpec
-from gyre_contract.core._tokenfields import TOKEN_FIELDS
 from gyre_contract.io._episodes import Episode
 
 _COLON = ord(":")

@@ -1,9 +1,9 @@
 """A file of ragged token lists as columns over its steps, for token rows built without objects.
 
-Why: a token map (`"rows": "step"`) lays every step out as one row of `[B, P]` / `[B, R]`
-arrays; read as step objects (`read_steps`), a file of 10,000 completions makes and validates
-one object per step and one array per token list, only for collation to concatenate them
-again. `read_token_columns` checks the file with the same loop as `read_steps`
+Why: a map of token rows (`trainer._layouts.TokenRows`) lays every step out as one row of
+`[B, P]` / `[B, R]` arrays; read as step objects (`read_steps`), a file of 10,000 completions
+makes and validates one object per step and one array per token list, only for collation to
+concatenate them again. `read_token_columns` checks the file with the same loop as `read_steps`
 (`checking.StepChecker`, raising on the first problem with its line) and keeps each block
 checked on its columns (`raggedcols`) as it is: a list field as its values one after another
 and each step's length (`raggedcols.Ragged`), every other field as one array over the steps

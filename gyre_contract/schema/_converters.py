@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gyre_contract.schema._diffreport import Conversion, Layout
+from gyre_contract.schema._diffreport import Conversion
 from gyre_contract.schema._fieldtable import Dim, Dtype, Field, FieldTable
+from gyre_contract.schema._layouts import Layout
 from gyre_contract.schema._roles import synonyms
 from gyre_contract.schema._shaperules import strip_batch_dims
 

@@ -38,7 +38,6 @@ from gyre_contract.schema._diffreport import (
     DiffReport,
     DiffWarning,
     Entry,
-    Layout,
 )
 from gyre_contract.schema._diffwarnings import DiffWarnings
 from gyre_contract.schema._dtyperules import DtypeFit, compare_dtype, dtypes_of
@@ -51,7 +50,7 @@ from gyre_contract.schema._fieldtable import (
     dtype_text,
     shape_text,
 )
-from gyre_contract.schema._layouts import layout_of, parse_batch_dims
+from gyre_contract.schema._layouts import Layout, layout_of, parse_batch_dims
 from gyre_contract.schema._roles import BEHAVIOUR_LOGPROB_NAMES, SUMMABLE_ROLES
 from gyre_contract.schema._shaperules import (
     ShapeFit,

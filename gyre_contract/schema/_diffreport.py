@@ -14,6 +14,7 @@ from typing import Any
 from gyre_contract.core._report import Report
 from gyre_contract.core._text import name_shortener, printable, shorten
 from gyre_contract.schema._fieldtable import Dim, Dtype, Field, FieldTable, dtype_text, shape_text
+from gyre_contract.schema._layouts import Layout, map_keys
 
 SAME_REASON = "same name, dtype and shape"
 """The reason of a `same` entry (renderers drop it from the `why` column)."""
@@ -109,18 +110,6 @@ class DiffWarning:
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "fields": list(self.fields), "message": self.message}
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """The trainer's batch layout: its batch dims and what turning `[B, T, ...]` into it takes."""
-
-    batch_dims: tuple[str, ...]
-    kind: str  # step | batch | time_major | flat | token
-    text: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"batch_dims": list(self.batch_dims), "kind": self.kind, "text": self.text}
 
 
 class DiffReport(Report):
@@ -248,8 +237,8 @@ class DiffReport(Report):
         spell out) are left out and named in the `comment`; a person adds them by hand (see the
         `map_incomplete` warning). A flat trainer layout also gets `mask`, which the
         `flat_layout` warning tells the user to select real steps with. A token trainer's map
-        reads token rows, one per generation: `"rows": "step"`. The map records the trainer's
-        batch dims and layout (`"batch_dims"`, `"layout"`) this diff decided.
+        reads token rows, one per generation. The map records the rows, the trainer's batch dims
+        and layout this diff decided (`map_keys`).
         """
         fields: dict[str, Any] = {}
         left_out: list[str] = []
@@ -270,10 +259,7 @@ class DiffReport(Report):
                            "[B, T] batch, which the trainer must leave out of its loss"}
             if self.layout.kind == "time_major":
                 fields[key]["then"] = [{"op": "transpose", "axes": [1, 0]}]
-        doc: dict[str, Any] = {"gyre_field_map": 1}
-        if self.layout.kind == "token":
-            doc["rows"] = "step"
-        doc.update(self._decided_layout())
+        doc: dict[str, Any] = {"gyre_field_map": 1, **map_keys(self.layout)}
         comment = f"written by gyre-contract diff {self.sampler.name} {self.trainer.name}"
         missing = [e.trainer_field for e in self.tier("missing") if e.trainer_field]
         if missing:
@@ -283,15 +269,6 @@ class DiffReport(Report):
         doc["comment"] = comment
         doc["fields"] = fields
         return doc
-
-    def _decided_layout(self) -> dict[str, Any]:
-        """The map's `batch_dims` and `layout`: what this diff decided about the trainer's
-        batch (the dims `B` it assumed for a token trainer included), so `batch --trainer` on
-        the same schema needs no `--batch-dims`. Nothing for a per-step trainer (no dims)."""
-        dims, kind = self.layout.batch_dims, self.layout.kind
-        if not dims or (kind == "token" and len(dims) != 1):
-            return {}
-        return {"batch_dims": list(dims), "layout": "padded" if kind == "token" else kind}
 
 
 def padding_mask_key(trainer: FieldTable, layout: Layout) -> str | None:

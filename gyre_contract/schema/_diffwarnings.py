@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gyre_contract.schema._diffreport import DiffWarning, Entry, Layout, padding_mask_key
+from gyre_contract.schema._diffreport import DiffWarning, Entry, padding_mask_key
 from gyre_contract.schema._dtyperules import MANTISSA, DtypeFit, dtype_kind, dtypes_of, lossless
 from gyre_contract.schema._fieldtable import Dim, Field, FieldTable, shape_text
+from gyre_contract.schema._layouts import Layout
 from gyre_contract.schema._roles import is_recomputed_logprob
 
 

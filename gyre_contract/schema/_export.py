@@ -30,7 +30,7 @@ from gyre_contract.core._models import (
     TrainBatchV1,
 )
 from gyre_contract.core._tensor import TensorSpec, tensor_spec_of
-from gyre_contract.core._tokenbatch import TokenBatchV1
+from gyre_contract.core._tokens import TokenBatchV1
 from gyre_contract.io._atomic import write_text_atomic
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -1,15 +1,32 @@
-"""The trainer's batch layout, from its batch dims: per step, batch `[B, T]`, time-major `[T, B]`
-or flat `[M]` (docs/contract.md §6). Token rows (one row per generation, `[B, L]` token arrays)
-are recognised from the fields themselves, in `tokenlayout`.
+"""The trainer's batch layout as the diff sees it (docs/contract.md §6): per step, batch `[B, T]`,
+time-major `[T, B]` or flat `[M]`, from its batch dims; token rows (one row per generation,
+`[B, L]` token arrays), recognised from the fields themselves in `tokenlayout`.
+
+`map_keys` writes what a field map records of it (`rows`, `batch_dims`, `layout`: data, read back
+into the row layout of `gyre_contract.trainer._layouts`, which the diff never calls).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from gyre_contract.core._errors import SchemaError
-from gyre_contract.schema._diffreport import Layout
 from gyre_contract.schema._fieldtable import shape_text
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The trainer's batch layout: its batch dims and what turning `[B, T, ...]` into it takes."""
+
+    batch_dims: tuple[str, ...]
+    kind: str  # step | batch | time_major | flat | token
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_dims": list(self.batch_dims), "kind": self.kind, "text": self.text}
+
 
 _TIME_NAMES = frozenset({"T", "time", "t"})
 BATCH_DIMS_SPELLINGS = ("B,T (batch-major), T,B (time-major), M or T*N (flat: real steps only), "
@@ -41,3 +58,16 @@ def layout_of(batch_dims: tuple[str, ...] | None) -> Layout:
         return Layout(dims, "time_major", f"time-major {shown}: each field needs a transpose "
                       f"from [B, T]")
     return Layout(dims, "batch", f"batch {shown}")
+
+
+def map_keys(layout: Layout) -> dict[str, Any]:
+    """The layout keys of the field map the diff writes for this trainer: `rows` (a token
+    trainer reads token rows, one per generation), then `batch_dims` and `layout`, what the diff
+    decided (the dims `B` it assumed for a token trainer included), so `batch --trainer` on the
+    same schema needs no `--batch-dims`. No dims for a per-step trainer."""
+    token = layout.kind == "token"
+    keys: dict[str, Any] = {"rows": "step"} if token else {}
+    dims = layout.batch_dims
+    if dims and not (token and len(dims) != 1):
+        keys.update(batch_dims=list(dims), layout="padded" if token else layout.kind)
+    return keys

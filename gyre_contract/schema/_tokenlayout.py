@@ -7,7 +7,7 @@ log-probs and advantages `[B, R]` or one advantage per row `[B]`. `token_rows` r
 trainer against a token sampler (integer token ids whose length varies per step) and `TokenRows`
 matches each trainer field to the token columns `collate_tokens` builds (`prompt_ids`,
 `prompt_mask`, `response_ids`, `response_mask`, `response_length`, `logprob`, `ref_logprob`,
-`token_reward`, `reward`, `group_id`, ...), written as a `"rows": "step"` field map with the
+`token_reward`, `reward`, `group_id`, ...), written as a field map of token rows with the
 ops `concat`, `per_token`, `group_norm`, `kl_reward` and `kl`.
 
 Which part of a row a token field spans — the prompt, the response or the whole sequence — comes
@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gyre_contract.schema._diffreport import Conversion, DiffWarning, Entry, Layout
+from gyre_contract.schema._diffreport import Conversion, DiffWarning, Entry
 from gyre_contract.schema._dtyperules import compare_dtype, dtype_kind, dtypes_of
 from gyre_contract.schema._fieldtable import Dtype, Field, FieldTable, shape_text
+from gyre_contract.schema._layouts import Layout
 from gyre_contract.schema._shaperules import strip_batch_dims
 
 ROWS_TEXT = "token rows [B, ...]: one row per generation (\"rows\": \"step\")"

@@ -25,12 +25,10 @@ import numpy as np
 from pydantic import BaseModel
 
 from gyre_contract.core._errors import ContractError, SchemaError
-from gyre_contract.core._models import RolloutStep
 from gyre_contract.core._validate import staleness_problems, validate_batch
-from gyre_contract.io._reading import episodes_from_records, read_episodes, read_steps, steps_from_records
-from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import FieldTable, SchemaInput, as_table, shape_text
-from gyre_contract.schema._trainerbatch import TrainerSchema, flatten_batch, trainer_schema
+from gyre_contract.trainer._layouts import RowLayout
+from gyre_contract.trainer._trainerbatch import TrainerSchema, flatten_batch, trainer_schema
 
 Source = Iterable[Any] | str | os.PathLike[str]
 """What a batch is built from: a rollout file, episodes, or step records."""
@@ -41,8 +39,7 @@ class MapLike(Protocol):
     call this one without a cycle)."""
 
     source: str
-    rows: str
-    batch_dims: tuple[str, ...] | None
+    layout: RowLayout
 
     @property
     def batch_model(self) -> Any:
@@ -105,10 +102,11 @@ def build_batch(
                                    current_version=current_version, max_staleness=max_staleness)
         batch = validated.model_dump(by_alias=True, exclude_none=True, round_trip=True)
     else:
-        batch = schema.check(arrays, columns.get("mask"), rows=field_map.rows,
+        batch = schema.check(arrays, columns.get("mask"), rows=field_map.layout,
                              episode_id=columns.get("episode_id"))
         if max_staleness is not None:
-            stale = staleness_problems(row_keys(columns), current_version, max_staleness)
+            stale = staleness_problems(field_map.layout.row_keys(columns), current_version,
+                                       max_staleness)
             if stale:
                 raise ContractError(stale)
     return Built(batch, columns, n_episodes, schema,
@@ -125,47 +123,39 @@ def resolve_trainer(field_map: MapLike, trainer: SchemaInput | TrainerSchema | N
         return None
     if batch_model is not None:
         raise ValueError("give trainer= (a trainer's schema) or batch_model=, not both")
-    if batch_dims is not None or field_map.batch_dims is None:
+    recorded = field_map.layout.batch_dims
+    if batch_dims is not None or recorded is None:
         return trainer_schema(trainer, batch_dims)
     table: FieldTable = trainer.table if isinstance(trainer, TrainerSchema) else as_table(trainer)
     own = tuple(table.batch_dims) if table.batch_dims else None
-    if own is not None and own != field_map.batch_dims:
+    if own is not None and own != recorded:
         name = table.name or table.title or "the trainer schema"
         raise SchemaError(f"{field_map.source} was written for batch dims "
-                          f"{shape_text(field_map.batch_dims)}, but {name} names "
+                          f"{shape_text(recorded)}, but {name} names "
                           f"{shape_text(own)} (x-gyre-batch-dims): write the map again with "
                           f"diff --write-map, or choose with --batch-dims")
-    return trainer_schema(table, field_map.batch_dims)
+    return trainer_schema(table, recorded)
 
 
 def collated(field_map: MapLike, source: Source, model: Any = None,
              max_len: int | None = None) -> tuple[dict[str, Any], int]:
     """The collated columns the map reads, from a file, episodes or step records, and the
     number of episodes they hold."""
-    model = model or step_model(field_map)
+    layout = field_map.layout
+    model = model or layout.step_model
     if isinstance(source, (str, os.PathLike)):
-        # the file's columns, no episode or step objects (None: objects decide)
+        # a file of [B, T] rows: its columns, no episode objects (None: episodes decide)
         flat = field_map.collated_file(source, model, max_len=max_len)
         if flat is not None:
             return flat
-        if field_map.rows != "step":
-            items: list[Any] = list(read_episodes(source, model))
-        else:
-            items = list(read_steps(source, model))
+        items: list[Any] = layout.read(source, model)
     else:
-        items = _items(source, model, field_map.rows)
+        items = _items(source, model, layout)
     columns = field_map.collated(items, max_len=max_len)
-    n_episodes = len(items) if "mask" in columns else len(np.unique(columns["episode_id"]))
-    return columns, n_episodes
+    return columns, layout.count_episodes(items, columns)
 
 
-def step_model(field_map: Any) -> Any:
-    """The step model rollouts are read as by default: `LLMStep` for a map of token rows
-    (turns of any length within an episode), else `RolloutStep`."""
-    return LLMStep if getattr(field_map, "rows", "episode") == "step" else RolloutStep
-
-
-def _items(source: Iterable[Any], model: Any, rows: str) -> list[Any]:
+def _items(source: Iterable[Any], model: Any, layout: RowLayout) -> list[Any]:
     """Episodes as given; step records validated (in order for token rows, grouped into
     episodes for `[B, T]` rows)."""
     items = list(source)
@@ -174,8 +164,7 @@ def _items(source: Iterable[Any], model: Any, rows: str) -> list[Any]:
                          "read_steps return) is consumed by the call that reads it; pass the "
                          "path or a list to build again")
     if items and is_step_record(items[0]):
-        return steps_from_records(items, model) if rows == "step" else \
-            episodes_from_records(items, model)
+        return layout.from_records(items, model)
     return items
 
 
@@ -189,28 +178,3 @@ def is_step_record(item: Any) -> bool:
     step = item.get("step")
     return isinstance(item.get("episode_id"), str) and \
         isinstance(step, (int, np.integer)) and not isinstance(step, bool)
-
-
-@dataclass(frozen=True)
-class RowKeys:
-    """The per-row keys of a collated batch, for checks a trainer's own batch may not hold."""
-
-    mask: np.ndarray
-    policy_version: np.ndarray
-    episode_id: np.ndarray | None
-
-
-def row_keys(columns: Mapping[str, Any]) -> RowKeys:
-    """The mask, versions and episode ids of collated columns (`staleness_problems` reads them)."""
-    versions = columns.get("policy_version")
-    return RowKeys(batch_rows(columns),
-                   np.asarray(versions if versions is not None else [], dtype=np.int64),
-                   columns.get("episode_id"))
-
-
-def batch_rows(columns: Mapping[str, Any]) -> np.ndarray:
-    """The `[B, T]` mask of collated columns, or for token rows a `[B, 1]` True mask (each row
-    is one real step): what counts a batch's rows and steps either way."""
-    if "mask" in columns:
-        return np.asarray(columns["mask"])
-    return np.ones((len(columns["response_length"]), 1), dtype=bool)

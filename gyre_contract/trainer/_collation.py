@@ -614,3 +614,35 @@ def _value_dtype(eps: list[_Episode]) -> np.dtype:
         if dtype is not None and dtype.kind == "f":
             return np.dtype(dtype)
     return np.dtype(np.float32)
+
+
+# -- step columns of many episodes, grouped -----------------------------------------------------
+
+def episodes_of(columns: Mapping[str, Any], ids: np.ndarray) -> list[dict[str, Any]]:
+    """The rows of `columns` (steps of several episodes, as a channel's segments hold them)
+    grouped by episode id, in order of first appearance, each episode's steps in row order: one
+    mapping of columns per episode, what `collate` takes."""
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    codes = rank[inverse.reshape(-1)]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=len(first)))[:-1]
+    return [_take(columns, rows) for rows in np.split(order, bounds)]
+
+
+def _take(columns: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, column in columns.items():
+        if isinstance(column, Mapping):
+            out[name] = _take(column, rows)
+        elif isinstance(column, np.ndarray):
+            taken = column[rows]
+            if taken.dtype.kind == "f" and np.isnan(taken).all():
+                continue  # no step of this episode carries it (as an `Episode` read from a file)
+            out[name] = taken
+        else:
+            picked = [column[i] for i in rows.tolist()]
+            strings = picked and all(isinstance(v, str) for v in picked)
+            out[name] = np.array(picked, dtype=np.str_) if strings else picked
+    return out

@@ -36,15 +36,14 @@ episode that did not terminate). `per_step` repeats a per-row column (`episode_i
 each step, `[B, T]`, for a trainer that reads one per step (RLlib's `eps_id`). A map written
 without these keys and ops reads as before.
 
-Top-level `"rows"` says what one batch row is: `"episode"` (the default: a contiguous run of
-one episode, `[B, T, ...]` with a `mask`, collated by `collate`) or `"step"` (one row per step,
-an LLM's generated turn: token rows `[B, R]` collated by `trainer._tokens.collate_tokens`, whose
-column names the sources then refer to; the batch is validated as `TokenBatch` by default).
-
-Top-level `"batch_dims"` and `"layout"` record what `diff --write-map` decided about the trainer's
-batch: its leading dims (`["B", "T"]`, `["T", "B"]`, `["M"]`, `["B"]` for token rows) and its
-layout (`batch`, `time_major`, `flat`; `padded` for token rows), so `FieldMap.batch` and
-`gyre-contract batch --trainer` need no `--batch-dims` for the very schema the diff read.
+The top-level layout keys (`rows`, `layout`, `batch_dims`, `pad_to`) say what one batch row is
+and how the trainer lays the batch out: the map's row layout, `FieldMap.layout`
+(`trainer._layouts`: `EpisodeRows`, the default, a contiguous run of one episode per row,
+`[B, T, ...]` with a `mask`; `TokenRows`, one token row per step, an LLM's generated turn, whose
+column names the sources then refer to). The map asks its layout how to collate, which models to
+validate and read as, and how to describe itself; `batch_dims` and `layout`, written by
+`diff --write-map`, let `FieldMap.batch` and `gyre-contract batch --trainer` run without
+`--batch-dims` on the very schema the diff read.
 """
 
 from __future__ import annotations
@@ -59,18 +58,13 @@ from typing import Any
 
 import numpy as np
 
-from gyre_contract.core._errors import FieldMapError, InputError, MissingFieldError, SchemaError
+from gyre_contract.core._errors import FieldMapError, MissingFieldError
 from gyre_contract.core._models import TrainBatch
-from gyre_contract.core._tokenbatch import TokenBatch
 from gyre_contract.core._validate import validate_batch
 from gyre_contract.io._jsonfile import JSONFileError, read_json_file
-from gyre_contract.io._tokencolumns import read_token_columns
-from gyre_contract.schema._fieldtable import SchemaInput, shape_text
-from gyre_contract.schema._layouts import layout_of, parse_batch_dims
-from gyre_contract.schema._trainerbatch import TrainerSchema
+from gyre_contract.schema._fieldtable import SchemaInput
 from gyre_contract.trainer._batching import Source, build_batch
-from gyre_contract.trainer._collation import DERIVED_FIELDS, collate
-from gyre_contract.trainer._flatcollate import collate_file
+from gyre_contract.trainer._layouts import LAYOUT_KEYS, EpisodeRows, RowLayout, parse_layout
 from gyre_contract.trainer._ops import (
     NEEDS_MASK,
     ArgCheck,
@@ -86,7 +80,7 @@ from gyre_contract.trainer._ops import (
     step_ops,
     unregister_op,
 )
-from gyre_contract.trainer._tokens import LAYOUT_FIELDS, collate_token_columns, collate_tokens
+from gyre_contract.trainer._trainerbatch import TrainerSchema
 
 __all__ = [
     "COMMON_KEYS", "FORMAT_VERSION", "MAX_MAP_BYTES", "MAX_THEN", "ArgCheck", "FieldMap", "FieldSpec",
@@ -99,11 +93,6 @@ COMMON_KEYS = ("op", "from", "then", "cast", "comment")
 """Keys every field spec may hold; anything else must be an argument of its op."""
 MAX_THEN = 8
 """Steps a `then` chain may hold at most: a map stays short enough to review."""
-ROWS = ("episode", "step")
-"""What one batch row is: a run of one episode (`[B, T]`, the default) or one step (tokens)."""
-LAYOUTS = {"episode": ("batch", "time_major", "flat"), "step": ("padded",)}
-"""The trainer layouts a map may record, by its rows: `[B, T]`, `[T, B]` or flat `[M]` runs of
-episodes; token rows `[B, L]` padded to the longest row."""
 ADD_OP_HINT = "your own op: register_op in Python, or on the command line --ops MODULE_OR_FILE.py"
 """How to add an op, said after the list of known ops when a map names an unknown one."""
 MAX_MAP_BYTES = 1024 * 1024
@@ -158,31 +147,21 @@ class FieldMap:
     """A checked field map. Build it with `FieldMap.load(path)` or `FieldMap.from_dict(d)`."""
 
     def __init__(self, fields: Mapping[str, FieldSpec], *, source: str = "field map",
-                 rows: str = "episode", batch_dims: tuple[str, ...] | None = None,
-                 layout: str | None = None) -> None:
-        if rows not in ROWS:
-            raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
-        problems = _layout_problems(rows, batch_dims, layout)
-        if problems:
-            raise ValueError("; ".join(problems))
+                 layout: RowLayout | None = None) -> None:
         self.fields: dict[str, FieldSpec] = dict(fields)
         self.source = source
-        self.rows = rows
-        self.batch_dims = tuple(batch_dims) if batch_dims is not None else None
-        """The trainer's leading batch dims the map was written for (None: not recorded)."""
-        self.layout = layout
-        """The trainer's batch layout the map was written for (None: not recorded)."""
+        self.layout: RowLayout = layout if layout is not None else EpisodeRows()
+        """What one row of the batch is, and the trainer layout the map was written for."""
 
     def __repr__(self) -> str:
-        rows = "" if self.rows == "episode" else f", rows={self.rows!r}"
-        dims = "" if self.batch_dims is None else f", batch_dims={list(self.batch_dims)!r}"
-        return f"FieldMap({self.source!r}, fields=[{', '.join(self.fields)}]{rows}{dims})"
+        layout = "" if self.layout == EpisodeRows() else f", layout={self.layout!r}"
+        return f"FieldMap({self.source!r}, fields=[{', '.join(self.fields)}]{layout})"
 
     @property
     def batch_model(self) -> Any:
-        """The batch model a built batch is validated as by default: `TrainBatch` for episode
-        rows, `TokenBatch` for step (token) rows."""
-        return TokenBatch if self.rows == "step" else TrainBatch
+        """The batch model a built batch is validated as by default: the layout's (`TrainBatch`
+        for runs of episodes, `TokenBatch` for token rows)."""
+        return self.layout.batch_model
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> FieldMap:
@@ -206,20 +185,11 @@ class FieldMap:
         if not isinstance(data, Mapping):
             raise FieldMapError(f"{source}: expected a JSON object with keys gyre_field_map and "
                                 f"fields, got {_json_type(data)}")
-        extra = sorted(set(data) - {"gyre_field_map", "fields", "rows", "batch_dims", "layout",
-                                    "comment"})
+        allowed = ("gyre_field_map", "fields", *LAYOUT_KEYS, "comment")
+        extra = sorted(set(data) - set(allowed))
         if extra:
-            problems.append(f"unknown top-level keys {extra}; allowed: gyre_field_map, fields, "
-                            f"rows, batch_dims, layout, comment")
-        rows = data.get("rows", "episode")
-        if rows not in ROWS:
-            problems.append(f'"rows" must be "episode" (a run of one episode per row, the '
-                            f'default) or "step" (one token row per step), got {json.dumps(rows)}')
-        batch_dims = _parse_batch_dims(data["batch_dims"], problems) if "batch_dims" in data \
-            else None
-        layout = data.get("layout")
-        if rows in ROWS:
-            problems += _layout_problems(rows, batch_dims, layout)
+            problems.append(f"unknown top-level keys {extra}; allowed: {', '.join(allowed)}")
+        layout = parse_layout(data, problems)
         version = data.get("gyre_field_map")
         if "gyre_field_map" not in data:
             problems.append(f'not a field map: no "gyre_field_map" key (expected '
@@ -238,19 +208,12 @@ class FieldMap:
                     fields[target] = parsed
         if problems:
             raise FieldMapError(_render(source, problems))
-        return cls(fields, source=source, rows=rows, batch_dims=batch_dims, layout=layout)
+        return cls(fields, source=source, layout=layout)
 
     def to_dict(self) -> dict[str, Any]:
         """The map as JSON-ready data (what `load` reads)."""
-        out: dict[str, Any] = {"gyre_field_map": FORMAT_VERSION}
-        if self.rows != "episode":
-            out["rows"] = self.rows
-        if self.batch_dims is not None:
-            out["batch_dims"] = list(self.batch_dims)
-        if self.layout is not None:
-            out["layout"] = self.layout
-        out["fields"] = {t: s.to_dict() for t, s in self.fields.items()}
-        return out
+        return {"gyre_field_map": FORMAT_VERSION, **self.layout.to_dict(),
+                "fields": {t: s.to_dict() for t, s in self.fields.items()}}
 
     def batch(self, source: Source, *, trainer: SchemaInput | TrainerSchema | None = None,
               batch_dims: tuple[str, ...] | list[str] | str | None = None,
@@ -274,7 +237,7 @@ class FieldMap:
         than copy a same-named source, joined by "; " (what a run record's `notes` start with):
         "done ← terminated OR truncated; advantage by GAE γ=0.99 λ=0.95, truncation
         bootstrapped from next_value; mask from padding". Each op describes itself."""
-        clauses = ["one token row per step"] if self.rows == "step" else []
+        clauses = [self.layout.describe()] if self.layout.describe() else []
         for target, spec in self.fields.items():
             op = get_op(spec.op)
             text = op.text(target, spec.sources, spec.args) if op is not None else \
@@ -371,40 +334,21 @@ class FieldMap:
 
     def collated(self, episodes: Iterable[Any], *, max_len: int | None = None
                  ) -> dict[str, Any]:
-        """The collated `[B, T, ...]` columns the map reads, with `mask` and the per-row keys
-        (what `apply` runs on; the mask tells a report how much of the batch is padding).
-        For step rows: the token columns of `collate_tokens` the map reads, with the layout
-        keys (`prompt_ids`, `prompt_mask`, `response_ids`, `response_mask`, `response_length`),
-        `episode_id` and `policy_version` (`collate_tokens` always adds it: the staleness checks
-        of `half_way` and `full_loop` read it even when the trainer does not); episodes or a flat
-        list of step records."""
-        if self.rows == "step":
-            if max_len is not None:
-                raise InputError(f"{self.source}: max_len splits episodes into [B, T] rows; a "
-                                 f'map with "rows": "step" has one row per step')
-            wanted = [n for n in self.sources() if n not in (*LAYOUT_FIELDS, "mask")]
-            return collate_tokens(episodes, fields=wanted)
-        wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
-        return collate(episodes, max_len=max_len, fields=wanted, sparse=self.sparse_sources())
+        """The collated columns the map reads, as its layout collates them (what `apply` runs
+        on): for runs of episodes `[B, T, ...]` with `mask` and the per-row keys (the mask tells a
+        report how much of the batch is padding); for token rows the `TokenBatch` columns with
+        `episode_id` and `policy_version` (the staleness checks of `half_way` and `full_loop`
+        read it even when the trainer does not). `episodes`: episodes, or for token rows a flat
+        list of step records too."""
+        return self.layout.collate(episodes, fields=self.sources(), max_len=max_len,
+                                   sparse=self.sparse_sources(), source=self.source)
 
     def collated_file(self, path: str | os.PathLike[str], model: Any, *,
                       max_len: int | None = None) -> tuple[dict[str, Any], int] | None:
-        """`collated` of a JSON Lines or Parquet file's episodes (token rows: steps) straight
-        from its columns, with the number of episodes; None when only episodes (steps) can
-        say (`flatcollate.collate_file`, `tokens.collate_token_columns`)."""
-        if self.rows == "step":
-            if max_len is not None:
-                return None  # `collated` explains
-            found = read_token_columns(path, model)
-            if found is None:
-                return None
-            wanted = [n for n in self.sources() if n not in (*LAYOUT_FIELDS, "mask")]
-            columns = collate_token_columns(found, fields=wanted)
-            return None if columns is None else \
-                (columns, len(np.unique(columns["episode_id"])))
-        wanted = [n for n in self.sources() if n not in DERIVED_FIELDS]
-        return collate_file(path, model, fields=wanted, max_len=max_len,
-                            sparse=self.sparse_sources())
+        """`collated` of a rollout file straight from its columns, with the number of
+        episodes; None when only episodes can say (and for token rows)."""
+        return self.layout.collate_file(path, model, fields=self.sources(), max_len=max_len,
+                                        sparse=self.sparse_sources())
 
 
 def as_field_map(source: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
@@ -456,40 +400,6 @@ def _source(columns: Mapping[str, Any], name: str) -> Any:
 
 
 # -- parsing -------------------------------------------------------------------------------
-
-def _parse_batch_dims(raw: Any, problems: list[str]) -> tuple[str, ...] | None:
-    """The map's `batch_dims`: a non-empty list of dim names (`["B", "T"]`, `["T*N"]`)."""
-    if isinstance(raw, list) and raw and all(isinstance(d, str) for d in raw):
-        try:
-            dims = parse_batch_dims(",".join(raw))
-        except SchemaError:
-            dims = None
-        if dims is not None and len(dims) == len(raw):
-            return dims
-    problems.append(f'"batch_dims" must be a list of dim names such as ["B", "T"], ["T", "B"], '
-                    f'["M"], ["T*N"] or ["B"], got {json.dumps(raw)}')
-    return None
-
-
-def _layout_problems(rows: str, batch_dims: tuple[str, ...] | None, layout: Any) -> list[str]:
-    """What is wrong with a map's recorded layout for its rows and batch dims."""
-    allowed = LAYOUTS[rows]
-    if layout is not None and layout not in allowed:
-        return [f'"layout" of a map with "rows": "{rows}" must be one of '
-                f'{", ".join(json.dumps(a) for a in allowed)}, got {json.dumps(layout)}']
-    if batch_dims is None:
-        return []
-    if rows == "step":
-        if len(batch_dims) != 1:
-            return [f'"batch_dims" of a map with "rows": "step" is one dim (token rows '
-                    f'[B, ...]), got {shape_text(batch_dims)}']
-        return []
-    kind = layout_of(batch_dims).kind
-    if layout is not None and layout != kind:
-        return [f'"layout" {json.dumps(layout)} does not fit "batch_dims" '
-                f'{shape_text(batch_dims)}, which is the {json.dumps(kind)} layout']
-    return []
-
 
 def _parse_spec(target: str, spec: Any, problems: list[str]) -> FieldSpec | None:
     where = f"fields.{target}"

@@ -1,28 +1,28 @@
 """The built-in ops of token rows (one row per turn, docs/llm.md §3): group-relative advantages
 (`group_norm`, `rloo`), KL estimates (`kl`, `kl_reward`), `per_token`, `pad` and `concat`.
 
-They run on the columns of a `"rows": "step"` map: `reward` and `group_id` `[B]`, `logprob`,
+They run on the columns of a map of token rows (`TokenRows`): `reward` and `group_id` `[B]`, `logprob`,
 `ref_logprob`, `response_ids`, `response_mask` `[B, R]` (right-padded), `prompt_ids` and
 `prompt_mask` `[B, P]` (left-padded), `response_length` `[B]`. Each op works on whole arrays with
 numpy (groups by `np.unique(return_inverse=True)` and `np.bincount`; no loop over rows) and
 refuses what it cannot do rightly: a group of one row under `group_norm`/`rloo` (no baseline)
 unless the map says what to do with it, a missing `response_mask`/`response_length`, a reward
-with no response token to sit on. `TOKEN_OPS` is what the registry in
-`gyre_contract.trainer._ops` lists; the functions are public for use on arrays directly.
+with no response token to sit on. `TOKEN_OPS` describes them for the registry in
+`gyre_contract.trainer._ops`, which builds their `Op` records.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gyre_contract.core._errors import ContractError, MissingFieldError, Problem, describe
-from gyre_contract.trainer._opspec import ArgCheck, Op, number_text
+from gyre_contract.core._text import number_text
 
 STD_MODES = ("unbiased", "biased", "none")
 """`group_norm` std: torch.std (n − 1, TRL and verl), numpy's default (n), or no division."""
@@ -37,6 +37,9 @@ OUTPUTS_PAD = ("ids", "mask")
 OUTPUTS_CONCAT = ("ids", "attention_mask", "position_ids")
 DEFAULT_EPS = 1e-6
 """verl's epsilon; TRL adds 1e-4. A map that must match a trainer states its eps."""
+ArgCheck = Callable[[Any], str | None]
+"""Returns why an argument value is wrong, or None when it is fine (as the registry's checks)."""
+
 MAX_SHOWN = 10
 """Groups (or rows) an error names at most before it says how many more there are."""
 RESPONSE_COLUMNS = frozenset({"response_ids", "response_mask", "logprob", "ref_logprob", "value",
@@ -497,24 +500,24 @@ _SINGLETONS = _choice(*SINGLETONS)
 _ESTIMATOR = _choice(*ESTIMATORS)
 _RESPONSE_MASK = ("response_mask",)
 
-TOKEN_OPS: tuple[Op, ...] = (
-    Op("group_norm", group_norm, ("reward", "group_id"),
-       args={"std": _choice(*STD_MODES), "scale": _choice(*SCALES), "eps": _non_negative,
-             "singletons": _SINGLETONS}, builtin=True, describe=_d_group_norm),
-    Op("rloo", rloo, ("reward", "group_id"), args={"singletons": _SINGLETONS}, builtin=True,
-       describe=_d_rloo),
-    Op("kl", kl, ("logprob", "ref_logprob"), args={"estimator": _ESTIMATOR},
-       required=("estimator",), builtin=True, describe=_d_kl, reads=lambda s: _RESPONSE_MASK),
-    Op("kl_reward", kl_reward, ("reward", "logprob", "ref_logprob"),
-       args={"beta": _non_negative, "estimator": _ESTIMATOR}, required=("beta",), builtin=True,
-       describe=_d_kl_reward, reads=lambda s: ("response_mask", "response_length")),
-    Op("per_token", per_token, builtin=True, describe=_d_per_token,
-       reads=lambda s: _RESPONSE_MASK),
-    Op("pad", pad, args={"side": _choice(*SIDES), "value": _pad_value,
-                         "output": _choice(*OUTPUTS_PAD)},
-       required=("side",), builtin=True, describe=_d_pad, reads=_reads_mask_of, named=True),
-    Op("concat", concat, ("prompt", "response"),
-       args={"value": _pad_value, "output": _choice(*OUTPUTS_CONCAT)}, builtin=True,
-       describe=_d_concat, reads=_reads_mask_of, named=True),
+TOKEN_OPS: tuple[dict[str, Any], ...] = (
+    dict(name="group_norm", fn=group_norm, sources=("reward", "group_id"),
+         args={"std": _choice(*STD_MODES), "scale": _choice(*SCALES), "eps": _non_negative,
+               "singletons": _SINGLETONS}, describe=_d_group_norm),
+    dict(name="rloo", fn=rloo, sources=("reward", "group_id"), args={"singletons": _SINGLETONS},
+         describe=_d_rloo),
+    dict(name="kl", fn=kl, sources=("logprob", "ref_logprob"), args={"estimator": _ESTIMATOR},
+         required=("estimator",), describe=_d_kl, reads=lambda s: _RESPONSE_MASK),
+    dict(name="kl_reward", fn=kl_reward, sources=("reward", "logprob", "ref_logprob"),
+         args={"beta": _non_negative, "estimator": _ESTIMATOR}, required=("beta",),
+         describe=_d_kl_reward, reads=lambda s: ("response_mask", "response_length")),
+    dict(name="per_token", fn=per_token, describe=_d_per_token, reads=lambda s: _RESPONSE_MASK),
+    dict(name="pad", fn=pad, args={"side": _choice(*SIDES), "value": _pad_value,
+                                   "output": _choice(*OUTPUTS_PAD)},
+         required=("side",), describe=_d_pad, reads=_reads_mask_of, named=True),
+    dict(name="concat", fn=concat, sources=("prompt", "response"),
+         args={"value": _pad_value, "output": _choice(*OUTPUTS_CONCAT)},
+         describe=_d_concat, reads=_reads_mask_of, named=True),
 )
-"""The token ops, as the registry of `gyre_contract.trainer._ops` lists them (built in)."""
+"""The token ops as the arguments of their `Op` records: the registry of
+`gyre_contract.trainer._ops` lists them as built-ins (this module imports nothing of it)."""

@@ -18,7 +18,7 @@ row, in input order (episodes in order, their steps in order):
 - every per-step scalar (`reward`, `step`, `episode_id`, `group_id`, `policy_version`,
   `terminated`, `truncated`, a scalar `value`, `observation.text`, ...) `[B]`.
 
-These column names are the sources a token field map (`"rows": "step"`) names. `policy_version`
+These column names are the sources a field map of token rows (`TokenRows`) names. `policy_version`
 comes whenever every step records it, named in `fields` or not (staleness is checked on it even
 for a trainer that reads no version), as `episode_id` always does. Without `fields`,
 a column that only some inputs carry is left out (a map that names it gets the error); other

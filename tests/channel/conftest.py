@@ -3,7 +3,6 @@ local Ray cluster, marked slow), and the procs helpers on the path."""
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -15,22 +14,10 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A local Ray (2 CPUs, no dashboard) for the ray:// backend, this tree on its path."""
-    ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE),
-                                                *([before] if before else [])])
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 logging_level="WARNING")
-    yield ray
-    ray.shutdown()
-    if before is None:
-        del os.environ["PYTHONPATH"]
-    else:
-        os.environ["PYTHONPATH"] = before
+@pytest.fixture(scope="module")
+def ray_cluster(ray_session):
+    """The session's local Ray (tests/conftest.py) for the ray:// backend."""
+    return ray_session
 
 
 @pytest.fixture(params=["file", pytest.param("ray", marks=pytest.mark.slow)])

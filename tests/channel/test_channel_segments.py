@@ -10,10 +10,11 @@ from procs import CARTPOLE_MAP, TOKEN_MAP, CartStep, Completion, completions, ep
 
 from gyre_contract.channel import _segments as segments
 from gyre_contract.channel._segments import SegmentError, SegmentMeta
-from gyre_contract.harness._recorder import episodes_from_records
 from gyre_contract.io._arrowschema import to_arrow_schema
 from gyre_contract.io._blocks import RecordBlocks
+from gyre_contract.io._reading import episodes_from_records
 from gyre_contract.pinned import LLMStep
+from gyre_contract.trainer._collation import episodes_of
 from gyre_contract.trainer._fieldmap import FieldMap
 
 
@@ -42,7 +43,7 @@ def test_cartpole_steps_come_back_as_the_same_batch(monkeypatch, fast):
     table = round_trip(CartPoleStep, records)
     assert table.column("value").null_count == 4
     columns = segments.to_columns(table)
-    eps = segments.episodes_of(columns, columns["episode_id"])
+    eps = episodes_of(columns, columns["episode_id"])
     assert "value" not in eps[0] and eps[1]["value"].dtype == np.float32
     fmap = FieldMap.from_dict({"gyre_field_map": 1, "fields": {
         "obs": {"from": "observation"}, "act": {"from": "action"}, "mask": {"op": "mask"}}})
@@ -73,14 +74,14 @@ def test_token_steps_come_back_as_the_same_token_batch():
 def test_the_example_map_runs_on_a_decoded_segment():
     table = round_trip(CartStep, episodes("e", 2, length=3))
     columns = segments.to_columns(table)
-    batch = FieldMap.load(CARTPOLE_MAP).build(segments.episodes_of(columns,
+    batch = FieldMap.load(CARTPOLE_MAP).build(episodes_of(columns,
                                                                    columns["episode_id"]))
     assert batch["advantage"].shape == (2, 3) and np.isfinite(batch["advantage"]).all()
 
 
 def test_episodes_keep_the_order_of_their_first_step():
     ids = np.array(["b", "a", "b", "c", "a"])
-    eps = segments.episodes_of({"episode_id": ids, "x": np.arange(5)}, ids)
+    eps = episodes_of({"episode_id": ids, "x": np.arange(5)}, ids)
     assert [e["episode_id"][0] for e in eps] == ["b", "a", "c"]
     assert [e["x"].tolist() for e in eps] == [[0, 2], [1, 4], [3]]
 

@@ -12,7 +12,7 @@ import pytest
 
 from gyre_contract.cli._app import run
 from gyre_contract.harness._stages import half_way
-from gyre_contract.schema._trainerbatch import trainer_schema
+from gyre_contract.trainer._trainerbatch import trainer_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"

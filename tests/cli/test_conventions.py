@@ -153,3 +153,16 @@ def test_output_files_are_replaced_atomically(tmp_path, monkeypatch):
     with atomic_path(target) as tmp:
         Path(tmp).write_text("new")
     assert target.read_text() == "new"
+
+
+def test_what_the_parsers_spell_is_what_the_library_takes():
+    """The parsers spell a few of the library's values themselves, so that `--help` imports no
+    machinery (tests/test_package.py): each must stay the library's own."""
+    from gyre_contract.cli import _compat, _conventions, _diff
+    from gyre_contract.schema._compatibility import MODES
+    from gyre_contract.schema._diffreport import FORMATS
+    from gyre_contract.schema._layouts import BATCH_DIMS_SPELLINGS
+
+    assert _compat.MODES == MODES
+    assert _diff.FORMATS == FORMATS
+    assert _conventions.BATCH_DIMS_SPELLINGS == BATCH_DIMS_SPELLINGS

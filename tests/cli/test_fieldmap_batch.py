@@ -20,6 +20,7 @@ from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import CartPoleStep, LLMStep
 from gyre_contract.schema import diff, json_schema
 from gyre_contract.trainer import FieldMap
+from gyre_contract.trainer._layouts import TokenRows
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"
@@ -130,7 +131,7 @@ def test_the_written_token_map_records_the_dims_diff_assumed(llm_files: dict[str
     written = json.loads(llm_files["map"].read_text())
     assert written["batch_dims"] == ["B"] and written["layout"] == "padded"
     fmap = FieldMap.load(llm_files["map"])
-    assert fmap.batch_dims == ("B",) and fmap.layout == "padded"
+    assert fmap.layout == TokenRows(batch_dims=("B",), name="padded")
     assert FieldMap.from_dict(fmap.to_dict()).to_dict() == fmap.to_dict()
 
 
@@ -142,7 +143,7 @@ def test_the_written_control_map_records_dims_and_layout(peer: str, dims: str,
                                                         layout: str) -> None:
     written = diff(CartPoleStep, PEERS / f"{peer}.json", batch_dims=dims).field_map()
     assert (written["batch_dims"], written["layout"]) == (dims.split(","), layout)
-    assert FieldMap.from_dict(written).batch_dims == tuple(dims.split(","))
+    assert FieldMap.from_dict(written).layout.batch_dims == tuple(dims.split(","))
 
 
 def test_batch_on_the_schema_diff_read_needs_no_batch_dims(llm_files: dict[str, Path],

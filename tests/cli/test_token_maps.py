@@ -200,7 +200,7 @@ def test_openrlhf_gets_its_experience(rollouts, tmp_path) -> None:
 def test_our_own_token_batch_from_the_map_the_diff_writes(rollouts, tmp_path) -> None:
     """diff(LLMStep, TokenBatch) -> map -> `batch` (no --trainer: a rows=step map is validated
     as a TokenBatch): every column as computed here."""
-    from gyre_contract.core._tokenbatch import TokenBatch
+    from gyre_contract.core._tokens import TokenBatch
 
     report = diff(LLMStep, TokenBatch)
     assert report.exit_code() == 0 and report.layout.kind == "token"

@@ -12,7 +12,7 @@ import pytest
 import gyre_contract
 from gyre_contract.core import _registry as registry
 from gyre_contract.core._errors import ContractError
-from gyre_contract.core._tokenbatch import TokenBatch, TokenBatchV1
+from gyre_contract.core._tokens import TokenBatch, TokenBatchV1
 from gyre_contract.core._validate import validate_batch
 from gyre_contract.schema._export import json_schema, render
 

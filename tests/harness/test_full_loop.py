@@ -181,6 +181,7 @@ class DroppingMap:
 
     def __init__(self, inner: FieldMap) -> None:
         self.inner = inner
+        self.layout = inner.layout
         self.dropped: list[Episode] = []
 
     def to_train_batch(self, episodes: list[Any], **kwargs: Any) -> Any:

@@ -16,7 +16,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from gyre_contract.core._errors import ContractError
 from gyre_contract.core._validate import validate_episode
-from gyre_contract.harness._recorder import Recorder, TurnRecorder, episodes_from_records
+from gyre_contract.harness._recorder import Recorder, TurnRecorder
+from gyre_contract.io._reading import episodes_from_records
 from gyre_contract.pinned import LLMStep
 
 MAX_STEPS = 15

@@ -11,9 +11,9 @@ import pytest
 from gyre_contract.core._errors import ContractError
 from gyre_contract.core._validate import validate_step
 from gyre_contract.harness._stages import full_loop, half_way
-from gyre_contract.harness._tokenrows import group_split_warnings
 from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
+from gyre_contract.trainer._layouts import group_split_warnings
 
 TOKEN_MAP: dict[str, Any] = {"gyre_field_map": 1, "rows": "step", "fields": {
     **{k: {"from": k} for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask",

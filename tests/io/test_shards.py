@@ -212,22 +212,9 @@ def test_unknown_engine_is_an_input_error(tmp_path, cartpole_model):
 # -- on a local Ray ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray", reason="ray is not installed (extra 'ray')")
-    pytest.importorskip("ray.data", reason="ray[data] is not installed (extra 'ray')")
-    from gyre_contract.io._shards import quiet_ray_data
-
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(ROOT / "examples"), *([before] if before else [])])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    quiet_ray_data()
-    yield ray
-    ray.shutdown()
-    if before is None:
-        del os.environ["PYTHONPATH"]
-    else:
-        os.environ["PYTHONPATH"] = before
+def ray_local(ray_session):
+    """The session's local Ray (tests/conftest.py)."""
+    return ray_session
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])

@@ -19,6 +19,7 @@ from gyre_contract.schema._export import json_schema
 from gyre_contract.schema._roles import synonyms
 from gyre_contract.schema._tokenlayout import token_rows
 from gyre_contract.trainer._fieldmap import FieldMap
+from gyre_contract.trainer._layouts import TokenRows
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "tests" / "data" / "peers"
@@ -67,7 +68,7 @@ def check(report) -> None:
     jsonschema.validate(report.to_dict(), REPORT_SCHEMA)
     fmap = report.field_map()
     if fmap["fields"]:
-        assert FieldMap.from_dict(fmap).rows == fmap.get("rows", "episode")
+        assert FieldMap.from_dict(fmap).layout.rows == fmap.get("rows", "episode")
 
 
 # -- the three trainers: the written map is the hand-checked one -----------------------------------
@@ -374,9 +375,9 @@ def trl_arrays(rows: int = 3, width: int = 4) -> dict:
 
 
 def test_token_rows_are_checked_as_they_are() -> None:
-    from gyre_contract.schema._trainerbatch import trainer_schema
+    from gyre_contract.trainer._trainerbatch import trainer_schema
     schema = trainer_schema(PEERS / "trl_grpo.json")
-    out = schema.check(trl_arrays(), rows="step")
+    out = schema.check(trl_arrays(), rows=TokenRows())
     assert out["advantages"].shape == (3,)
 
 
@@ -384,14 +385,14 @@ def test_token_rows_of_different_counts_are_refused() -> None:
     import numpy as np
 
     from gyre_contract.core._errors import ContractError
-    from gyre_contract.schema._trainerbatch import trainer_schema
+    from gyre_contract.trainer._trainerbatch import trainer_schema
     arrays = trl_arrays()
     arrays["advantages"] = np.zeros(2, dtype=np.float32)
     with pytest.raises(ContractError) as err:
-        trainer_schema(PEERS / "trl_grpo.json").check(arrays, rows="step")
+        trainer_schema(PEERS / "trl_grpo.json").check(arrays, rows=TokenRows())
     assert "dim B is 2 here but 3 in the batch" in str(err.value)
     with pytest.raises(ContractError, match="one batch dim"):
-        trainer_schema(PEERS / "torchrl_ppo.json", "B,T").check(arrays, rows="step")
+        trainer_schema(PEERS / "torchrl_ppo.json", "B,T").check(arrays, rows=TokenRows())
 
 
 def test_a_schema_inferred_from_llm_rollouts_gets_the_same_map(tmp_path) -> None:

@@ -14,6 +14,7 @@ from gyre_contract.core._models import TrainBatch
 from gyre_contract.io._episodes import Episode
 from gyre_contract.trainer._collation import collate
 from gyre_contract.trainer._fieldmap import FieldMap, cast_array, known_ops, register_op, unregister_op
+from gyre_contract.trainer._layouts import EpisodeRows
 
 MAPS = Path(__file__).parents[1] / "data" / "maps"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cartpole_map.json"
@@ -106,8 +107,8 @@ def test_unreadable_map_is_an_input_error(tmp_path):
      "got an object"),
     ({"gyre_field_map": 1, "fields": {"a": "b"}, "extra": 1},
      "field map: 2 problems: unknown top-level keys ['extra']; allowed: gyre_field_map, fields, "
-     'rows, batch_dims, layout, comment; fields.a: expected an object such as {"from": "..."}, '
-     'got the string "b"'),
+     'rows, batch_dims, layout, pad_to, token_budget, comment; fields.a: expected an object '
+     'such as {"from": "..."}, got the string "b"'),
     ({"gyre_field_map": 1, "fields": {"a": {"op": "any", "from": "x"}}},
      'field map: fields.a: op "any" needs "from" to be a list of field names (a list of field '
      'names), got "x"'),
@@ -155,10 +156,11 @@ def test_recorded_dims_and_layout_round_trip():
     data = {"gyre_field_map": 1, "batch_dims": ["T", "B"], "layout": "time_major",
             "fields": {"a": {"from": "b"}}}
     fmap = FieldMap.from_dict(data)
-    assert (fmap.batch_dims, fmap.layout) == (("T", "B"), "time_major")
+    assert fmap.layout == EpisodeRows(batch_dims=("T", "B"), name="time_major")
+    assert (fmap.layout.batch_dims, fmap.layout.name) == (("T", "B"), "time_major")
     assert fmap.to_dict() == data
     plain = FieldMap.from_dict({"gyre_field_map": 1, "fields": {"a": {"from": "b"}}})
-    assert plain.batch_dims is None and "batch_dims" not in plain.to_dict()
+    assert plain.layout == EpisodeRows() and "batch_dims" not in plain.to_dict()
 
 
 # -- apply ---------------------------------------------------------------------------------

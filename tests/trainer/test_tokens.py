@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gyre_contract.core._errors import ContractError, FieldMapError, InputError, MissingFieldError
-from gyre_contract.core._tokenbatch import TokenBatch
+from gyre_contract.core._tokens import TokenBatch
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io._episodes import Episode
 from gyre_contract.pinned import LLMStep
 from gyre_contract.trainer import _collation as collation
 from gyre_contract.trainer._fieldmap import FieldMap
+from gyre_contract.trainer._layouts import TokenRows
 from gyre_contract.trainer._tokens import collate_tokens
 
 
@@ -259,8 +260,9 @@ TOKEN_MAP = {"gyre_field_map": 1, "rows": "step", "fields": {
 
 def test_a_token_map_parses_writes_and_builds_a_token_batch():
     fmap = FieldMap.from_dict(TOKEN_MAP)
-    assert fmap.rows == "step" and fmap.batch_model is TokenBatch
-    assert fmap.to_dict()["rows"] == "step" and FieldMap.from_dict(fmap.to_dict()).rows == "step"
+    assert isinstance(fmap.layout, TokenRows) and fmap.batch_model is TokenBatch
+    assert fmap.to_dict()["rows"] == "step"
+    assert FieldMap.from_dict(fmap.to_dict()).layout == TokenRows()
     assert "rows" not in FieldMap.from_dict({**TOKEN_MAP, "rows": "episode"}).to_dict()
     batch = fmap.to_train_batch(conversation(), current_version=3, max_staleness=0)
     assert isinstance(batch, TokenBatch)

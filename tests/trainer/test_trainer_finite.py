@@ -10,9 +10,9 @@ import pytest
 
 from gyre_contract.core._errors import ContractError
 from gyre_contract.harness._stages import half_way
-from gyre_contract.schema._trainerbatch import trainer_schema
 from gyre_contract.trainer import register_op
 from gyre_contract.trainer._ops import unregister_op
+from gyre_contract.trainer._trainerbatch import trainer_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLLOUTS = ROOT / "examples" / "cartpole_rollouts.jsonl"

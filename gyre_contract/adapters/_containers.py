@@ -1,25 +1,50 @@
-"""A batch of numpy arrays as torch tensors (`to_torch`) or a `TensorDict` (`to_tensordict`).
+"""A batch in the trainer's own container: torch tensors (`to_torch`), a `TensorDict`
+(`to_tensordict`) or verl's `DataProto` (`to_dataproto`).
 
 A batch is what `FieldMap.batch` returns (and `batch -o` writes): arrays under dotted keys
-(`next.reward`), or nested mappings of arrays. Both functions nest the keys (`next.reward` →
-`out["next"]["reward"]`, a TensorDict's `("next", "reward")`) and share memory with the arrays on
-CPU: `torch.from_numpy`, no copy. An array torch cannot view is copied once, said here so it is
-never a surprise: a read-only array (a tensor writing into it would be undefined), one with
-negative strides, or one in non-native byte order. String arrays (`uid`, `episode_id`) hold no
-numbers: `to_torch` keeps them as numpy `object` arrays, `to_tensordict` as non-tensor entries
-(`NonTensorStack`: indexing the TensorDict indexes them with the rest).
+(`next.reward`), or nested mappings of arrays. `to_torch` and `to_tensordict` nest the keys
+(`next.reward` → `out["next"]["reward"]`, a TensorDict's `("next", "reward")`); every container
+shares memory with the arrays on CPU: `torch.from_numpy`, no copy. An array torch cannot view is
+copied once, said here so it is never a surprise: a read-only array (a tensor writing into it
+would be undefined), one with negative strides, or one in non-native byte order. String arrays
+(`uid`, `episode_id`) hold no numbers: `to_torch` keeps them as numpy `object` arrays,
+`to_tensordict` as non-tensor entries (`NonTensorStack`: indexing the TensorDict indexes them
+with the rest), `to_dataproto` in its `non_tensor_batch`.
+
+verl keeps numbers in `DataProto.batch` (a TensorDict with one batch dim) and everything else in
+`non_tensor_batch`, numpy arrays of `dtype=object` of the same length (`uid`, the prompt's
+group, as verl's own trainer builds it): what verl's workers and its PPO/GRPO functions
+(`compute_grpo_outcome_advantage`, `compute_policy_loss`, `kl_penalty`) read. Its keys stay
+flat, as verl names them; a nested name is joined with `.`.
+
+Each library is imported on first use: one that is not installed is one line naming the extra
+that installs it (`InputError`: the CLI exits 2 with it), never a traceback from deep inside an
+import.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from gyre_contract.adapters._extras import require
-from gyre_contract.core._errors import ContractError, Problem
+from gyre_contract.core._errors import ContractError, InputError, Problem
+
+
+def require(module: str, user: str, extra: str) -> ModuleType:
+    """Import `module` for the function `user`, or raise InputError naming the `extra` of this
+    package that installs it (and the module that was missing: verl's own dependency, say)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        missing = err.name or module
+        raise InputError(f"{user} needs {missing}, which is not installed: pip install "
+                         f"'gyre-contract[{extra}]'") from None
+
 
 TEXT_KINDS = frozenset("USO")
 """numpy dtype kinds that hold no numbers: unicode, bytes, Python objects."""
@@ -175,3 +200,34 @@ def _non_tensor(tensordict: Any, arr: np.ndarray, batch_ndim: int) -> Any:
 def _nested(arr: np.ndarray, depth: int) -> list[Any]:
     """Nested lists `depth` deep: strings at the batch dims, object arrays below them."""
     return list(arr) if depth == 1 else [_nested(row, depth - 1) for row in arr]
+
+
+# -- verl's DataProto ------------------------------------------------------------------------------
+
+def to_dataproto(batch: Mapping[str, Any], meta_info: Mapping[str, Any] | None = None) -> Any:
+    """`verl.DataProto` of a batch of rows (every array leads with the same `B`): numeric arrays
+    as tensors in `.batch`, string arrays (`uid`) in `.non_tensor_batch` as `dtype=object`,
+    `meta_info` as given. An array whose first dim is not `B` is a ContractError naming it
+    (verl's one batch dim). Needs the extra `verl`."""
+    torch = require("torch", "to_dataproto", "verl")
+    verl = require("verl", "to_dataproto", "verl")
+    tensors: dict[str, Any] = {}
+    non_tensors: dict[str, np.ndarray] = {}
+    rows: list[tuple[str, int | None]] = []
+    for path, value in leaves(batch):
+        key = ".".join(path)
+        shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+        rows.append((key, shape[0] if shape else None))
+        if not isinstance(value, torch.Tensor) and np.asarray(value).dtype.kind in TEXT_KINDS:
+            non_tensors[key] = np.asarray(value).astype(object)
+        else:
+            tensors[key] = tensor(torch, path, value)
+    sizes = {n for _, n in rows}
+    if len(sizes) > 1 or None in sizes:
+        first = rows[0][1]
+        raise ContractError([Problem(key, f"first dim {first} (one row per sample: verl's one "
+                                     f"batch dim)", "a scalar" if n is None else f"first dim {n}",
+                                     "arrays of a DataProto lead with the same batch dim")
+                             for key, n in rows if n != first or n is None])
+    return verl.DataProto.from_dict(tensors=tensors, non_tensors=non_tensors,
+                                    meta_info=dict(meta_info or {}))

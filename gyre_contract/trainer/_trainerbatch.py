@@ -1,4 +1,5 @@
-"""A trainer's own batch: the mapped arrays checked against the trainer's schema, ours or foreign.
+"""A trainer's own batch: the mapped arrays checked against the trainer's schema, ours or foreign
+(the batch as the trainer's schema wants it: next to the field map, asking its row layout).
 
 `trainer_schema(source, batch_dims)` reads any JSON Schema (with or without `x-gyre-*` keys), a
 Pydantic batch model or a field table, through the field table of `fieldtable`, and refuses one
@@ -25,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from gyre_contract.core._errors import ContractError, Problem, SchemaError
-from gyre_contract.schema._diffreport import Layout
 from gyre_contract.schema._fieldtable import (
     UNKNOWN_DIM,
     Dim,
@@ -35,7 +35,8 @@ from gyre_contract.schema._fieldtable import (
     as_table,
     shape_text,
 )
-from gyre_contract.schema._layouts import BATCH_DIMS_SPELLINGS, layout_of, parse_batch_dims
+from gyre_contract.schema._layouts import BATCH_DIMS_SPELLINGS, Layout, layout_of, parse_batch_dims
+from gyre_contract.trainer._layouts import EpisodeRows, RowLayout
 
 _JSON_KINDS = {"number": "fiu", "integer": "iu", "bool": "b", "string": "US"}
 """JSON types of a foreign schema and the numpy dtype kinds each accepts."""
@@ -57,31 +58,19 @@ class TrainerSchema:
         return self.layout.batch_dims
 
     def check(self, arrays: Mapping[str, Any], mask: Any = None, *,
-              rows: str = "episode", episode_id: Any = None) -> dict[str, np.ndarray]:
+              rows: RowLayout | None = None, episode_id: Any = None) -> dict[str, np.ndarray]:
         """The trainer's batch from mapped arrays, or ContractError listing every misfit.
 
-        `mask` (the collated `[B, T]` mask) fixes the sizes of the batch dims, so a map that
-        left a time-major trainer's arrays batch-major is caught even when the sizes agree.
-        With `rows="step"` (a token map: one row per step) the arrays already hold one row per
-        step: none is selected, and the one batch dim must have the same size in every field.
-        Every float array is checked finite under the mask (without one: everywhere);
-        `episode_id` (the collated `[B]` ids) lets the message name the episodes.
+        `rows` is the map's row layout (default: runs of episodes), asked how the trainer's
+        schema sees its rows (`RowLayout.fit_trainer`): runs of episodes into a flat layout keep
+        their real steps only; token rows (one row per step) are all real, and the one batch dim
+        must have the same size in every field. `mask` (the collated `[B, T]` mask) fixes the
+        sizes of the batch dims, so a map that left a time-major trainer's arrays batch-major is
+        caught even when the sizes agree. Every float array is checked finite under the mask
+        (without one: everywhere); `episode_id` (the collated `[B]` ids) lets the message name
+        the episodes.
         """
-        flat = flatten_batch(arrays)
-        if rows == "step":
-            if len(self.batch_dims) != 1:
-                raise ContractError(Problem(
-                    "rows", "one batch dim (token rows [B, ...])",
-                    f"batch dims {shape_text(self.batch_dims)}",
-                    "a \"rows\": \"step\" map builds one row per step; this trainer reads "
-                    "another layout"))
-            row_mask = None
-            mask = None
-        elif self.layout.kind == "flat":
-            flat = self._real_steps(flat)
-            row_mask = mask
-        else:
-            row_mask = mask
+        flat, mask = (rows or EpisodeRows()).fit_trainer(self, flatten_batch(arrays), mask)
         problems: list[Problem] = []
         bound = self._sizes(mask)
         for f in self.table:
@@ -92,7 +81,7 @@ class TrainerSchema:
                                             "such key"))
                 continue
             problems += _field_problems(f, flat[f.name], self.batch_dims, bound)
-        problems += not_finite(flat, row_mask, self.layout, episode_id)
+        problems += not_finite(flat, mask, self.layout, episode_id)
         if problems:
             raise ContractError(problems)
         return flat
@@ -108,7 +97,7 @@ class TrainerSchema:
         sizes = (steps, rows) if self.layout.kind == "time_major" else (rows, steps)
         return dict(zip(dims[:2], sizes, strict=False))
 
-    def _real_steps(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def real_steps(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Rows of a flat layout: the map's [B, T] columns at the real steps only."""
         if "mask" not in flat:
             raise ContractError(Problem(

@@ -1,0 +1,504 @@
+"""The row layouts of a field map (docs/contract.md §7, docs/llm.md §2): what one row of the
+trainer's batch is, as one object the map owns (`FieldMap.layout`) and every caller asks,
+instead of testing the map's `"rows"`.
+
+- `EpisodeRows` (`"rows": "episode"`, the default): a row is a contiguous run of one episode,
+  `[B, T, ...]` columns with a `mask` (`collate`), handed to the trainer as `batch` `[B, T]`,
+  `time_major` `[T, B]` or `flat` `[M]` (real steps only);
+- `TokenRows` (`"rows": "step"`, `"layout": "padded"`): a row is one step, an LLM's generated
+  turn: prompt `[B, P]` left-padded, response `[B, R]` right-padded (`collate_tokens`), a
+  `TokenBatch` by default; `pad_to` (`{"P": 512, "R": 1024}`) records fixed widths.
+
+`parse_layout` builds a layout from the map's layout keys (`LAYOUT_KEYS`) and `to_dict` writes
+them back. What the callers ask of a layout: the batch and step models, collation (episodes,
+step records, a file, a channel's block of steps), how rows and episodes are counted, how the
+trainer's own schema sees the rows (`fit_trainer`), the report's row statistics (`stats`: token
+counts, staleness per row, split groups), its clause in `FieldMap.describe()` and which sampler
+fields its own columns come from (the channel's handshake). Another layout (packed token rows,
+`"layout": "packed"` with a `token_budget`) is one more subclass listed in `ROW_LAYOUTS`, not a
+branch in its callers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from gyre_contract.core._errors import ContractError, InputError, Problem, SchemaError
+from gyre_contract.core._models import RolloutStep, TrainBatch
+from gyre_contract.core._tokens import TokenBatch
+from gyre_contract.io._reading import episodes_from_records, read_episodes, read_steps, steps_from_records
+from gyre_contract.io._tokencolumns import read_token_columns
+from gyre_contract.pinned import LLMStep
+from gyre_contract.schema._fieldtable import shape_text
+from gyre_contract.schema._layouts import layout_of, parse_batch_dims
+from gyre_contract.trainer._collation import DERIVED_FIELDS, collate, episodes_of
+from gyre_contract.trainer._flatcollate import collate_file
+from gyre_contract.trainer._tokens import (
+    LAYOUT_FIELDS,
+    PROMPT_SOURCES,
+    RESPONSE_SOURCE,
+    collate_token_columns,
+    collate_tokens,
+)
+
+LAYOUT_KEYS = ("rows", "batch_dims", "layout", "pad_to", "token_budget")
+"""The top-level keys of a field map that say how its rows are laid out."""
+
+
+class LayoutError(ValueError):
+    """A layout that cannot be: every problem, as the map's parser reports them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Need:
+    """A column a layout makes from the sampler's fields: one of `names` must be written (an
+    integer one, with `integer`)."""
+
+    names: tuple[str, ...]
+    integer: bool = False
+
+
+class RowLayout:
+    """What one row of the batch is. Subclasses set the class attributes and the methods."""
+
+    rows: ClassVar[str]
+    """The map's `"rows"` value."""
+    rows_text: ClassVar[str]
+    """What a row is, in a few words (for messages)."""
+    names: ClassVar[tuple[str, ...]]
+    """The map's `"layout"` values this layout takes (the trainer's layout of such rows)."""
+    keys: ClassVar[tuple[str, ...]] = ()
+    """The further layout keys (`LAYOUT_KEYS`) this layout reads."""
+    batch_model: ClassVar[Any]
+    """The batch model a built batch is validated as by default."""
+    step_model: ClassVar[Any]
+    """The step model rollouts are read as by default."""
+
+    def __init__(self, *, batch_dims: Iterable[str] | None = None, name: str | None = None) -> None:
+        self.batch_dims = tuple(batch_dims) if batch_dims is not None else None
+        """The trainer's leading batch dims the map was written for (None: not recorded)."""
+        self.name = name
+        """The trainer's batch layout the map was written for (None: not recorded)."""
+        found = self.problems()
+        if found:
+            raise LayoutError(found)
+
+    def problems(self) -> list[str]:
+        """What is wrong with this layout's recorded trainer layout and batch dims."""
+        if self.name is not None and self.name not in self.names:
+            return [f'"layout" of a map with "rows": "{self.rows}" must be one of '
+                    f'{", ".join(json.dumps(a) for a in self.names)}, got {json.dumps(self.name)}']
+        return []
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={v!r}" for k, v in self.to_dict().items() if k != "rows"]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RowLayout) and type(other) is type(self) and \
+            other.to_dict() == self.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The map's layout keys (what `parse_layout` reads; the default rows are left out)."""
+        out: dict[str, Any] = {} if self.rows == EpisodeRows.rows else {"rows": self.rows}
+        if self.batch_dims is not None:
+            out["batch_dims"] = list(self.batch_dims)
+        if self.name is not None:
+            out["layout"] = self.name
+        return out
+
+    def describe(self) -> str:
+        """Its clause in `FieldMap.describe()` ("" for nothing worth saying)."""
+        return ""
+
+    # -- collation -----------------------------------------------------------------------------
+
+    def collate(self, items: Iterable[Any], *, fields: list[str], max_len: int | None = None,
+                sparse: list[str] | None = None, source: str = "field map") -> dict[str, Any]:
+        """The collated columns of `items` (what `read`, `from_records` or `from_block` gave)
+        that a map reading `fields` needs, with the columns the layout adds itself."""
+        raise NotImplementedError
+
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        """`collate` of a file straight from its columns, with its number of episodes; None
+        when only `read` can say."""
+        return None
+
+    def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
+        """A rollout file as what `collate` takes."""
+        raise NotImplementedError
+
+    def from_records(self, records: list[Any], model: Any) -> list[Any]:
+        """Step records (dicts or step models, in stream order), validated as `model`, as what
+        `collate` takes."""
+        raise NotImplementedError
+
+    def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
+        """A block of step columns (a channel's segments, steps of several episodes) as what
+        `collate` takes."""
+        raise NotImplementedError
+
+    # -- counting ------------------------------------------------------------------------------
+
+    def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
+        """How many episodes collated `items` hold."""
+        raise NotImplementedError
+
+    def row_mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        """A `[B, T]` mask True on real steps: what counts a batch's rows and steps."""
+        raise NotImplementedError
+
+    def shape(self, columns: Mapping[str, Any]) -> tuple[int, int]:
+        """The batch's two leading sizes, as a run record keeps them."""
+        rows, width = np.shape(self.row_mask(columns))
+        return int(rows), int(width)
+
+    def row_keys(self, columns: Mapping[str, Any]) -> RowKeys:
+        """The mask, versions and episode ids of collated columns (what the staleness rule and
+        the loop's checks read when the batch is the trainer's own)."""
+        versions = columns.get("policy_version")
+        return RowKeys(self.row_mask(columns),
+                       np.asarray(versions if versions is not None else [], dtype=np.int64),
+                       columns.get("episode_id"))
+
+    def stats(self, columns: Mapping[str, Any], current_version: int | None
+              ) -> TokenRowStats | None:
+        """What a report says of these rows beyond their count (None: nothing)."""
+        return None
+
+    # -- the trainer's own schema and the sampler's -------------------------------------------
+
+    def fit_trainer(self, schema: Any, flat: dict[str, np.ndarray], mask: Any
+                    ) -> tuple[dict[str, np.ndarray], Any]:
+        """The mapped arrays as a trainer's schema (`TrainerSchema`) sees these rows, and the
+        `[B, T]` mask of their real steps (None: every row is real); ContractError when the
+        schema reads another layout."""
+        raise NotImplementedError
+
+    def needs(self, source: str) -> tuple[Need, ...] | None:
+        """For a source the map reads that this layout makes itself, the sampler fields it is
+        made from (`()`: none, such as `mask`); None for a sampler's own field."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RowKeys:
+    """The per-row keys of a collated batch, for checks a trainer's own batch may not hold."""
+
+    mask: np.ndarray
+    policy_version: np.ndarray
+    episode_id: np.ndarray | None
+
+
+# -- runs of one episode: [B, T] -----------------------------------------------------------------
+
+class EpisodeRows(RowLayout):
+    """A row is a contiguous run of one episode: `[B, T, ...]` columns with a `mask` (`collate`)."""
+
+    rows = "episode"
+    rows_text = "a run of one episode per row, the default"
+    names = ("batch", "time_major", "flat")
+    batch_model = TrainBatch
+    step_model = RolloutStep
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if found or self.batch_dims is None or self.name is None:
+            return found
+        kind = layout_of(self.batch_dims).kind
+        if self.name != kind:
+            return [f'"layout" {json.dumps(self.name)} does not fit "batch_dims" '
+                    f'{shape_text(self.batch_dims)}, which is the {json.dumps(kind)} layout']
+        return []
+
+    def collate(self, items: Iterable[Any], *, fields: list[str], max_len: int | None = None,
+                sparse: list[str] | None = None, source: str = "field map") -> dict[str, Any]:
+        wanted = [n for n in fields if n not in DERIVED_FIELDS]
+        return collate(items, max_len=max_len, fields=wanted, sparse=sparse)
+
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        wanted = [n for n in fields if n not in DERIVED_FIELDS]
+        return collate_file(path, model, fields=wanted, max_len=max_len, sparse=sparse)
+
+    def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
+        return list(read_episodes(path, model))
+
+    def from_records(self, records: list[Any], model: Any) -> list[Any]:
+        return episodes_from_records(records, model)
+
+    def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
+        return episodes_of(columns, columns["episode_id"])
+
+    def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
+        return len(items)
+
+    def row_mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return np.asarray(columns["mask"])
+
+    def fit_trainer(self, schema: Any, flat: dict[str, np.ndarray], mask: Any
+                    ) -> tuple[dict[str, np.ndarray], Any]:
+        if schema.layout.kind == "flat":  # real steps only: the mask selects them
+            flat = schema.real_steps(flat)
+        return flat, mask
+
+    def needs(self, source: str) -> tuple[Need, ...] | None:
+        return () if source in DERIVED_FIELDS else None
+
+
+# -- one row per step: token rows [B, L] ----------------------------------------------------------
+
+class TokenRows(RowLayout):
+    """A row is one step, an LLM's generated turn: the `TokenBatch` columns (`collate_tokens`),
+    padded to the longest prompt and response; `pad_to` records fixed widths (`{"P": 512,
+    "R": 1024}`)."""
+
+    rows = "step"
+    rows_text = "one token row per step"
+    names = ("padded",)
+    keys = ("pad_to",)
+    batch_model = TokenBatch
+    step_model = LLMStep
+    WIDTHS: ClassVar[tuple[str, ...]] = ("P", "R")
+    """The padded dims `pad_to` may fix: the prompt's and the response's widths."""
+
+    def __init__(self, *, batch_dims: Iterable[str] | None = None, name: str | None = None,
+                 pad_to: Mapping[str, int] | None = None) -> None:
+        self.pad_to = dict(pad_to) if isinstance(pad_to, Mapping) else pad_to
+        """Fixed widths of the padded dims (`{"P": 512, "R": 1024}`); None: the longest row's."""
+        super().__init__(batch_dims=batch_dims, name=name)
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if self.batch_dims is not None and len(self.batch_dims) != 1:
+            found.append(f'"batch_dims" of a map with "rows": "{self.rows}" is one dim (token '
+                         f'rows [B, ...]), got {shape_text(self.batch_dims)}')
+        pad_to: Any = self.pad_to
+        if pad_to is not None and not (
+                isinstance(pad_to, dict) and pad_to and set(pad_to) <= set(self.WIDTHS)
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                        for v in pad_to.values())):
+            found.append(f'"pad_to" must map "P" (the prompt width) and/or "R" (the response '
+                         f'width) to a whole number > 0, such as {{"P": 512, "R": 1024}}, got '
+                         f'{json.dumps(pad_to)}')
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.pad_to is not None:
+            out["pad_to"] = dict(self.pad_to)
+        return out
+
+    def describe(self) -> str:
+        return "one token row per step"
+
+    def collate(self, items: Iterable[Any], *, fields: list[str], max_len: int | None = None,
+                sparse: list[str] | None = None, source: str = "field map") -> dict[str, Any]:
+        if max_len is not None:
+            raise InputError(f"{source}: max_len splits episodes into [B, T] rows; a map of "
+                             f"token rows has one row per step")
+        # policy_version comes whenever every step records it: the staleness checks of half_way
+        # and full_loop read it even when the trainer does not
+        return collate_tokens(items, fields=[n for n in fields
+                                             if n not in (*LAYOUT_FIELDS, "mask")])
+
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
+        and lengths, no step object), collated as their objects would be."""
+        if max_len is not None:
+            return None  # `collate` explains
+        found = read_token_columns(path, model)
+        if found is None:
+            return None
+        columns = collate_token_columns(
+            found, fields=[n for n in fields if n not in (*LAYOUT_FIELDS, "mask")])
+        return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
+
+    def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
+        return list(read_steps(path, model))
+
+    def from_records(self, records: list[Any], model: Any) -> list[Any]:
+        return steps_from_records(records, model)
+
+    def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
+        return [columns]
+
+    def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
+        return len(np.unique(columns["episode_id"]))
+
+    def row_mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return np.ones((len(columns["response_length"]), 1), dtype=bool)  # each row: one step
+
+    def shape(self, columns: Mapping[str, Any]) -> tuple[int, int]:
+        rows, width = np.shape(columns["response_mask"])  # [B, R]
+        return int(rows), int(width)
+
+    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
+        return token_row_stats(columns, current_version)
+
+    def fit_trainer(self, schema: Any, flat: dict[str, np.ndarray], mask: Any
+                    ) -> tuple[dict[str, np.ndarray], Any]:
+        if len(schema.batch_dims) != 1:
+            raise ContractError(Problem(
+                "rows", "one batch dim (token rows [B, ...])",
+                f"batch dims {shape_text(schema.batch_dims)}",
+                "a map of token rows builds one row per step; this trainer reads another "
+                "layout"))
+        return flat, None  # one row per step: none is selected, every row is real
+
+    def needs(self, source: str) -> tuple[Need, ...] | None:
+        if source in ("episode_id", "policy_version"):
+            return ()
+        if source in LAYOUT_FIELDS:
+            return (Need(PROMPT_SOURCES, integer=True), Need((RESPONSE_SOURCE,)))
+        return None
+
+
+ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows)
+"""Every row layout a map may name; the first one taking a map's `"rows"` is its default."""
+
+
+def parse_layout(data: Mapping[str, Any], problems: list[str]) -> RowLayout | None:
+    """The row layout a map's layout keys (`LAYOUT_KEYS`) describe; each problem is appended
+    to `problems` (then None)."""
+    rows = data.get("rows", EpisodeRows.rows)
+    name = data.get("layout")
+    taking = [c for c in ROW_LAYOUTS if c.rows == rows]
+    if not taking:
+        spelled = " or ".join(f'"{c.rows}" ({c.rows_text})' for c in ROW_LAYOUTS)
+        problems.append(f'"rows" must be {spelled}, got {json.dumps(rows)}')
+        return None
+    cls = next((c for c in taking if name in c.names), taking[0])
+    count = len(problems)
+    batch_dims = _parse_batch_dims(data["batch_dims"], problems) if "batch_dims" in data \
+        else None
+    for key in LAYOUT_KEYS[3:]:
+        if key in data and key not in cls.keys:
+            problems.append(f'"{key}" is not a key of a map with "rows": "{cls.rows}"'
+                            + (f', "layout": "{name}"' if name is not None else ""))
+    if len(problems) > count:
+        return None
+    extra = {key: data[key] for key in cls.keys if key in data}
+    try:
+        return cls(batch_dims=batch_dims, name=name, **extra)
+    except LayoutError as err:
+        problems.extend(err.problems)
+        return None
+
+
+def _parse_batch_dims(raw: Any, problems: list[str]) -> tuple[str, ...] | None:
+    """The map's `batch_dims`: a non-empty list of dim names (`["B", "T"]`, `["T*N"]`)."""
+    if isinstance(raw, list) and raw and all(isinstance(d, str) for d in raw):
+        try:
+            dims = parse_batch_dims(",".join(raw))
+        except SchemaError:  # reported below, as the map's problem
+            dims = None
+        if dims is not None and len(dims) == len(raw):
+            return dims
+    problems.append(f'"batch_dims" must be a list of dim names such as ["B", "T"], ["T", "B"], '
+                    f'["M"], ["T*N"] or ["B"], got {json.dumps(raw)}')
+    return None
+
+
+# -- what the stages report of token rows ---------------------------------------------------------
+# One row per generated turn, so a report counts tokens rather than steps: the prompt and response
+# widths, the real tokens and those the loss counts (`response_mask`), the staleness of every row
+# (current policy version minus the row's), and one warning the contract cannot make an error: a
+# group (`group_id`, the samples of one prompt) with fewer rows in the batch than the others, as
+# when a group is split across batches, which biases a group-relative advantage (GRPO, RLOO).
+
+@dataclass(frozen=True)
+class TokenRowStats:
+    """The token rows of one batch: sizes, token counts, staleness per row, group warnings."""
+
+    rows: int
+    prompt_width: int
+    response_width: int
+    prompt_tokens: int
+    response_tokens: int
+    loss_tokens: int
+    current_version: int | None
+    staleness: tuple[int, ...]
+    """`current_version - policy_version` of each row, in batch order (empty when the batch
+    holds no `policy_version`)."""
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def padding(self) -> float:
+        """The fraction of the padded prompt and response cells that is padding."""
+        cells = self.rows * (self.prompt_width + self.response_width)
+        return 1.0 - (self.prompt_tokens + self.response_tokens) / cells if cells else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "prompt_width": self.prompt_width,
+                "response_width": self.response_width, "prompt_tokens": self.prompt_tokens,
+                "response_tokens": self.response_tokens, "loss_tokens": self.loss_tokens,
+                "padding": self.padding, "current_version": self.current_version,
+                "staleness": list(self.staleness), "warnings": list(self.warnings)}
+
+    def to_text(self) -> str:
+        counts = sorted(Counter(self.staleness).items())
+        stale = ", ".join(f"{age}: {n} rows" if n != 1 else f"{age}: 1 row" for age, n in counts)
+        lines = [f"token rows: B={self.rows}, prompt P={self.prompt_width}, response "
+                 f"R={self.response_width}; {self.prompt_tokens} prompt and "
+                 f"{self.response_tokens} response tokens ({self.loss_tokens} in the loss), "
+                 f"{self.padding:.1%} padding",
+                 f"staleness (current {self.current_version} - row version): {stale}"
+                 if counts else "staleness: no policy_version in the batch"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+def token_row_stats(columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
+    """The summary of collated token columns; `current_version` defaults to the newest row's."""
+    prompt = np.asarray(columns["prompt_mask"])
+    response = np.asarray(columns["response_mask"])
+    versions = columns.get("policy_version")
+    staleness: tuple[int, ...] = ()
+    current = current_version
+    if versions is not None and len(versions):
+        versions = np.asarray(versions, dtype=np.int64)
+        current = int(versions.max()) if current is None else current
+        staleness = tuple((current - versions).tolist())
+    groups = columns.get("group_id")
+    return TokenRowStats(
+        rows=int(response.shape[0]), prompt_width=int(prompt.shape[1]),
+        response_width=int(response.shape[1]), prompt_tokens=int(prompt.sum()),
+        response_tokens=int(np.asarray(columns["response_length"]).sum()),
+        loss_tokens=int(response.sum()), current_version=current, staleness=staleness,
+        warnings=tuple(group_split_warnings(groups)) if groups is not None else ())
+
+
+def group_split_warnings(group_ids: Any) -> list[str]:
+    """A warning naming the groups with fewer rows in the batch than the largest group has
+    (at most 10 named), or none when every group has as many rows."""
+    ids = np.asarray(group_ids)
+    if ids.size == 0:
+        return []
+    names, counts = np.unique(ids, return_counts=True)
+    full = int(counts.max())
+    short = [(str(n), int(c)) for n, c in zip(names.tolist(), counts.tolist()) if c < full]
+    if not short:
+        return []
+    shown = ", ".join(f"{n!r} ({c})" for n, c in short[:10]) + (", ..." if len(short) > 10 else "")
+    return [f"{len(short)} of {len(names)} groups have fewer rows than the largest ({full}): "
+            f"{shown}; a group split across batches biases a group-relative advantage "
+            f"(GRPO, RLOO): batch whole groups"]
