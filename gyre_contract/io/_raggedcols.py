@@ -129,7 +129,7 @@ class RaggedPlan:
             if leaf.dim is not None:
                 self.dims.setdefault(leaf.dim, []).append(leaf)
 
-    def _by_wire(self) -> dict[str, list[Leaf]]:
+    def by_wire(self) -> dict[str, list[Leaf]]:
         out: dict[str, list[Leaf]] = {}
         for leaf in self.leaves:
             out.setdefault(leaf.wire, []).append(leaf)
@@ -142,7 +142,7 @@ class RaggedPlan:
         from gyre_contract.io._arrowschema import json_read_type
 
         out: dict[str, Any] = {}
-        for wire, leaves in self._by_wire().items():
+        for wire, leaves in self.by_wire().items():
             types = [(leaf.child, json_read_type(_dtype_name(leaf.dtype), int(leaf.list)))
                      for leaf in leaves]
             out[wire] = types[0][1] if leaves[0].child is None else \
@@ -163,7 +163,7 @@ class RaggedPlan:
         if n == 0 or not fast_paths_enabled() or not RAGGED_FAST_PATH.usable():
             return None
         found = _Found(n)
-        by_wire = self._by_wire()
+        by_wire = self.by_wire()
         for wire, column in columns:
             leaves = by_wire.get(wire)
             nulls = column.null_count
@@ -189,6 +189,7 @@ class RaggedPlan:
                 return None
             children = dict(zip(names, column.flatten()))  # nulls where the object is absent
             parent = None if not nulls else column.is_valid().to_numpy(zero_copy_only=False)
+            found.masks[wire] = np.ones(n, bool) if parent is None else parent
             for leaf in leaves:
                 child = children.get(leaf.child or "")
                 if child is None:
@@ -201,15 +202,67 @@ class RaggedPlan:
                     continue
                 if not self._leaf(found, leaf, child, widened, parent):
                     return None
-        if not self.required <= found.counts.keys() or not self._dims_agree(found):
+        return self._block(found, arrays) if self._holds(found) else None
+
+    def from_records(self, records: Sequence[Any], arrays: bool = True) -> Block | None:
+        """The block of records held in memory (dicts: what a sampler hands the channel),
+        checked as `check` checks columns; None unless every value is of a type taken as it
+        is: a list field a 1-D numpy array (an integer one for integers, a float one for
+        floats), a modality field a dict, a scalar a Python `float` / `int` / `bool` / `str`
+        (the record path decides anything else: a list, a numpy scalar, a model)."""
+        n = len(records)
+        if n == 0 or not fast_paths_enabled() or not RAGGED_FAST_PATH.usable():
             return None
+        by_wire = self.by_wire()
+        if any(r.__class__ is not dict or not r.keys() <= by_wire.keys() for r in records):
+            return None  # a model, or a key the plan does not know (`info`, a typo)
+        found = _Found(n)
+        for wire, leaves in by_wire.items():
+            values = [r.get(wire, _ABSENT) for r in records]
+            present = np.fromiter((v is not _ABSENT for v in values), bool, n)
+            count = int(present.sum())
+            if not count:
+                if wire in self.required:
+                    return None
+                continue
+            if count < n and wire in self.required:
+                return None
+            found.counts[wire] = count
+            held = values if count == n else [v for v in values if v is not _ABSENT]
+            if leaves[0].child is None:
+                if not _record_leaf(found, leaves[0], held, present):
+                    return None
+                continue
+            if any(v.__class__ is not dict for v in held):
+                return None
+            found.masks[wire] = present
+            names = {leaf.child for leaf in leaves}
+            if any(not v.keys() <= names for v in held):
+                return None
+            for leaf in leaves:
+                inner = [v.get(leaf.child, _ABSENT) for v in held]
+                mask = np.fromiter((v is not _ABSENT for v in inner), bool, count)
+                if leaf.required and not mask.all():
+                    return None
+                if not mask.any():
+                    continue
+                child_present = present.copy()
+                child_present[present] = mask
+                if not _record_leaf(found, leaf, [v for v in inner if v is not _ABSENT],
+                                    child_present):
+                    return None
+        return self._block(found, arrays) if self._holds(found) else None
+
+    def _holds(self, found: _Found) -> bool:
+        """The rules across a record's fields: required ones there, named dims agreeing,
+        log-probabilities <= 0 under an integer action."""
+        if not self.required <= found.counts.keys() or not self._dims_agree(found):
+            return False
         if self.discrete and any(w in found.ragged and found.ragged[w].values.size
                                  and found.ragged[w].values.max() > 0 for w in SIGNED):
-            return None  # step.logprob_nonpositive (and ref_logprob's)
-        if self.discrete and any(w in found.values and (found.values[w][found.masks[w]] > 0).any()
-                                 for w in SIGNED):
-            return None
-        return self._block(found, arrays)
+            return False  # step.logprob_nonpositive (and ref_logprob's)
+        return not (self.discrete and any(
+            w in found.values and (found.values[w][found.masks[w]] > 0).any() for w in SIGNED))
 
     def _leaf(self, found: _Found, leaf: Leaf, column: Any, widened: bool,
               parent: np.ndarray | None = None) -> bool:
@@ -297,7 +350,7 @@ class RaggedPlan:
         entries: list[tuple[int, int, tuple[str, Any, tuple[int, ...]], int]] = []
         order = 0
         for wire in self.array_wires:
-            for leaf in self._by_wire().get(wire, []):
+            for leaf in self.by_wire().get(wire, []):
                 order += 1
                 mask = found.masks.get(leaf.path)
                 if mask is None:
@@ -329,6 +382,76 @@ class _Found:
         self.masks: dict[str, np.ndarray] = {}
         self.strings: dict[str, Sequence[Any]] = {}
         self.ragged: dict[str, Ragged] = {}
+
+
+_ABSENT = object()
+
+
+def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray) -> bool:
+    """One leaf of in-memory records (`RaggedPlan.from_records`): its values where `present`
+    (in order) checked and noted in `found`. False: the record path decides."""
+    n = found.n
+    every = bool(present.all())
+    if leaf.dtype.kind == "U":
+        if any(v.__class__ is not str for v in held) or leaf.nonempty and not all(held):
+            return False
+        if leaf.path == "episode_id":
+            ids = list(dict.fromkeys(held))
+            codes = dict(zip(ids, range(len(ids))))
+            found.strings[leaf.path] = CodedIds(
+                np.fromiter(map(codes.__getitem__, held), np.int64, len(held)), ids)
+        else:
+            values: list[Any] = held if every else [None] * n
+            if not every:
+                for i, v in zip(np.flatnonzero(present).tolist(), held):
+                    values[i] = v
+            found.strings[leaf.path] = values
+        found.masks[leaf.path] = present
+        return True
+    if not leaf.list:
+        kinds = _SCALARS[leaf.dtype.kind]
+        if any(v.__class__ not in kinds for v in held):
+            return False
+        try:
+            raw = np.array(held, dtype=np.float64 if leaf.dtype.kind == "f" else
+                           np.int64 if leaf.dtype.kind in "iu" else bool)
+        except OverflowError:
+            return False
+        values_ = narrowed(raw, leaf.dtype)
+        if values_ is None:
+            return False
+        if not every:
+            full = np.full(n, np.nan if leaf.dtype.kind == "f" else 0, leaf.dtype)
+            full[present] = values_
+            values_ = full
+        found.values[leaf.path] = values_
+        found.masks[leaf.path] = present
+        return True
+    accepted = _ARRAYS[leaf.dtype.kind]
+    if any(v.__class__ is not np.ndarray or v.ndim != 1 or v.dtype.kind not in accepted
+           for v in held):
+        return False
+    lengths = np.zeros(n, np.int64)
+    lengths[present] = [len(v) for v in held]
+    if leaf.size is not None and np.any(lengths[present] != leaf.size):
+        return False
+    joined = np.concatenate(held) if held else np.zeros(0, leaf.dtype)
+    if joined.dtype.kind == "u" and joined.size and int(joined.max()) > INT_RANGES["int64"][1]:
+        return False
+    flat = narrowed(joined if joined.dtype.kind != "u" else joined.astype(np.int64),
+                    leaf.dtype) if leaf.dtype.kind != "b" else joined
+    if flat is None:
+        return False
+    found.ragged[leaf.path] = Ragged(flat, lengths, None if every else present)
+    found.masks[leaf.path] = present
+    return True
+
+
+_SCALARS = {"f": (float, int), "i": (int,), "u": (int,), "b": (bool,)}
+"""The Python types a scalar of a dtype kind is taken as (a bool is no number)."""
+_ARRAYS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
+"""The numpy dtype kinds an array of a dtype kind is taken as (integers into floats: the
+record path decides, as for a bool anywhere but a bool field)."""
 
 
 def _numbers(flat: np.ndarray, dtype: np.dtype, widened: bool) -> np.ndarray | None:
