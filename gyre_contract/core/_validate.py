@@ -440,6 +440,10 @@ class EpisodeTracker:
         an id, such as `Recorder`, memory then holds only the open episodes. Its counts stay."""
         self._ended.discard(episode_id)
 
+    def forget_many(self, episode_ids: Sequence[str]) -> None:
+        """`forget` of each id, at once."""
+        self._ended.discard_many(episode_ids)
+
     def finish(self, require_complete: bool = False) -> list[Problem]:
         """Problems known only at the end: open episodes, when completeness is required."""
         if not require_complete:

@@ -101,9 +101,7 @@ class RecordBlocks:
         if self._trial is None:
             raise RuntimeError("commit() without a block checked since the last commit")
         trial, checked = self._trial
-        ended = checked.ended_ids
-        for episode_id in ended:
-            trial.tracker.forget(episode_id)
+        trial.tracker.forget_many(checked.ended_ids)
         self._checker, self._trial = trial, None
         self.steps += checked.n
 
