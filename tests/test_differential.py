@@ -36,8 +36,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gyre_contract.core._errors import ContractError
+from gyre_contract.core._fields import AnyObservation
 from gyre_contract.core._modelinfo import model_info
-from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._models import RolloutStep, field_specs
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io._arrowschema import arrow_schema_problems
 from gyre_contract.io._validation import validate_file
@@ -188,8 +189,12 @@ def foreign_twin(path: Path, records: list[dict[str, Any]], model: type) -> Path
     row cannot lack a column), a column pyarrow cannot build, or one whose values come back
     changed (`[16777217, 1.5]` read as floats, an int among float rewards). An optional key
     whose value is JSON `null` is written as a null cell, which Parquet reads as absent (the
-    documented difference, asserted in `test_jsonl_and_parquet_twins_agree`)."""
+    documented difference, asserted in `test_jsonl_and_parquet_twins_agree`). Nor where an
+    unpinned observation comes out as an integer column: Parquet's column type is data JSON
+    cannot carry, and an integer column keeps its dtype (an image stays uint8) where JSON numbers
+    become float32 (docs/rollout-files.md#images), so the twin would hold other data."""
     required = model_info(model).required
+    specs = field_specs(model)
     names = list(dict.fromkeys(k for r in records for k in r))
     if any(k in required and any(k not in r for r in records) for k in names):
         return None
@@ -202,9 +207,18 @@ def foreign_twin(path: Path, records: list[dict[str, Any]], model: type) -> Path
             return None
         if orjson.dumps(_no_null_keys(column.to_pylist())) != orjson.dumps(_no_null_keys(values)):
             return None
+        if isinstance(specs.get(name), AnyObservation) and _integer_leaves(column.type):
+            return None
         columns[name] = column
     pq.write_table(pa.table(columns), path)
     return path
+
+
+def _integer_leaves(kind: Any) -> bool:
+    """An Arrow type whose values (through lists) are integers."""
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        kind = kind.value_type
+    return bool(pa.types.is_integer(kind))
 
 
 def _no_null_keys(value: Any) -> Any:
