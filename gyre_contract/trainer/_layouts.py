@@ -34,12 +34,19 @@ from gyre_contract.core._errors import ContractError, InputError, Problem, Schem
 from gyre_contract.core._models import RolloutStep, TrainBatch
 from gyre_contract.core._tokens import TokenBatch
 from gyre_contract.io._reading import episodes_from_records, read_episodes, read_steps, steps_from_records
+from gyre_contract.io._tokencolumns import read_token_columns
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
 from gyre_contract.trainer._collation import DERIVED_FIELDS, collate, episodes_of
 from gyre_contract.trainer._flatcollate import collate_block, collate_file
-from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE, collate_tokens
+from gyre_contract.trainer._tokens import (
+    LAYOUT_FIELDS,
+    PROMPT_SOURCES,
+    RESPONSE_SOURCE,
+    collate_token_columns,
+    collate_tokens,
+)
 
 LAYOUT_KEYS = ("rows", "batch_dims", "layout", "pad_to", "token_budget")
 """The top-level keys of a field map that say how its rows are laid out."""
@@ -324,6 +331,20 @@ class TokenRows(RowLayout):
         # and full_loop read it even when the trainer does not
         return collate_tokens(items, fields=[n for n in fields
                                              if n not in (*LAYOUT_FIELDS, "mask")])
+
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
+        and lengths, no step object), collated as their objects would be."""
+        if max_len is not None:
+            return None  # `collate` explains
+        found = read_token_columns(path, model)
+        if found is None:
+            return None
+        columns = collate_token_columns(
+            found, fields=[n for n in fields if n not in (*LAYOUT_FIELDS, "mask")])
+        return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
         return list(read_steps(path, model))
