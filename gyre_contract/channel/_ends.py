@@ -443,7 +443,7 @@ class TrainerEnd(_End):
         else:
             table = segments.concat([p.table.filter(p.keep) for p in parts])
             codes, ids, _ = segments.row_keys(table)
-        columns = segments.to_columns(table, episodes=(codes, ids))
+        columns = segments.to_columns(table, episodes=(codes, ids), ragged=True)
         batch = contract.trainer_batch(self.fmap, self.schema, columns, episodes=(codes, ids))
         now = time.time()
         refs = [p.ref for p in parts]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from gyre_contract.channel import _contract as contract
 from gyre_contract.core._errors import InputError
 
 META_KEY = b"gyre-channel"
@@ -183,24 +184,39 @@ def _from_values(arrow_type: Any, values: list[Any]) -> Any:
                                           mask=pa.array(null) if null.any() else None)
     arrays = [v if v.__class__ is np.ndarray else np.asarray(v)
               for v in (values if not null.any() else (v for v in values if v is not None))]
+    if {a.ndim for a in arrays} == {1}:  # token lists: one length per step
+        sizes = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        if not null.any() and (sizes == sizes[0]).all():
+            return _from_ndarray(arrow_type, np.stack(arrays))
+        if pa.types.is_list(arrow_type):
+            lengths = np.zeros(len(values), np.int64)
+            lengths[~null] = sizes
+            return _ragged_array(arrow_type, lengths, arrays, null)
     shapes = {a.shape for a in arrays}
     if len(shapes) == 1 and not null.any():
         return _from_ndarray(arrow_type, np.stack(arrays))
     if pa.types.is_list(arrow_type) and all(len(shape) >= 1 for shape in shapes):
-        inner = arrow_type.value_type
         lengths = np.zeros(len(values), np.int64)
         lengths[~null] = [len(a) for a in arrays]
-        offsets = np.zeros(len(values) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        if offsets[-1] >= 2**31:
-            raise InputError(f"a segment column holds {offsets[-1]} values; put fewer steps "
-                             "at a time (Arrow lists hold fewer than 2**31)")
-        flat = _from_values(inner, [x for a in arrays for x in a]) if \
-            pa.types.is_list(inner) else _from_ndarray(inner, np.concatenate(arrays))
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat,
-                                        type=arrow_type,
-                                        mask=pa.array(null) if null.any() else None)
+        return _ragged_array(arrow_type, lengths, arrays, null)
     return pa.array([None if v is None else np.asarray(v).tolist() for v in values], arrow_type)
+
+
+def _ragged_array(arrow_type: Any, lengths: np.ndarray, arrays: list[np.ndarray],
+                  null: np.ndarray) -> Any:
+    """A list column from each step's length (0 where absent) and its arrays, concatenated once."""
+    import pyarrow as pa
+
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise InputError(f"a segment column holds {offsets[-1]} values; put fewer steps "
+                         "at a time (Arrow lists hold fewer than 2**31)")
+    inner = arrow_type.value_type
+    flat = _from_values(inner, [x for a in arrays for x in a]) if pa.types.is_list(inner) \
+        else _from_ndarray(inner, np.concatenate(arrays))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat, type=arrow_type,
+                                    mask=pa.array(null) if null.any() else None)
 
 
 # -- decoding ----------------------------------------------------------------------------------
@@ -288,10 +304,12 @@ def _codes(column: Any) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.array(encoded.dictionary.to_pylist(), dtype=np.str_)
 
 
-def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None
-               ) -> dict[str, Any]:
+def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None, *,
+               ragged: bool = False) -> dict[str, Any]:
     """The table's columns per step (module doc), nested dicts for modalities. `episodes`:
-    the table's `row_keys` codes and ids, when known (`episode_id` is then `ids[codes]`)."""
+    the table's `row_keys` codes and ids, when known (`episode_id` is then `ids[codes]`).
+    `ragged`: a field whose one dim varies, carried by every step, as a `Ragged` (its values
+    one after another, read in place, and each step's length) rather than an array per step."""
     varying = set(json.loads((table.schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")))
     out: dict[str, Any] = {}
     for f in table.schema:
@@ -304,17 +322,17 @@ def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if column.null_count == len(column):
             continue  # no step carries it
-        out[f.name] = _column(column, f, varying)
+        out[f.name] = _column(column, f, varying, ragged)
     return out
 
 
-def _column(array: Any, f: Any, varying: set[str]) -> Any:
+def _column(array: Any, f: Any, varying: set[str], ragged: bool = False) -> Any:
     import pyarrow as pa
 
     arrow_type = array.type
     null = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
     if pa.types.is_struct(arrow_type):
-        return {child.name: _column(array.field(i), child, varying)
+        return {child.name: _column(array.field(i), child, varying, ragged)
                 for i, child in enumerate(arrow_type)
                 if array.field(i).null_count < len(array)}
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
@@ -323,7 +341,7 @@ def _column(array: Any, f: Any, varying: set[str]) -> Any:
         codes, values = _codes(array)  # a str_ per distinct value, not per step
         return values[codes]
     if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
-        return _list_column(array, f, varying, null)
+        return _list_column(array, f, varying, null, ragged)
     values = array.to_numpy(zero_copy_only=False)
     if null is None:
         return values
@@ -332,7 +350,8 @@ def _column(array: Any, f: Any, varying: set[str]) -> Any:
     return [None if missing else v for v, missing in zip(values.tolist(), null)]
 
 
-def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None) -> Any:
+def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None,
+                 ragged: bool = False) -> Any:
     import pyarrow as pa
 
     n = len(array)
@@ -360,6 +379,8 @@ def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None)
             flat = flat.values if flat.offset == 0 else flat.flatten()
         values = flat.to_numpy(zero_copy_only=False).reshape(-1, *sizes[1:])
         values = values[offsets[0]:offsets[-1]]
+        if ragged and null is None and len(sizes) == 1 and _is_varying(f, varying):
+            return contract.Ragged(values, np.diff(offsets).astype(np.int64))
         rows: list[Any] = np.split(values, offsets[1:-1] - offsets[0]) if n else []
         if null is not None:
             rows = [None if missing else row for row, missing in zip(rows, null)]

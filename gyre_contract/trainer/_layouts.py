@@ -30,11 +30,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gyre_contract.core._errors import ContractError, InputError, Problem, SchemaError
+from gyre_contract.core._errors import ContractError, GyreError, InputError, Problem, SchemaError
 from gyre_contract.core._models import RolloutStep, TrainBatch
+from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._tokens import TokenBatch
+from gyre_contract.io._raggedcols import Ragged
 from gyre_contract.io._reading import episodes_from_records, read_episodes, read_steps, steps_from_records
-from gyre_contract.io._tokencolumns import read_token_columns
+from gyre_contract.io._tokencolumns import TokenColumns, read_token_columns
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
@@ -355,6 +357,22 @@ class TokenRows(RowLayout):
     def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
         return [columns]
 
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        """The block's columns as a file's (`TokenColumns`: token lists as `Ragged`, no array
+        per step) through `collate_token_columns`; None where the steps' columns must say it
+        (a problem is explained by them, naming the step as they do)."""
+        if not fast_paths_enabled() or "episode_id" not in columns:
+            return None
+        flat = _dotted(columns)
+        found = TokenColumns(len(columns["episode_id"]), flat, frozenset())
+        try:
+            return collate_token_columns(
+                found, fields=[n for n in fields if n not in (*LAYOUT_FIELDS, "mask")])
+        except GyreError:
+            return None
+
     def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
         return len(np.unique(columns["episode_id"]))
 
@@ -384,6 +402,25 @@ class TokenRows(RowLayout):
         if source in LAYOUT_FIELDS:
             return (Need(PROMPT_SOURCES, integer=True), Need((RESPONSE_SOURCE,)))
         return None
+
+
+def _dotted(columns: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Columns with modalities flattened to dotted names (`observation.token_ids`)."""
+    flat: dict[str, Any] = {}
+    for key, column in columns.items():
+        if isinstance(column, Mapping):
+            flat.update(_dotted(column, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = column
+    return flat
+
+
+def per_step_columns(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """`columns` with each `Ragged` column as one array per step (what episodes and step
+    objects hold): the form `from_block` takes."""
+    return {key: per_step_columns(column) if isinstance(column, Mapping) else
+            column.per_record() if isinstance(column, Ragged) else column
+            for key, column in columns.items()}
 
 
 ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows)

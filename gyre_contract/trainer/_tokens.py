@@ -383,7 +383,8 @@ def _ragged(inputs: list[_Input], name: str, columns: list[Any] | None = None
         pieces += arrays
         lengths.append(np.fromiter(map(len, arrays), np.int64, len(arrays)))
     filled = [a for a in pieces if a.size]  # an empty JSON list is float64: it adds nothing
-    flat = np.concatenate(filled) if filled else np.zeros(0, np.int64)
+    flat = filled[0] if len(filled) == 1 else np.concatenate(filled) if filled else \
+        np.zeros(0, np.int64)  # one piece (a column's values, read only): no copy
     return flat, np.concatenate(lengths)
 
 
