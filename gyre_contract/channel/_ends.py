@@ -162,11 +162,11 @@ class SamplerEnd(_End):
         seq = self._seq + 1
         segment = f"{time.time_ns():020d}-{self.writer}-{seq:08d}"
         episodes = len(set(checked.episode_id))
+        versions, counts = np.unique(checked.policy_version, return_counts=True)
         meta = segments.SegmentMeta(
             segment=segment, writer=self.writer, seq=seq, fingerprint=self.fingerprint,
             steps=checked.n, episodes=episodes, ended=len(checked.ended_ids),
-            policy_versions={str(k): v for k, v in sorted(
-                Counter(checked.policy_version.tolist()).items())},
+            policy_versions={str(k): v for k, v in zip(versions.tolist(), counts.tolist())},
             started=started, written=time.time(), writer_steps=self.counts.steps + checked.n,
             writer_episodes=self.counts.episodes + episodes, extra=extra)
         layout = self._layout or contract.arrow_layout(self.model, steps[0])
@@ -327,6 +327,8 @@ class TrainerEnd(_End):
         self._bad: set[str] = set()
         self._dropped: OrderedDict[str, None] = OrderedDict()
         self._gone: list[_Part] = []
+        self._listed: list[SegmentRef] = []
+        """Segments the last listing showed that no `get` has looked at yet, oldest first."""
         self.last: Delivery | None = None
         """The last delivery this end made (what a `train_step` that only gets the batch can
         look at: its notes, its staleness)."""
@@ -352,9 +354,16 @@ class TrainerEnd(_End):
         seen: set[str] = set()
         kept = 0
         poll = _Poll(deadline)
+        # the segments the last listing showed and no get has looked at yet come first: the
+        # folder is listed again when they run out (a trainer behind by many segments lists
+        # it once for all of them, not once a get)
+        fresh = rows is None or not self._listed
+        listing = self.backend.pending() if fresh else self._listed
         while True:
-            for ref in self.backend.pending():
+            rest: list[SegmentRef] = []
+            for i, ref in enumerate(listing):
                 if rows is not None and kept >= rows:
+                    rest = listing[i:]
                     break
                 if ref.segment in self._leased or ref.segment in seen or \
                         ref.segment in self._bad:
@@ -364,8 +373,12 @@ class TrainerEnd(_End):
                 if part is not None:
                     parts.append(part)
                     kept += int(part.keep.sum())
+            self._listed = rest
             if parts and (rows is None or kept >= rows):
                 break
+            if not fresh:  # what the last listing showed ran out: look at the folder now
+                fresh, listing = True, self.backend.pending()
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 if parts:
                     break
@@ -373,6 +386,7 @@ class TrainerEnd(_End):
                                    f"({len(self._leased)} segments leased to this end, not "
                                    f"acked)")
             poll.wait()
+            listing = self.backend.pending()
         return self._deliver(parts, current)
 
     def _part(self, ref: SegmentRef, current: int | None, max_staleness: int | None,
@@ -487,6 +501,7 @@ class TrainerEnd(_End):
         them again."""
         for part in delivery.parts:
             self._leased.discard(part.ref.segment)
+        self._listed = []  # older than what the last listing showed: the next get lists again
 
     def _commit(self, parts: list[_Part], delivered: float, now: float, reason: str) -> None:
         records = []
