@@ -27,7 +27,7 @@ from gyre_contract.core._errors import ContractError, Problem
 from gyre_contract.core._fastpath import fast_plan
 from gyre_contract.core._models import RolloutStep, TrainBatch
 from gyre_contract.core._registry import Rule
-from gyre_contract.core._tokens import TokenBatch
+from gyre_contract.core._tokens import PackedBatch, TokenBatch
 from gyre_contract.core._validate import validate_batch, validate_episode, validate_step
 from gyre_contract.io import _fastfile  # noqa: F401  (declares the bulk reader's fast path)
 from gyre_contract.io._fastfile import bulk_plan
@@ -60,7 +60,7 @@ CLEAN = {
 STEP_MODELS = [(RolloutStep, "cartpole"), (RolloutStep, "llm"), (CartPoleStep, "cartpole"),
                (LLMStep, "llm")]
 """(model, clean record) pairs: the default model with both records, each pinned model."""
-BATCH_MODELS = [TrainBatch, CartPoleBatch, TokenBatch]
+BATCH_MODELS = [TrainBatch, CartPoleBatch, TokenBatch, PackedBatch]
 
 RECORD_RULES = [r.name for r in registry.all_rules() if r.kind in ("field", "step", "episode")]
 BATCH_RULES = [r.name for r in registry.all_rules("batch")]
@@ -84,6 +84,8 @@ def clean_batch(model: type) -> dict[str, Any]:
     first with one prompt token of left padding and two response tokens of right padding)."""
     if model.gyre_kind == "token_batch":
         return clean_token_batch()
+    if model.gyre_kind == "packed_batch":
+        return clean_packed_batch()
     mask = np.array([[True, True, True], [True, True, False]])
     done = np.array([[False, False, True], [False, True, False]])
     obs = np.zeros((2, 3, 4), np.float32)
@@ -103,6 +105,19 @@ def clean_token_batch() -> dict[str, Any]:
             "advantage": np.zeros(2, np.float32), "reward": np.ones(2, np.float32),
             "group_id": np.array(["g", "g"]), "episode_id": np.array(["a", "b"]),
             "policy_version": np.array([4, 4]), "step": np.array([0, 0])}
+
+
+def clean_packed_batch() -> dict[str, Any]:
+    """M=2 micro-batch rows of S=5 tokens holding B=3 samples: sample 0 (4 tokens) and the tail
+    padding in row 0, samples 1 (3 tokens) and 2 (2 tokens) in row 1."""
+    index = np.array([[0, 0, 0, 0, -1], [1, 1, 1, 2, 2]])
+    loss = np.array([[False, False, True, True, False], [False, True, True, False, True]])
+    return {"input_ids": np.where(index >= 0, 7, 0), "pad_mask": index >= 0,
+            "position_ids": np.array([[0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]), "sample_index": index,
+            "loss_mask": loss, "advantages": np.where(loss, 0.5, 0.0).astype(np.float32),
+            "logprobs": np.where(loss, -0.5, 0.0).astype(np.float32),
+            "reward": np.ones(3, np.float32), "episode_id": np.array(["a", "b", "c"]),
+            "policy_version": np.array([4, 4, 4])}
 
 
 def batch_cases() -> list[Any]:
@@ -356,7 +371,8 @@ def test_every_batch_model_breaks_under_its_own_rules_only():
         models = {m for n, m in pairs if n == name}
         phase = registry.get_rule(name).phase
         expected = set(BATCH_MODELS) if phase in ("shape", "staleness") else \
-            {TokenBatch} if phase.startswith("token") else {TrainBatch, CartPoleBatch}
+            {TokenBatch} if phase.startswith("token") else \
+            {PackedBatch} if phase.startswith("packed") else {TrainBatch, CartPoleBatch}
         assert models == expected, name
 
 

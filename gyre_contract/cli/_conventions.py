@@ -68,7 +68,7 @@ OPS_HELP = ("import MODULE or FILE.py first (repeatable) so that it can add the 
 """The help text of `--ops` (batch, diff)."""
 
 BATCH_DIMS_SPELLINGS = ("B,T (batch-major), T,B (time-major), M or T*N (flat: real steps only), "
-                        "B (token rows: one per generation)")
+                        "B (token rows: one per generation), M (packed token rows)")
 """The spellings of `--batch-dims` (batch, diff): `schema._layouts.BATCH_DIMS_SPELLINGS`, which
 tests/cli/test_conventions.py holds this to, spelled here so that no parser imports the schema
 machinery."""

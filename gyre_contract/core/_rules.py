@@ -490,11 +490,15 @@ def rows_text(bad_rows: np.ndarray) -> str:
 
 
 def _extra(view: BatchView) -> list[Problem]:
-    size = view.bindings.get("B")
-    return [Problem(key, f"an array with leading B={size}", describe(value),
+    """Extra arrays lead with B, or with one of the model's `extra_dims` (a packed batch: M per
+    token, B per sample)."""
+    sizes = {d: view.bindings.get(d) for d in getattr(view.model, "extra_dims", ("B",))}
+    leading = " or ".join(f"{d}={size}" for d, size in sizes.items())
+    return [Problem(key, f"an array with leading {leading}", describe(value),
                     "extra batch field is not a [B, ...] array")
             for key, value in view.extra.items()
-            if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != size]
+            if not isinstance(value, np.ndarray) or value.ndim == 0
+            or value.shape[0] not in sizes.values()]
 
 
 def _mask(view: BatchView) -> list[Problem]:
@@ -595,7 +599,8 @@ def _time_rows(build: Any) -> Any:
 
 
 def _longer_dim(batch: dict[str, Any], model: Any) -> dict[str, Any]:
-    key = "reward" if getattr(model, "batch_dims", ()) == ("B", "T") else "response_mask"
+    key = {("B", "T"): "reward", ("M",): "pad_mask"}.get(getattr(model, "batch_dims", ()),
+                                                       "response_mask")
     value = np.asarray(batch[key])  # one more column than the other fields bind
     return dict(batch, **{key: np.zeros((value.shape[0], value.shape[1] + 1), value.dtype)})
 

@@ -264,3 +264,135 @@ def token_batch_problems(batch: TokenBatchV1) -> list[Problem]:
 
 
 TokenBatch = TokenBatchV1
+
+
+# -- packed token rows (v1.2) ---------------------------------------------------------------------
+# Every row's prompt + response laid end to end in micro-batch rows of S tokens `[M, S]`, what
+# flash-attention varlen kernels read; per-sample fields stay `[B]`, one per token row (sample).
+# One rule, `batch.packed_rows_unpack`: unpacking by `sample_index` gives back every row exactly
+# once — each sample one run of tokens in one micro-batch row, `position_ids` restarting at 0 at
+# each run (the tail padding one more run), `sample_index` −1 exactly on padding, and the loss
+# only on real tokens. Its floats are 0 off the tokens, so they are finite everywhere.
+
+PACKED_KIND = "packed_batch"
+
+
+def _packed_rows(view: BatchView) -> list[Problem]:
+    arrays = view.arrays
+    index, real = arrays["sample_index"], arrays["pad_mask"]
+    samples = int(np.shape(arrays["episode_id"])[0])
+    off = (real != (index >= 0)) | (index >= samples) | (index < -1)
+    if off.any():
+        return [Problem("sample_index", f"-1 exactly where pad_mask is False, else the token "
+                        f"row 0..{samples - 1} of each token", f"{int(off.sum())} tokens off in "
+                        f"{rows_text(off.any(axis=1))}", "sample_index disagrees with pad_mask")]
+    problems = []
+    starts = np.ones(index.shape, bool)  # a run begins at column 0 and where the sample changes
+    starts[:, 1:] = index[:, 1:] != index[:, :-1]
+    cell = np.arange(index.size).reshape(index.shape)
+    within = cell - np.maximum.accumulate(np.where(starts, cell, 0).reshape(-1)).reshape(
+        index.shape)
+    moved = arrays["position_ids"] != within
+    if moved.any():
+        problems.append(Problem("position_ids", "0 at each sample's first token (and at the tail "
+                                "padding), then +1 along it", f"other positions in "
+                                f"{rows_text(moved.any(axis=1))}",
+                                "position_ids do not restart at each sample"))
+    runs = np.bincount(index[starts & real], minlength=samples)
+    if (runs != 1).any():
+        missing, split = np.flatnonzero(runs == 0), np.flatnonzero(runs > 1)
+        got = "; ".join(filter(None, [
+            f"samples {missing[:5].tolist()} missing" if missing.size else "",
+            f"samples {split[:5].tolist()} in several runs" if split.size else ""]))
+        problems.append(Problem("sample_index", f"each of the {samples} token rows in one run "
+                                "of tokens of one micro-batch row", got,
+                                "a row is not unpacked exactly once"))
+    leak = arrays["loss_mask"] & ~real
+    if leak.any():
+        problems.append(Problem("loss_mask", "False where pad_mask is False",
+                                f"True on padding in {rows_text(leak.any(axis=1))}",
+                                "loss_mask True on padding"))
+    return problems
+
+
+def _packed_only(change: Any) -> Any:
+    """A builder that breaks a clean packed batch with `change(batch)`, and nothing else."""
+    def build(batch: dict[str, Any], model: Any) -> dict[str, Any] | None:
+        return change(dict(batch)) if getattr(model, "gyre_kind", None) == PACKED_KIND else None
+    return build
+
+
+def _sample_split(batch: dict[str, Any]) -> dict[str, Any]:
+    index = np.array(batch["sample_index"])
+    index[index == 1] = 0  # sample 0 now also where sample 1 was: unpacked twice, 1 never
+    batch["sample_index"] = index
+    return batch
+
+
+register(Rule("batch.packed_rows_unpack", "batch",
+              ("a row is not unpacked exactly once", "sample_index disagrees with pad_mask",
+               "position_ids do not restart at each sample", "loss_mask True on padding"),
+              _packed_rows, _packed_only(_sample_split), phase="packed_values",
+              doc="unpacking a packed batch by sample_index gives back every row exactly once"))
+
+
+class PackedBatchV1(BatchModel):
+    """Packed token rows: each row's prompt + response in micro-batch rows of S tokens [M, S].
+
+    A sample (a token row) is never split; `sample_index` says which row each token comes from
+    (−1 on padding), `position_ids` restart at 0 at each sample. Per-token floats sit at their
+    tokens' positions and are 0 elsewhere; per-sample fields are `[B]`. Extra keys are allowed
+    and must lead with M (per token) or B (per sample).
+    """
+
+    gyre_kind: ClassVar[str] = PACKED_KIND
+    gyre_version: ClassVar[str] = "1.0.0"
+    batch_dims: ClassVar[tuple[str, ...]] = ("M",)
+    extra_dims: ClassVar[tuple[str, ...]] = ("M", "B")
+
+    input_ids: Annotated[np.ndarray, Tensor(
+        "int64", ["M", "S"], role="action", description="each sample's prompt then response "
+        "tokens, end to end; the pad id after the last sample")]
+    position_ids: Annotated[np.ndarray, Tensor(
+        "int64", ["M", "S"], role="other", description="0 at each sample's first token, +1 "
+        "along it; the tail padding is one more run from 0")]
+    pad_mask: Annotated[np.ndarray, Tensor(
+        "bool", ["M", "S"], role="mask", description="True on real tokens")]
+    loss_mask: Annotated[np.ndarray, Tensor(
+        "bool", ["M", "S"], role="loss_mask", description="True on the response tokens the "
+        "loss counts (real, and the step's loss_mask)")]
+    sample_index: Annotated[np.ndarray, Tensor(
+        "int64", ["M", "S"], role="other", description="the token row (sample) of each token, "
+        "-1 on padding")]
+    advantages: Annotated[np.ndarray, Tensor(
+        F32, ["M", "S"], role="advantage", description="per-token advantages, 0 off the "
+        "response")]
+    logprobs: Annotated[np.ndarray, Tensor(
+        F32, ["M", "S"], role="logprob", description="per-token log-probabilities under the "
+        "sampling policy, 0 off the response")]
+    ref_logprobs: Annotated[np.ndarray | None, Tensor(
+        F32, ["M", "S"], role="ref_logprob", description="per-token log-probabilities under "
+        "the reference policy, 0 off the response")] = None
+    episode_id: Annotated[np.ndarray, Tensor(
+        "string", ["B"], role="episode_id", description="episode of each sample")]
+    policy_version: Annotated[np.ndarray, Tensor(
+        "int64", ["B"], role="policy_version",
+        description="version of the weights that produced each sample")]
+    reward: Annotated[np.ndarray | None, Tensor(
+        F32, ["B"], role="reward", description="the sequence reward of each sample")] = None
+    group_id: Annotated[np.ndarray | None, Tensor(
+        "string", ["B"], role="group_id", description="the group of each sample")] = None
+    step: Annotated[np.ndarray | None, Tensor(
+        "int64", ["B"], role="step", description="turn index within the episode")] = None
+
+    def rule_problems(self) -> list[Problem]:
+        """The shared `shape` rules, then (once they hold) `packed_values`."""
+        arrays = self.arrays()
+        bindings, dim_problems = record_bindings(type(self), arrays)
+        view = BatchView(type(self), arrays, dict(self.model_extra or {}), bindings,
+                         dim_problems, mask=arrays["pad_mask"])
+        problems = run("batch", "shape", view)
+        return problems or run("batch", "packed_values", view)
+
+
+PackedBatch = PackedBatchV1

@@ -33,7 +33,7 @@ from gyre_contract.schema._fieldtable import SchemaInput
 from gyre_contract.trainer._batching import build_batch, resolve_trainer
 from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer._inspection import Inspection, format_table, inspect_batch
-from gyre_contract.trainer._layouts import TokenRowStats
+from gyre_contract.trainer._rowstats import RowStats
 from gyre_contract.trainer._trainerbatch import TrainerSchema
 
 
@@ -54,7 +54,7 @@ class HalfWayReport(Report):
     seconds: dict[str, float]
     batch: dict[str, Any] = field(repr=False)
     trainer: str | None = None
-    tokens: TokenRowStats | None = None
+    tokens: RowStats | None = None
     """For token rows (`TokenRows`): their sizes, staleness and warnings."""
 
     @property
@@ -97,7 +97,8 @@ class HalfWayReport(Report):
                 str(versions[0]) if versions else "not recorded")
         loss = "not computed (no loss function given)" if self.loss is None else (
             f"{self.loss:.6g} (one call, no update)")
-        what = f"a valid {'TokenBatch' if self.tokens else 'TrainBatch'}" if self.trainer is None \
+        what = f"a valid {self.tokens.batch_name if self.tokens else 'TrainBatch'}" \
+            if self.trainer is None \
             else f"valid against the trainer schema {self.trainer}"
         return "\n".join([
             f"stage 2 (half way): the batch is {what}",
@@ -234,7 +235,7 @@ class CycleReport(Report):
     rollout_s: float
     train_s: float
     metrics: dict[str, Any]
-    tokens: TokenRowStats | None = None
+    tokens: RowStats | None = None
     """For token rows: their sizes, the staleness of every row, group warnings."""
     channel: dict[str, Any] | None = None
     """Through a channel: the delivery's facts (segments, steps, staleness of its rows)."""

@@ -95,17 +95,26 @@ class Chunk(Sequence[bytes]):
     followed by its newline), split into lines only when a reader asks for them (`lines`).
 
     A reader that takes the bytes whole (the Arrow JSON reader, `arrowlines`) never splits
-    them; `newlines` (the offset of each newline, found once) numbers the lines and lets it
-    check where each line starts and ends. Indexing and iterating give the lines, as the
-    list `LineSource` yields otherwise holds them (without their newline).
+    them; `newlines` (the offset of each newline, found when first asked, on the thread that
+    reads the chunk) lets it check where each line starts and ends. Indexing and iterating
+    give the lines, as the list `LineSource` yields otherwise holds them (without their
+    newline).
     """
 
-    __slots__ = ("raw", "newlines", "_lines")
+    __slots__ = ("raw", "n", "_newlines", "_lines")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
-        self.newlines = np.flatnonzero(np.frombuffer(raw, np.uint8) == _NEWLINE)
+        self.n = int(np.count_nonzero(np.frombuffer(raw, np.uint8) == _NEWLINE))
+        """How many lines."""
+        self._newlines: np.ndarray | None = None
         self._lines: list[bytes] | None = None
+
+    @property
+    def newlines(self) -> np.ndarray:
+        if self._newlines is None:
+            self._newlines = np.flatnonzero(np.frombuffer(self.raw, np.uint8) == _NEWLINE)
+        return self._newlines
 
     @property
     def lines(self) -> list[bytes]:
@@ -115,7 +124,7 @@ class Chunk(Sequence[bytes]):
         return self._lines
 
     def __len__(self) -> int:
-        return len(self.newlines)
+        return self.n
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...

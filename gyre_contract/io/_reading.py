@@ -20,7 +20,11 @@ from gyre_contract.io._assembly import EpisodeAssembler
 from gyre_contract.io._checking import ProblemList, StepChecker
 from gyre_contract.io._episodes import Episode
 from gyre_contract.io._lines import Lines
-from gyre_contract.io._parquet import is_parquet, read_parquet_episodes, read_parquet_steps
+from gyre_contract.io._parquet import (
+    is_parquet,
+    iter_parquet_records,
+    read_parquet_episodes,
+)
 
 S = TypeVar("S", bound=RolloutStepV1)
 
@@ -51,15 +55,25 @@ def read_steps(
     A truncated last line raises unless `allow_partial_tail=True`, which skips it.
     A Parquet file (`.parquet`, `.pq`) is read by rows, numbered from 1.
     """
-    if is_parquet(path):
-        yield from read_parquet_steps(path, model)
-        return
-    checker = StepChecker(model)
-    take = checker.item
-    for item in Lines(path, allow_partial_tail=allow_partial_tail):
+    for _, step in numbered_steps(path, model, allow_partial_tail=allow_partial_tail):
+        yield step
+
+
+def numbered_steps(
+    path: str | os.PathLike[str],
+    model: type[RolloutStepV1] = RolloutStep,
+    *,
+    allow_partial_tail: bool = False,
+) -> Iterator[tuple[int, Any]]:
+    """`read_steps` with the line of each step (a Parquet file's row, numbered from 1), for
+    a check made later on the collated rows that names the line of the step it refuses."""
+    items: Iterable[Any] = iter_parquet_records(path, model) if is_parquet(path) else \
+        Lines(path, allow_partial_tail=allow_partial_tail)
+    take = StepChecker(model).item
+    for item in items:
         found = take(item)
         if found is not None:
-            yield found[1]
+            yield found
 
 
 def read_episodes(

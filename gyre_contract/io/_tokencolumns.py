@@ -43,6 +43,8 @@ class TokenColumns:
     some step carries."""
     objects: frozenset[str]
     """The fields of modalities (`observation`): as a whole, only step objects hold them."""
+    lines: np.ndarray
+    """The file line (a Parquet file's row) of each step, as `numbered_steps` gives them."""
 
 
 @dataclass
@@ -64,15 +66,19 @@ class _Sink:
     def __init__(self, plan: RaggedPlan) -> None:
         self.plan = plan
         self.chunks: list[tuple[int, dict[str, _Piece]]] = []
+        self.lines: list[np.ndarray] = []
         self._steps: list[BaseModel] = []
+        self._lines: list[int] = []
 
     def add(self, n: int, step: Any) -> None:
         self._steps.append(step)
+        self._lines.append(n)
         if len(self._steps) >= _STEP_CHUNK:
             self.flush()
 
     def add_block(self, checked: Block, first: int) -> list[Any]:
         self.flush()
+        self.lines.append(np.arange(first, first + checked.n, dtype=np.int64))
         strings, masks = checked.extra["strings"], checked.extra["masks"]
         pieces = {}
         for leaf in self.plan.leaves:
@@ -95,6 +101,9 @@ class _Sink:
     def flush(self) -> None:
         """Turn the steps checked one by one so far into a chunk of pieces."""
         steps, self._steps = self._steps, []
+        if self._lines:
+            self.lines.append(np.array(self._lines, np.int64))
+            self._lines = []
         if steps:
             self.chunks.append((len(steps), {leaf.path: piece for leaf in self.plan.leaves
                                              if (piece := _step_piece(steps, leaf)) is not None}))
@@ -149,7 +158,8 @@ def read_token_columns(path: str | os.PathLike[str], model: type[RolloutStepV1],
         if all(piece is None for _, piece in pieces):
             continue
         columns[leaf.path] = _joined(leaf, pieces)
-    return TokenColumns(steps, columns, frozenset(plan.objects))
+    lines = np.concatenate(sink.lines) if sink.lines else np.zeros(0, np.int64)
+    return TokenColumns(steps, columns, frozenset(plan.objects), lines)
 
 
 def _joined(leaf: Leaf, pieces: list[tuple[int, _Piece | None]]) -> Any:

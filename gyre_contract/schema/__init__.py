@@ -5,9 +5,9 @@ Its modules are private (`_export.py`, ...); lowest first (each imports only tho
 `fieldtable` (any schema -> one row per field), `infer` (a schema from a JSON Lines or `.npz`
 file), `dtyperules` and `shaperules` (what fits, what casts lose), `diffreport` (the diff's
 report and its renderings), `layouts` (the trainer's layout from its batch dims), `converters`,
-`diffwarnings` and `tokenlayout` (parts of the diff; token rows for LLM trainers), `diffing`
-(the `diff` engine), `compatibility` (`compat`), `trainerbatch` (a mapped batch checked against
-a trainer's own schema).
+`diffwarnings`, `tokentrainer` and `tokenlayout` (parts of the diff; token rows for LLM
+trainers), `diffing` (the `diff` engine), `compatibility` (`compat`), `trainerbatch` (a mapped
+batch checked against a trainer's own schema).
 
 Names load on first use (PEP 562). `diff` and `compat` here are the functions.
 """

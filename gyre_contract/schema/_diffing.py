@@ -59,7 +59,8 @@ from gyre_contract.schema._shaperules import (
     static_rank,
     strip_batch_dims,
 )
-from gyre_contract.schema._tokenlayout import TokenRows, token_action, token_rows, untokenised
+from gyre_contract.schema._tokenlayout import TokenRows
+from gyre_contract.schema._tokentrainer import token_action, token_rows, untokenised
 
 MAX_CANDIDATES = 16
 """Sampler fields scored per trainer field at most (bounds matching to O(n·k))."""

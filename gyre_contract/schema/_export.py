@@ -97,6 +97,11 @@ def gyre_keywords() -> dict[str, dict[str, Any]]:
                          "description": "the shape: dim names, fixed sizes, *rest"},
         "x-gyre-role": {"type": "string", "minLength": 1,
                         "description": "the field's role (docs/contract.md §2)"},
+        "x-gyre-layout": {"enum": ["padded", "packed"],
+                          "description": "a token trainer's layout: padded rows or packed "
+                                         "micro-batch rows (docs/contract.md §7)"},
+        "x-gyre-token-budget": {"type": "integer", "minimum": 1,
+                                "description": "the tokens of one packed micro-batch row"},
     }
 
 

@@ -153,6 +153,7 @@ def field_table(
         kind=_optional_text(doc.get("x-gyre-kind")), version=_optional_text(doc.get("x-gyre-version")),
         batch_dims=tuple(batch_dims) if batch_dims is not None else None,
         varying_dims=tuple(varying), closed=root.node.get("additionalProperties") is False,
+        extra={k: doc[k] for k in ("x-gyre-layout", "x-gyre-token-budget") if k in doc},
     )
 
 

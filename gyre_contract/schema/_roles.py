@@ -75,7 +75,7 @@ _TABLE: dict[str, dict[str, str]] = {
         "sampling_per_token_logps": "TRL", "old_log_probs": "verl (recomputed)",
         "action_log_probs": "OpenRLHF (recomputed)", "logp_old": "Tianshou (recomputed)",
         "old_per_token_logps": "TRL (recomputed)", "old_logp": "", "old_logprobs": "",
-        "behaviour_logprob": "", "behavior_logprob": "",
+        "behaviour_logprob": "", "behavior_logprob": "", "inference_logprobs": "prime-rl",
     },
     "ref_logprob": {
         "ref_logprob": "gyre", "ref_logprobs": "", "ref_log_prob": "verl", "ref_log_probs": "",
@@ -155,7 +155,7 @@ RECOMPUTED_LOGPROB_NAMES: frozenset[str] = frozenset(
 BEHAVIOUR_LOGPROB_NAMES: frozenset[str] = frozenset(
     {"rollout_log_probs", "sampling_per_token_logps", "action_logp", "sample_log_prob",
      "action_log_prob", "behaviour_logprob", "behavior_logprob", "logprob", "logprobs",
-     "log_probs", "b_logprobs", "old_log_prob"}
+     "log_probs", "b_logprobs", "old_log_prob", "inference_logprobs"}
 )
 # Roles whose per-element values add up to the step's value: a generation's log-prob is the sum
 # of its tokens' log-probs (log π(a|s) = Σ_i log π(a_i|s, a_<i)); a step's reward is the sum of

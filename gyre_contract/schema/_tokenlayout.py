@@ -1,190 +1,37 @@
-"""Token trainers in the diff: one row per generation, `[B, L]` token arrays (docs/llm.md §4).
-
-An LLM trainer (verl, TRL's GRPOTrainer, OpenRLHF) reads one row per generation (per turn):
-prompt tokens left-padded `[B, P]`, response tokens right-padded `[B, R]`, or both concatenated
-`[B, L]` (`input_ids`, `sequences`) with an attention mask and position ids, per-token
-log-probs and advantages `[B, R]` or one advantage per row `[B]`. `token_rows` recognises such a
-trainer against a token sampler (integer token ids whose length varies per step) and `TokenRows`
-matches each trainer field to the token columns `collate_tokens` builds (`prompt_ids`,
-`prompt_mask`, `response_ids`, `response_mask`, `response_length`, `logprob`, `ref_logprob`,
-`token_reward`, `reward`, `group_id`, ...), written as a field map of token rows with the
-ops `concat`, `per_token`, `group_norm`, `kl_reward` and `kl`.
-
-Which part of a row a token field spans — the prompt, the response or the whole sequence — comes
-from its dim names when the schema names them (`P`; `R`, `A`, `C`; `L`, `S`), else from its name
-(`prompt_*`; `input_ids`, `sequences`, `attention_mask`, `position_ids`; the rest is response).
-A known trainer (by its field names) sets the arguments its own code uses (group_norm's eps and
-singletons), so the written map computes what that trainer computes.
+"""Token trainers' fields in the diff: each trainer field of a token trainer (`tokentrainer`)
+matched to the token columns `collate_tokens` builds (`prompt_ids`, `prompt_mask`,
+`response_ids`, `response_mask`, `response_length`, `logprob`, `ref_logprob`, `token_reward`,
+`reward`, `group_id`, ...), written as a field map of token rows with the ops `concat`,
+`per_token`, `group_norm`, `kl_reward` and `kl` (docs/llm.md §4).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gyre_contract.schema._diffreport import Conversion, DiffWarning, Entry
-from gyre_contract.schema._dtyperules import compare_dtype, dtype_kind, dtypes_of
-from gyre_contract.schema._fieldtable import Dtype, Field, FieldTable, shape_text
-from gyre_contract.schema._layouts import Layout
-from gyre_contract.schema._shaperules import strip_batch_dims
-
-ROWS_TEXT = "token rows [B, ...]: one row per generation (\"rows\": \"step\")"
-SEQUENCE_NAMES = frozenset({"input_ids", "sequences", "sequence", "attention_mask",
-                            "position_ids", "full_attention_mask", "attn_mask"})
-"""Fields spanning the whole sequence, prompt then response (verl, OpenRLHF)."""
-ATTENTION_NAMES = frozenset({"attention_mask", "full_attention_mask", "attn_mask"})
-POSITION_NAMES = frozenset({"position_ids", "positions"})
-LENGTH_NAMES = frozenset({"response_length", "response_lengths", "num_actions",
-                          "completion_length", "completion_lengths"})
-KL_NAMES = frozenset({"kl", "kls", "approx_kl", "per_token_kl"})
-_DIM_SPANS = {"P": "prompt", "R": "response", "A": "response", "C": "response",
-              "L": "sequence", "S": "sequence"}
-_COLUMNS = {"action": "response_ids", "logprob": "logprob", "ref_logprob": "ref_logprob",
-            "token_reward": "token_reward", "value": "value", "return": "return"}
-"""Per-token sampler roles and the `[B, R]` token column `collate_tokens` makes of them."""
-_TOKEN_ROLES = frozenset({"action", "mask", "loss_mask", "logprob", "ref_logprob", "advantage",
-                          "token_reward"})
-"""Roles whose `[B, L]` field in a one-batch-dim trainer means token rows."""
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A known token trainer: the field names that identify it and the op arguments its own code
-    uses, so the written map computes what the trainer would."""
-
-    name: str
-    markers: frozenset[str]
-    group_norm: dict[str, Any]
-    note: str
-    attention_masks: frozenset[str] = frozenset()
-    """Response masks the trainer also attends with: 1 on every real token, tool output
-    included (the loss leaves tool tokens out through another field, TRL's tool_mask)."""
-
-
-PROFILES: tuple[Profile, ...] = (
-    Profile("verl", frozenset({"responses", "old_log_probs", "ref_log_prob", "uid",
-                               "token_level_rewards", "token_level_scores", "response_mask"}),
-            {"eps": 1e-6, "singletons": "raw"},
-            "verl compute_grpo_outcome_advantage: eps 1e-6, torch.std, a group of one keeps its "
-            "score (mean 0, std 1)"),
-    Profile("TRL GRPOTrainer", frozenset({"completion_ids", "completion_mask", "prompt_mask",
-                                          "old_per_token_logps", "ref_per_token_logps"}),
-            {"eps": 1e-4},
-            "TRL GRPOTrainer: (r - mean) / (std + 1e-4), torch.std over num_generations",
-            frozenset({"completion_mask"})),
-    Profile("OpenRLHF", frozenset({"sequences", "action_mask", "action_log_probs",
-                                   "base_action_log_probs"}),
-            {"eps": 1e-9},
-            "OpenRLHF group_norm: (r - mean) / (std + 1e-9), torch.std over n_samples_per_prompt"),
+from gyre_contract.schema._dtyperules import compare_dtype
+from gyre_contract.schema._fieldtable import Field, FieldTable, shape_text
+from gyre_contract.schema._tokentrainer import (
+    ATTENTION_NAMES,
+    KL_NAMES,
+    LENGTH_NAMES,
+    POSITION_NAMES,
+    TOKEN_COLUMNS,
+    fixed_widths,
+    integer_dtype,
+    last_name,
+    packed_trainer,
+    per_token_field,
+    profile_of,
+    span_of,
+    token_action,
+    token_budget,
+    token_prompt,
+    token_rank,
 )
-GENERIC = Profile("", frozenset(), {"eps": 1e-6}, "group_norm defaults: eps 1e-6, torch.std")
-
-
-def profile_of(t_tab: FieldTable) -> Profile:
-    """The known trainer whose field names the schema uses most (two at least), else GENERIC."""
-    names = {f.name.lower() for f in t_tab}
-    hits = sorted(((len(p.markers & names), i) for i, p in enumerate(PROFILES)), reverse=True)
-    count, index = hits[0]
-    return PROFILES[index] if count >= 2 else GENERIC
-
-
-def token_action(s_tab: FieldTable) -> Field | None:
-    """The sampler's token ids: an integer action with a varying dim (one generation's tokens)."""
-    for f in s_tab:
-        if f.role == "action" and _integer(f.dtype) and f.shape and len(f.shape) == 1 and \
-                f.shape[0] in f.varying:
-            return f
-    return None
-
-
-def token_prompt(s_tab: FieldTable) -> Field | None:
-    """The sampler's prompt token ids (`observation.token_ids`): integer, one varying dim."""
-    for f in s_tab:
-        if f.role == "observation" and _integer(f.dtype) and f.shape and len(f.shape) == 1 and \
-                f.shape[0] in f.varying:
-            return f
-    return None
-
-
-def token_rows(s_tab: FieldTable, t_tab: FieldTable) -> tuple[FieldTable, Layout] | None:
-    """The trainer table (batch dims `B` assumed when it names none) and the token layout, when
-    the trainer reads token rows from a token sampler; None otherwise.
-
-    A token trainer has one batch dim and a token field `[B, L]`: token ids (role action, or a
-    field spanning the prompt or the whole sequence), a token mask, or per-token log-probs or
-    advantages (OpenRLHF's experience holds no ids at all).
-    """
-    if s_tab.kind == t_tab.kind == "token_batch":  # token rows on both sides: as they are
-        return t_tab, Layout(tuple(t_tab.batch_dims or ("B",)), "token", ROWS_TEXT)
-    if token_action(s_tab) is None or t_tab.kind == "rollout_step":
-        return None
-    if t_tab.kind == "token_batch":
-        return t_tab, Layout(tuple(t_tab.batch_dims or ("B",)), "token", ROWS_TEXT)
-    dims = t_tab.batch_dims
-    if dims is not None and len(dims) != 1:
-        return None
-    lead = dims or ("B",)
-    tokens = [f for f in t_tab if _rank(f, lead) == 1 and (
-        f.role in _TOKEN_ROLES or _span(f) != "response"
-        or f.name.lower().rsplit(".", 1)[-1] in KL_NAMES)]
-    if not tokens:
-        return None
-    text = ROWS_TEXT
-    if dims is None:
-        if any(f.shape is not None and len(f.shape) == 0 for f in t_tab):
-            return None  # a scalar field: not a batch of rows
-        t_tab = replace(t_tab, batch_dims=("B",))
-        text += "; batch dim B assumed (a token trainer's arrays lead with its rows; " \
-                "--batch-dims says otherwise)"
-    return t_tab, Layout(("B",), "token", text)
-
-
-def untokenised(s_tab: FieldTable, t_tab: FieldTable) -> DiffWarning | None:
-    """A trainer that reads token rows (token ids `[B, L]`) next to a sampler whose action is not
-    token ids of varying length: the diff cannot write token rows, say what would."""
-    if token_action(s_tab) is not None or t_tab.batch_dims is None or \
-            len(t_tab.batch_dims) != 1:
-        return None
-    ids = [f.name for f in t_tab if _integer(f.dtype) and _rank(f, t_tab.batch_dims) == 1
-           and f.role in ("action", "observation") and f.role != "mask"]
-    if not ids:
-        return None
-    return DiffWarning(
-        "untokenised_sampler", tuple(ids),
-        f"the trainer reads token ids [B, L] ({', '.join(ids)}), but the sampler's action is "
-        f"not token ids of varying length: the map cannot build token rows. An LLM sampler "
-        f"records action int64 [A] and observation.token_ids [P] with P and A varying (the "
-        f"pinned LLMStep); the diff then writes a \"rows\": \"step\" map")
-
-
-def _per_token(s: Field) -> bool:
-    """A sampler field with one value per token: one dim, a varying one."""
-    return s.shape is not None and len(s.shape) == 1 and s.shape[0] in s.varying
-
-
-def _integer(dtype: Dtype) -> bool:
-    kinds = {dtype_kind(d) for d in dtypes_of(dtype)}
-    return bool(kinds) and kinds <= {"int"}
-
-
-def _rank(f: Field, lead: tuple[str, ...]) -> int | None:
-    step, stripped = strip_batch_dims(f.shape, lead)
-    if step is None or stripped != len(lead):
-        return None
-    return len(step)
-
-
-def _span(f: Field) -> str:
-    """prompt | response | sequence: which part of a row a token field covers."""
-    if f.shape and len(f.shape) >= 2 and isinstance(f.shape[1], str) and f.shape[1] in _DIM_SPANS:
-        return _DIM_SPANS[f.shape[1]]
-    last = f.name.lower().rsplit(".", 1)[-1]
-    if last in SEQUENCE_NAMES or "input_ids" in last:
-        return "sequence"
-    if "prompt" in last:
-        return "prompt"
-    return "response"
 
 
 @dataclass
@@ -205,6 +52,11 @@ class TokenRows:
         self.prompt = token_prompt(self.s_tab)
         self.group_ops: list[str] = []
         """Trainer fields the map computes with a group-relative op (the group_split warning)."""
+        self.lead = tuple(self.t_tab.batch_dims or ("B",))
+        """The trainer's one batch dim: its rows (`B`), or packed micro-batch rows (`M`)."""
+        self.packed = packed_trainer(self.t_tab)
+        """The trainer reads packed rows `[M, S]`: token fields are the layout's columns or
+        lie over the response tokens (`_packed_token`)."""
 
     def have(self, role: str) -> Field | None:
         fields = self.by_role.get(role)
@@ -214,14 +66,14 @@ class TokenRows:
 
     def match(self, t: Field, renamed: Field | None = None) -> Entry:
         """The entry of trainer field `t` read from token rows."""
-        rank = _rank(t, ("B",))
+        rank = token_rank(t, self.lead)
         if rank is None:
             return self._missing(t, (), f"{t.name} {shape_text(t.shape)} does not lead with the "
-                                 f"row dim B of token rows")
+                                 f"row dim {self.lead[0]} of token rows")
         if renamed is not None:
             return self._renamed(t, renamed, rank)
         if rank == 1:
-            return self._per_token(t)
+            return self._packed_token(t) if self.packed else self._per_token(t)
         if rank == 0:
             return self._per_row(t)
         return self._missing(t, (), f"token rows hold [B] and [B, L] fields; {t.name} has "
@@ -229,20 +81,20 @@ class TokenRows:
 
     def _renamed(self, t: Field, s: Field, rank: int) -> Entry:
         column = self._column(s)
-        if column is None or rank != int(_per_token(s)):
+        if column is None or rank != int(per_token_field(s)):
             return self._missing(t, (s.name,), f"--rename {t.name}={s.name}: {s.name} "
                                  f"{shape_text(s.shape)} is not a [B{', R' if rank else ''}] "
                                  f"token column")
         return self._read(t, s, column, "renamed by --rename")
 
     def _per_token(self, t: Field) -> Entry:
-        span = _span(t)
+        span = span_of(t)
         last = t.name.lower().rsplit(".", 1)[-1]
         same = self.s_tab.fields.get(t.name)
-        if same is not None and _per_token(same) and same.role in _COLUMNS and \
-                _COLUMNS[same.role] in (t.name, same.name) and \
+        if same is not None and per_token_field(same) and same.role in TOKEN_COLUMNS and \
+                TOKEN_COLUMNS[same.role] in (t.name, same.name) and \
                 not ({same.role, t.role} & {"logprob", "ref_logprob"} and same.role != t.role):
-            return self._read(t, same, _COLUMNS[same.role], "")  # same name: read it
+            return self._read(t, same, TOKEN_COLUMNS[same.role], "")  # same name: read it
         if span == "sequence":
             return self._sequence(t, last)
         if span == "prompt":
@@ -255,6 +107,30 @@ class TokenRows:
                                 "True on the real prompt tokens (left-padded: padding only at "
                                 "the start)")
             return self._read(t, self.prompt, "prompt_ids", "")
+        return self._token_value(t, last)
+
+    def _packed_token(self, t: Field) -> Entry:
+        """A field `[M, S]` of packed rows: the layout's own columns (the token ids, positions,
+        real tokens, sample of each token), else a per-response-token column `[B, R]` the
+        layout puts on its tokens (log-probs, the loss mask, advantages, ...)."""
+        last = last_name(t)
+        own = ("position_ids" if last in POSITION_NAMES else
+               "sample_index" if last in SAMPLE_NAMES else
+               "pad_mask" if last in ATTENTION_NAMES | PAD_MASK_NAMES else
+               "input_ids" if integer_dtype(t.dtype) and t.role not in ("mask", "loss_mask") and (
+                   t.role in ("action", "observation") or span_of(t) == "sequence") else None)
+        if own is None:
+            return self._token_value(t, last)
+        if self.prompt is None:
+            return self._missing(t, (), "the sampler records no prompt token ids "
+                                 "(observation.token_ids): packed rows hold prompt + response")
+        out, why = PACKED_OWN[own]
+        return self._op(t, [self.prompt, self.action], {"from": own}, ("pack",),
+                        f"{own} of the packed rows", out, why)
+
+    def _token_value(self, t: Field, last: str) -> Entry:
+        """A per-token field over the response tokens `[B, R]` (packed rows: at their tokens'
+        positions), by role."""
         if last in LENGTH_NAMES:
             return self._missing(t, (), f"{t.name} is a length: one value per row, not [B, R]")
         if last in KL_NAMES:
@@ -275,7 +151,7 @@ class TokenRows:
                                      "log-prob (ref_logprob); the behaviour logprob is never "
                                      "one (compute it with the reference model)")
             return self._token_read(t, s)
-        if role in _COLUMNS:
+        if role in TOKEN_COLUMNS:
             s = self.have(role)
             if s is None:
                 return self._missing(t, (), f"no sampler field with the role {role}")
@@ -300,7 +176,7 @@ class TokenRows:
             s = self.have(role)
             if s is None or self._column(s) is None:
                 return self._missing(t, (), f"no sampler field with the role {role}")
-            if not _per_token(s):
+            if not per_token_field(s):
                 return self._read(t, s, s.name, "")
             entry = {"from": role, "then": [{"op": "sum", "axis": 1}]}
             return self._op(t, [s], entry, ("sum",), f"sum({role}, axis=1)", "float32",
@@ -381,7 +257,7 @@ class TokenRows:
 
     def _token_read(self, t: Field, s: Field) -> Entry:
         column = self._column(s)
-        if column is None or not _per_token(s):
+        if column is None or not per_token_field(s):
             return self._missing(t, (s.name,), f"{s.name} {shape_text(s.shape)} holds one "
                                  f"value per step; {t.name} reads one per token")
         return self._read(t, s, column, "")
@@ -391,7 +267,7 @@ class TokenRows:
         (critic-free estimators: verl GRPO, OpenRLHF group_norm), else the step's return on
         each token."""
         s = self.have("return")
-        if s is not None and _per_token(s):
+        if s is not None and per_token_field(s):
             return self._read(t, s, "return", "")
         if self.have("group_id") is not None and (t.required or s is None):
             return self._advantage(t, per_token=True, as_return=True)
@@ -407,10 +283,10 @@ class TokenRows:
         response token by `kl_reward` with beta 0 (verl's token_level_rewards without a KL
         penalty in the reward); the one whose inputs the sampler requires, else kl_reward."""
         recorded = self.have("token_reward")
-        if recorded is not None and not _per_token(recorded):
+        if recorded is not None and not per_token_field(recorded):
             recorded = None
         reward, logp, ref = self.have("reward"), self.have("logprob"), self.have("ref_logprob")
-        if ref is not None and not _per_token(ref):
+        if ref is not None and not per_token_field(ref):
             ref = None
         if reward is None:
             return self._missing(t, (), "no reward in the sampler")
@@ -478,8 +354,8 @@ class TokenRows:
 
     def _column(self, s: Field) -> str | None:
         """The token column of sampler field `s`: per-token fields by role, scalars by name."""
-        if _per_token(s):
-            return _COLUMNS.get(s.role)
+        if per_token_field(s):
+            return TOKEN_COLUMNS.get(s.role)
         if s.shape == () and "." not in s.name:
             return s.name
         return None
@@ -487,12 +363,13 @@ class TokenRows:
     def _read(self, t: Field, s: Field, column: str, note: str) -> Entry:
         """`t` read from one token column: `[B, P]` / `[B, R]` for per-token sampler fields
         (padded by the collation), `[B]` for one value per step."""
-        per_token = _per_token(s)
+        per_token = per_token_field(s)
         ops: tuple[str, ...] = ("pad",) if per_token else ()
         text = column
         if per_token:
             text = ("prompt_ids [B, P], left-padded with 0" if column == "prompt_ids" else
-                    f"{column} [B, R], right-padded with 0")
+                    f"{column} [B, R] on its tokens of the packed rows, 0 elsewhere"
+                    if self.packed else f"{column} [B, R], right-padded with 0")
         fit = compare_dtype(s.dtype, t.dtype)
         if not fit.ok:
             return self._missing(t, (s.name,), f"{s.name} has the role {s.role} but "
@@ -554,7 +431,13 @@ class TokenRows:
     # -- warnings about the whole map --------------------------------------------------------------
 
     def finish(self, entries: list[Entry]) -> None:
-        """Warnings only token rows have: a group split across batches, stale rows."""
+        """Warnings only token rows have: fixed widths the map cannot settle, a group split
+        across batches, stale rows."""
+        _, manual = token_budget(self.t_tab, self.lead) if self.packed else \
+            fixed_widths(self.t_tab, ("B",))
+        if manual:
+            fixed = tuple(f.name for f in self.t_tab if f.shape and isinstance(f.shape[-1], int))
+            self.warnings.append(DiffWarning("map_incomplete", fixed, manual))
         readers = [e.trainer_field for e in entries if e.role == "group_id" and e.trainer_field
                    and e.tier not in ("missing", "optional_missing")]
         fields = tuple(dict.fromkeys([*self.group_ops, *(r for r in readers if r)]))
@@ -577,6 +460,19 @@ class TokenRows:
                 "max_staleness=K) refuses rows older than current - K, naming their "
                 "episodes, and reports the staleness of every kept row"))
 
+
+SAMPLE_NAMES = frozenset({"sample_index", "sample_idx", "sample_ids", "seq_idx"})
+"""A packed trainer's field naming the sample (token row) of each token."""
+PAD_MASK_NAMES = frozenset({"pad_mask", "padding_mask"})
+PACKED_OWN = {
+    "input_ids": ("int64", "each sample's prompt then response tokens, end to end in "
+                  "micro-batch rows of the token budget; pad id 0 after the last sample"),
+    "position_ids": ("int64", "0 at each sample's first token, +1 along it; the tail padding "
+                     "is one more run from 0 (what a varlen kernel reads its boundaries from)"),
+    "pad_mask": ("bool", "True on the real tokens of the packed rows"),
+    "sample_index": ("int64", "the token row (sample) of each token, -1 on padding"),
+}
+"""The packed layout's own columns: their dtype and what the written entry says of them."""
 
 _NO_GROUP = ("no sampler field holds a group id (group_id; verl uid, prompt_id): the rows "
              "sampled for one prompt cannot be told apart; episode_id is never one (each "

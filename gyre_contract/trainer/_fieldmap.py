@@ -36,12 +36,14 @@ episode that did not terminate). `per_step` repeats a per-row column (`episode_i
 each step, `[B, T]`, for a trainer that reads one per step (RLlib's `eps_id`). A map written
 without these keys and ops reads as before.
 
-The top-level layout keys (`rows`, `layout`, `batch_dims`, `pad_to`) say what one batch row is
-and how the trainer lays the batch out: the map's row layout, `FieldMap.layout`
+The top-level layout keys (`rows`, `layout`, `batch_dims`, `pad_to`, `token_budget`) say what
+one batch row is and how the trainer lays the batch out: the map's row layout, `FieldMap.layout`
 (`trainer._layouts`: `EpisodeRows`, the default, a contiguous run of one episode per row,
 `[B, T, ...]` with a `mask`; `TokenRows`, one token row per step, an LLM's generated turn, whose
-column names the sources then refer to). The map asks its layout how to collate, which models to
-validate and read as, and how to describe itself; `batch_dims` and `layout`, written by
+column names the sources then refer to; `PackedRows`, those rows packed into micro-batch rows of
+a token budget). The map asks its layout how to collate, which models to validate and read as,
+which entries it refuses, how to lay the results out (`arrange`: packed rows put a per-token
+result at its tokens) and how to describe itself; `batch_dims` and `layout`, written by
 `diff --write-map`, let `FieldMap.batch` and `gyre-contract batch --trainer` run without
 `--batch-dims` on the very schema the diff read.
 """
@@ -212,6 +214,8 @@ class FieldMap:
                 parsed = _parse_spec(target, spec, problems)
                 if parsed is not None:
                     fields[target] = parsed
+        if layout is not None and not problems:
+            problems += layout.field_problems({t: _reads(spec) for t, spec in fields.items()})
         if problems:
             raise FieldMapError(_render(source, problems))
         return cls(fields, source=source, layout=layout)
@@ -261,18 +265,13 @@ class FieldMap:
     def sources(self) -> list[str]:
         """Every source name the map reads, in first-use order, including the columns its ops
         read besides their sources (`mask`; `response_mask`, `prompt_mask`, ... for token ops)."""
-        names: list[str] = []
-        for spec in self.fields.values():
-            ops = (spec.op, *(step.op for step in spec.then))
-            implicit = ("mask",) if NEEDS_MASK.intersection(ops) else ()
-            read = [name for op, names in ((spec.op, spec.sources),
-                                           *((step.op, ()) for step in spec.then))
-                    if (found := get_op(op)) is not None
-                    for name in found.columns_read(names)]
-            for name in (*spec.sources, *implicit, *read):
-                if name not in names:
-                    names.append(name)
-        return names
+        return list(dict.fromkeys(name for spec in self.fields.values()
+                                  for name in _reads(spec)))
+
+    def reads(self) -> dict[str, tuple[str, ...]]:
+        """Per target, the columns its entry reads (its sources and what its ops read besides):
+        what the row layout checks and lays the results out by."""
+        return {target: _reads(spec) for target, spec in self.fields.items()}
 
     def sparse_sources(self) -> list[str]:
         """The sources only some steps carry that the map may read (the final observation of
@@ -294,7 +293,9 @@ class FieldMap:
                 if not any(_overlaps(name, other) for other in full)]
 
     def apply(self, columns: Mapping[str, Any]) -> dict[str, Any]:
-        """Build every target field from collated `[B, T, ...]` columns (see `collate`).
+        """Build every target field from collated `[B, T, ...]` columns (see `collate`), laid
+        out as the map's row layout lays a batch out (`RowLayout.arrange`: packed token rows
+        put each per-token result at its tokens' positions).
 
         A source that names a group (`observation` with columns `observation.image`, ...) is a
         dict of its modalities. Only the targets the map names are returned.
@@ -310,7 +311,7 @@ class FieldMap:
             if spec.cast is not None:
                 value = cast_array(value, spec.cast)
             out[target] = value
-        return out
+        return self.layout.arrange(out, columns, self.reads())
 
     def _registered(self, target: str, name: str) -> Op:
         """The op named `name`; a custom op unregistered since the map was checked is an error."""
@@ -399,6 +400,18 @@ def _step_text(step: Step) -> str:
     """One `then` step in plain terms: its op with its arguments ("unsqueeze axis=-1")."""
     args = " ".join(f"{k}={number_text(v)}" for k, v in step.args.items())
     return f"{step.op} {args}" if args else step.op
+
+
+def _reads(spec: FieldSpec) -> tuple[str, ...]:
+    """The columns one entry reads: its sources, `mask` for the ops that need it, and what its
+    ops read besides their sources (`response_mask`, `prompt_mask`, ... for token ops)."""
+    ops = (spec.op, *(step.op for step in spec.then))
+    implicit = ("mask",) if NEEDS_MASK.intersection(ops) else ()
+    read = [name for op, names in ((spec.op, spec.sources),
+                                   *((step.op, ()) for step in spec.then))
+            if (found := get_op(op)) is not None
+            for name in found.columns_read(names)]
+    return tuple(dict.fromkeys((*spec.sources, *implicit, *read)))
 
 
 def _overlaps(a: str, b: str) -> bool:

@@ -1,4 +1,4 @@
-"""The row layouts of a field map (docs/contract.md §7, docs/llm.md §2): what one row of the
+"""The row layouts of a field map (docs/contract.md §7, docs/llm.md §2, §4): what one row of the
 trainer's batch is, as one object the map owns (`FieldMap.layout`) and every caller asks,
 instead of testing the map's `"rows"`.
 
@@ -7,41 +7,64 @@ instead of testing the map's `"rows"`.
   `time_major` `[T, B]` or `flat` `[M]` (real steps only);
 - `TokenRows` (`"rows": "step"`, `"layout": "padded"`): a row is one step, an LLM's generated
   turn: prompt `[B, P]` left-padded, response `[B, R]` right-padded (`collate_tokens`), a
-  `TokenBatch` by default; `pad_to` (`{"P": 512, "R": 1024}`) records fixed widths.
+  `TokenBatch` by default; `pad_to` (`{"P": 512, "R": 1024}`) fixes the widths, and a longer
+  row is refused, never cut;
+- `PackedRows` (`"layout": "packed"`, `token_budget`): the token rows, collated and mapped as
+  `TokenRows`, then packed into micro-batch rows of `token_budget` tokens `[M, S]`
+  (`_packing`); a `PackedBatch` by default.
 
 `parse_layout` builds a layout from the map's layout keys (`LAYOUT_KEYS`) and `to_dict` writes
 them back. What the callers ask of a layout: the batch and step models, collation (episodes,
 step records, a file, a channel's block of steps), how rows and episodes are counted, how the
-trainer's own schema sees the rows (`fit_trainer`), the report's row statistics (`stats`: token
-counts, staleness per row, split groups), its clause in `FieldMap.describe()` and which sampler
-fields its own columns come from (the channel's handshake). Another layout (packed token rows,
-`"layout": "packed"` with a `token_budget`) is one more subclass listed in `ROW_LAYOUTS`, not a
-branch in its callers.
+trainer's own schema sees the rows (`fit_trainer`), which of the map's entries it refuses
+(`field_problems`, when the map loads) and how the map's results are laid out (`arrange`, at
+the end of `FieldMap.apply`), the report's row statistics (`stats`, `_rowstats`), its clause in
+`FieldMap.describe()` and which sampler fields its own columns come from (the channel's
+handshake). Another layout is one more subclass listed in `ROW_LAYOUTS`, not a branch in its
+callers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from gyre_contract.core._errors import ContractError, GyreError, InputError, Problem, SchemaError
+from gyre_contract.core._errors import (
+    ContractError,
+    GyreError,
+    InputError,
+    Problem,
+    SchemaError,
+    describe,
+)
 from gyre_contract.core._models import RolloutStep, TrainBatch
 from gyre_contract.core._switches import fast_paths_enabled
-from gyre_contract.core._tokens import TokenBatch
+from gyre_contract.core._tokens import PackedBatch, TokenBatch
 from gyre_contract.io._raggedcols import Ragged
-from gyre_contract.io._reading import episodes_from_records, read_episodes, read_steps, steps_from_records
+from gyre_contract.io._reading import (
+    episodes_from_records,
+    numbered_steps,
+    read_episodes,
+    steps_from_records,
+)
 from gyre_contract.io._tokencolumns import TokenColumns, read_token_columns
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
 from gyre_contract.trainer._collation import DERIVED_FIELDS, collate, episodes_of
 from gyre_contract.trainer._flatcollate import collate_block, collate_file
+from gyre_contract.trainer._packing import (
+    PACKED_COLUMNS,
+    PACKED_TOKEN_COLUMNS,
+    ResponseTokens,
+    pack_columns,
+)
+from gyre_contract.trainer._rowstats import RowStats, packed_row_stats, token_row_stats
 from gyre_contract.trainer._tokens import (
     LAYOUT_FIELDS,
     PROMPT_SOURCES,
@@ -49,6 +72,9 @@ from gyre_contract.trainer._tokens import (
     collate_token_columns,
     collate_tokens,
 )
+
+PROMPT_COLUMNS = ("prompt_ids", "prompt_mask")
+"""The collated prompt columns `[B, P]`, which a packed map's entries never read."""
 
 LAYOUT_KEYS = ("rows", "batch_dims", "layout", "pad_to", "token_budget")
 """The top-level keys of a field map that say how its rows are laid out."""
@@ -187,9 +213,22 @@ class RowLayout:
                        columns.get("episode_id"))
 
     def stats(self, columns: Mapping[str, Any], current_version: int | None
-              ) -> TokenRowStats | None:
+              ) -> RowStats | None:
         """What a report says of these rows beyond their count (None: nothing)."""
         return None
+
+    # -- the map's fields ----------------------------------------------------------------------
+
+    def field_problems(self, reads: Mapping[str, tuple[str, ...]]) -> list[str]:
+        """What this layout refuses of a map's entries (`reads`: per target, the columns its
+        entry reads), one message each; checked when the map is loaded."""
+        return []
+
+    def arrange(self, built: dict[str, Any], columns: Mapping[str, Any],
+                reads: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+        """The map's results (`built`, per target) laid out as this layout's batch: as they
+        are, by default."""
+        return built
 
     # -- the trainer's own schema and the sampler's -------------------------------------------
 
@@ -204,6 +243,16 @@ class RowLayout:
         """For a source the map reads that this layout makes itself, the sampler fields it is
         made from (`()`: none, such as `mask`); None for a sampler's own field."""
         raise NotImplementedError
+
+
+class NumberedSteps(list[Any]):
+    """Step records read from a file, in file order, with the line of each (`lines`): a row
+    a layout refuses is named with its line."""
+
+    def __init__(self, numbered: Iterable[tuple[int, Any]]) -> None:
+        pairs = list(numbered)
+        super().__init__(step for _, step in pairs)
+        self.lines = [line for line, _ in pairs]
 
 
 @dataclass(frozen=True)
@@ -282,14 +331,14 @@ class EpisodeRows(RowLayout):
 
 class TokenRows(RowLayout):
     """A row is one step, an LLM's generated turn: the `TokenBatch` columns (`collate_tokens`),
-    padded to the longest prompt and response; `pad_to` records fixed widths (`{"P": 512,
-    "R": 1024}`)."""
+    padded to the longest prompt and response, or to the fixed widths of `pad_to`
+    (`{"P": 512, "R": 1024}`)."""
 
     rows = "step"
     rows_text = "one token row per step"
     names = ("padded",)
     keys = ("pad_to",)
-    batch_model = TokenBatch
+    batch_model: ClassVar[Any] = TokenBatch
     step_model = LLMStep
     WIDTHS: ClassVar[tuple[str, ...]] = ("P", "R")
     """The padded dims `pad_to` may fix: the prompt's and the response's widths."""
@@ -331,25 +380,34 @@ class TokenRows(RowLayout):
                              f"token rows has one row per step")
         # policy_version comes whenever every step records it: the staleness checks of half_way
         # and full_loop read it even when the trainer does not
-        return collate_tokens(items, fields=[n for n in fields
-                                             if n not in (*LAYOUT_FIELDS, "mask")])
+        return collate_tokens(items, fields=[n for n in fields if n not in self.made_here],
+                              pad_to=self.pad_to, lines=getattr(items, "lines", None),
+                              **self._limits())
+
+    made_here: ClassVar[frozenset[str]] = frozenset((*LAYOUT_FIELDS, "mask"))
+    """Sources the layout makes itself: never asked of the steps by name."""
+
+    def _limits(self) -> dict[str, Any]:
+        """Further limits `collate_tokens` checks every row against (a subclass's)."""
+        return {}
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
                      max_len: int | None = None, sparse: list[str] | None = None
                      ) -> tuple[dict[str, Any], int] | None:
         """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
-        and lengths, no step object), collated as their objects would be."""
+        and lengths, no step object), collated as their objects would be (`collate`)."""
         if max_len is not None:
             return None  # `collate` explains
         found = read_token_columns(path, model)
         if found is None:
             return None
         columns = collate_token_columns(
-            found, fields=[n for n in fields if n not in (*LAYOUT_FIELDS, "mask")])
+            found, fields=[n for n in fields if n not in self.made_here], pad_to=self.pad_to,
+            **self._limits())
         return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
-        return list(read_steps(path, model))
+        return NumberedSteps(numbered_steps(path, model))
 
     def from_records(self, records: list[Any], model: Any) -> list[Any]:
         return steps_from_records(records, model)
@@ -365,11 +423,13 @@ class TokenRows(RowLayout):
         (a problem is explained by them, naming the step as they do)."""
         if not fast_paths_enabled() or "episode_id" not in columns:
             return None
-        flat = _dotted(columns)
-        found = TokenColumns(len(columns["episode_id"]), flat, frozenset())
+        n = len(columns["episode_id"])
+        # lines only word messages, and a problem goes to the steps' columns to be worded
+        found = TokenColumns(n, _dotted(columns), frozenset(), np.arange(1, n + 1))
         try:
             return collate_token_columns(
-                found, fields=[n for n in fields if n not in (*LAYOUT_FIELDS, "mask")])
+                found, fields=[n for n in fields if n not in self.made_here],
+                pad_to=self.pad_to, **self._limits())
         except GyreError:
             return None
 
@@ -383,7 +443,7 @@ class TokenRows(RowLayout):
         rows, width = np.shape(columns["response_mask"])  # [B, R]
         return int(rows), int(width)
 
-    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
+    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> RowStats:
         return token_row_stats(columns, current_version)
 
     def fit_trainer(self, schema: Any, flat: dict[str, np.ndarray], mask: Any
@@ -402,6 +462,122 @@ class TokenRows(RowLayout):
         if source in LAYOUT_FIELDS:
             return (Need(PROMPT_SOURCES, integer=True), Need((RESPONSE_SOURCE,)))
         return None
+
+
+# -- packed token rows: [M, S] micro-batch rows of a token budget ---------------------------------
+
+class PackedRows(TokenRows):
+    """Token rows packed into micro-batch rows of `token_budget` tokens, `[M, S]` (`_packing`):
+    the rows are collated as `TokenRows` (the map's ops run on them: group_norm, kl, per_token,
+    ...), then placed first-fit-decreasing, and each per-response-token result `[B, R, ...]` is
+    put at its tokens' positions; per-row results stay `[B]`, one per sample."""
+
+    names = ("packed",)
+    keys = ("token_budget",)
+    batch_model = PackedBatch
+    made_here = TokenRows.made_here | frozenset(PACKED_COLUMNS)
+
+    def __init__(self, *, batch_dims: Iterable[str] | None = None, name: str | None = None,
+                 token_budget: int | None = None) -> None:
+        self.token_budget: Any = token_budget
+        """The tokens of one micro-batch row, S."""
+        super().__init__(batch_dims=batch_dims, name=name)
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        budget = self.token_budget
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+            found.append(f'"layout": "packed" needs "token_budget": the tokens of one '
+                         f'micro-batch row, a whole number > 0 such as 4096, got '
+                         f'{json.dumps(budget)}')
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "token_budget": self.token_budget}
+
+    def describe(self) -> str:
+        return (f"token rows packed into micro-batch rows of {self.token_budget} tokens "
+                f"(first-fit-decreasing)")
+
+    def _limits(self) -> dict[str, Any]:
+        return {"token_budget": self.token_budget}
+
+    def collate(self, items: Iterable[Any], *, fields: list[str], max_len: int | None = None,
+                sparse: list[str] | None = None, source: str = "field map") -> dict[str, Any]:
+        columns = super().collate(items, fields=fields, max_len=max_len, sparse=sparse,
+                                  source=source)
+        columns.update(pack_columns(columns, self.token_budget))
+        return columns
+
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        found = super().collate_file(path, model, fields=fields, max_len=max_len,
+                                     sparse=sparse)
+        if found is None:
+            return None
+        columns, episodes = found
+        columns.update(pack_columns(columns, self.token_budget))
+        return columns, episodes
+
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        found = super().collate_block(columns, fields=fields, sparse=sparse, episodes=episodes)
+        if found is not None:
+            found.update(pack_columns(found, self.token_budget))
+        return found
+
+    def row_mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return np.ones((len(columns["episode_id"]), 1), dtype=bool)  # each sample: one step
+
+    def shape(self, columns: Mapping[str, Any]) -> tuple[int, int]:
+        rows, budget = np.shape(columns["sample_index"])  # [M, S]
+        return int(rows), int(budget)
+
+    def stats(self, columns: Mapping[str, Any], current_version: int | None) -> RowStats:
+        return packed_row_stats(columns, current_version)
+
+    def needs(self, source: str) -> tuple[Need, ...] | None:
+        return super().needs("response_ids" if source in PACKED_COLUMNS else source)
+
+    def field_problems(self, reads: Mapping[str, tuple[str, ...]]) -> list[str]:
+        found = []
+        for target, names in reads.items():
+            packed = [n for n in names if n in PACKED_COLUMNS]
+            rows = [n for n in names if n not in PACKED_COLUMNS]
+            prompt = [n for n in rows if n in PROMPT_COLUMNS]
+            if packed and rows:
+                found.append(f"fields.{target}: reads the packed columns {packed} and the "
+                             f"token rows' {rows}: an entry reads one or the other")
+            elif prompt:
+                found.append(f"fields.{target}: reads {prompt}: a packed map puts per-token "
+                             f"values on the response tokens ([B, R] columns: logprob, "
+                             f"response_mask, per_token, kl); the prompt is in the layout's "
+                             f"own {', '.join(PACKED_TOKEN_COLUMNS)}")
+        return found
+
+    def arrange(self, built: dict[str, Any], columns: Mapping[str, Any],
+                reads: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+        tokens = ResponseTokens(columns)
+        out: dict[str, Any] = {}
+        problems = []
+        for target, value in built.items():
+            names = reads.get(target, ())
+            if names and all(n in PACKED_COLUMNS for n in names):
+                out[target] = value  # the layout's own columns, renamed or cast
+            elif tokens.fits(value):
+                out[target] = tokens.scatter(value)
+            elif np.ndim(value) >= 1 and np.shape(value)[0] == tokens.rows:
+                out[target] = value  # one per sample: sample_index indexes it
+            else:
+                problems.append(Problem(
+                    target, f"[B, R, ...] (one per response token, B={tokens.rows}, "
+                    f"R={tokens.width}) or [B, ...] (one per sample)", describe(value),
+                    "a packed map's entry is per response token or per sample"))
+        if problems:
+            raise ContractError(problems)
+        return out
 
 
 def _dotted(columns: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -423,7 +599,7 @@ def per_step_columns(columns: Mapping[str, Any]) -> dict[str, Any]:
             for key, column in columns.items()}
 
 
-ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows)
+ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows, PackedRows)
 """Every row layout a map may name; the first one taking a map's `"rows"` is its default."""
 
 
@@ -434,7 +610,7 @@ def parse_layout(data: Mapping[str, Any], problems: list[str]) -> RowLayout | No
     name = data.get("layout")
     taking = [c for c in ROW_LAYOUTS if c.rows == rows]
     if not taking:
-        spelled = " or ".join(f'"{c.rows}" ({c.rows_text})' for c in ROW_LAYOUTS)
+        spelled = " or ".join(dict.fromkeys(f'"{c.rows}" ({c.rows_text})' for c in ROW_LAYOUTS))
         problems.append(f'"rows" must be {spelled}, got {json.dumps(rows)}')
         return None
     cls = next((c for c in taking if name in c.names), taking[0])
@@ -467,88 +643,3 @@ def _parse_batch_dims(raw: Any, problems: list[str]) -> tuple[str, ...] | None:
     problems.append(f'"batch_dims" must be a list of dim names such as ["B", "T"], ["T", "B"], '
                     f'["M"], ["T*N"] or ["B"], got {json.dumps(raw)}')
     return None
-
-
-# -- what the stages report of token rows ---------------------------------------------------------
-# One row per generated turn, so a report counts tokens rather than steps: the prompt and response
-# widths, the real tokens and those the loss counts (`response_mask`), the staleness of every row
-# (current policy version minus the row's), and one warning the contract cannot make an error: a
-# group (`group_id`, the samples of one prompt) with fewer rows in the batch than the others, as
-# when a group is split across batches, which biases a group-relative advantage (GRPO, RLOO).
-
-@dataclass(frozen=True)
-class TokenRowStats:
-    """The token rows of one batch: sizes, token counts, staleness per row, group warnings."""
-
-    rows: int
-    prompt_width: int
-    response_width: int
-    prompt_tokens: int
-    response_tokens: int
-    loss_tokens: int
-    current_version: int | None
-    staleness: tuple[int, ...]
-    """`current_version - policy_version` of each row, in batch order (empty when the batch
-    holds no `policy_version`)."""
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def padding(self) -> float:
-        """The fraction of the padded prompt and response cells that is padding."""
-        cells = self.rows * (self.prompt_width + self.response_width)
-        return 1.0 - (self.prompt_tokens + self.response_tokens) / cells if cells else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "prompt_width": self.prompt_width,
-                "response_width": self.response_width, "prompt_tokens": self.prompt_tokens,
-                "response_tokens": self.response_tokens, "loss_tokens": self.loss_tokens,
-                "padding": self.padding, "current_version": self.current_version,
-                "staleness": list(self.staleness), "warnings": list(self.warnings)}
-
-    def to_text(self) -> str:
-        counts = sorted(Counter(self.staleness).items())
-        stale = ", ".join(f"{age}: {n} rows" if n != 1 else f"{age}: 1 row" for age, n in counts)
-        lines = [f"token rows: B={self.rows}, prompt P={self.prompt_width}, response "
-                 f"R={self.response_width}; {self.prompt_tokens} prompt and "
-                 f"{self.response_tokens} response tokens ({self.loss_tokens} in the loss), "
-                 f"{self.padding:.1%} padding",
-                 f"staleness (current {self.current_version} - row version): {stale}"
-                 if counts else "staleness: no policy_version in the batch"]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
-
-
-def token_row_stats(columns: Mapping[str, Any], current_version: int | None) -> TokenRowStats:
-    """The summary of collated token columns; `current_version` defaults to the newest row's."""
-    prompt = np.asarray(columns["prompt_mask"])
-    response = np.asarray(columns["response_mask"])
-    versions = columns.get("policy_version")
-    staleness: tuple[int, ...] = ()
-    current = current_version
-    if versions is not None and len(versions):
-        versions = np.asarray(versions, dtype=np.int64)
-        current = int(versions.max()) if current is None else current
-        staleness = tuple((current - versions).tolist())
-    groups = columns.get("group_id")
-    return TokenRowStats(
-        rows=int(response.shape[0]), prompt_width=int(prompt.shape[1]),
-        response_width=int(response.shape[1]), prompt_tokens=int(prompt.sum()),
-        response_tokens=int(np.asarray(columns["response_length"]).sum()),
-        loss_tokens=int(response.sum()), current_version=current, staleness=staleness,
-        warnings=tuple(group_split_warnings(groups)) if groups is not None else ())
-
-
-def group_split_warnings(group_ids: Any) -> list[str]:
-    """A warning naming the groups with fewer rows in the batch than the largest group has
-    (at most 10 named), or none when every group has as many rows."""
-    ids = np.asarray(group_ids)
-    if ids.size == 0:
-        return []
-    names, counts = np.unique(ids, return_counts=True)
-    full = int(counts.max())
-    short = [(str(n), int(c)) for n, c in zip(names.tolist(), counts.tolist()) if c < full]
-    if not short:
-        return []
-    shown = ", ".join(f"{n!r} ({c})" for n, c in short[:10]) + (", ..." if len(short) > 10 else "")
-    return [f"{len(short)} of {len(names)} groups have fewer rows than the largest ({full}): "
-            f"{shown}; a group split across batches biases a group-relative advantage "
-            f"(GRPO, RLOO): batch whole groups"]

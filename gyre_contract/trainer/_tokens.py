@@ -76,6 +76,8 @@ class _Input:
     columns: dict[str, Any]
     steps: int
     episode_ids: Any
+    lines: Sequence[int] | None = None
+    """The file line of each step, when the steps were read from a file."""
 
 
 def collate_tokens(
@@ -84,27 +86,38 @@ def collate_tokens(
     fields: Iterable[str] | None = None,
     pad_id: int = 0,
     max_bytes: int | None = None,
+    pad_to: Mapping[str, int] | None = None,
+    token_budget: int | None = None,
+    lines: Sequence[int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Lay out every step as one token row (see the module doc); returns the columns by name.
 
     `items` are episodes (`Episode`, or mappings of columns) or step records (dicts or validated
-    step models). `fields` limits the columns produced (the layout keys and `episode_id` always
-    come, and `policy_version` whenever every step records it). Raises ContractError on a
-    per-token field whose length differs from the action's, MissingFieldError when the prompt,
-    the action or a named field is absent, and `BatchTooLargeError` when the padded batch would
-    exceed `max_bytes`.
+    step models; `lines`: the file line of each, for messages). `fields` limits the columns
+    produced (the layout keys and `episode_id` always come, and `policy_version` whenever every
+    step records it). `pad_to` fixes the prompt width `P` and/or the response width `R` (else
+    the longest row's); `token_budget` is the most tokens (prompt + response) one row may hold.
+    Raises ContractError on a per-token field whose length differs from the action's and on a
+    row longer than its fixed width or the budget (naming it and both lengths: a row is never
+    cut), MissingFieldError when the prompt, the action or a named field is absent, and
+    `BatchTooLargeError` when the padded batch would exceed `max_bytes`.
     """
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise ValueError(f"pad_id must be an integer token id, got {pad_id!r}")
     wanted = None if fields is None else [f for f in fields if f not in (*LAYOUT_FIELDS,)]
-    return _collate(_inputs(list(items), wanted), wanted, pad_id, max_bytes)
+    inputs = _inputs(list(items), wanted)
+    if lines is not None and len(inputs) == 1 and len(lines) == inputs[0].steps:
+        inputs[0].lines = lines
+    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
 
 
 def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id: int = 0,
-                          max_bytes: int | None = None) -> dict[str, np.ndarray] | None:
+                          max_bytes: int | None = None, pad_to: Mapping[str, int] | None = None,
+                          token_budget: int | None = None) -> dict[str, np.ndarray] | None:
     """`collate_tokens` of a file's steps read as columns (`io._tokencolumns`), the same
-    columns as of its step objects: lists as flat values and lengths (`Ragged`), no array per
-    step. None when `fields` names a field of modalities itself (only objects say it)."""
+    columns (and messages, with each step's line) as of its step objects: lists as flat values
+    and lengths (`Ragged`), no array per step. None when `fields` names a field of modalities
+    itself (only objects say it)."""
     wanted = [f for f in fields if f not in (*LAYOUT_FIELDS,)]
     if any(name in found.objects for name in wanted):
         return None
@@ -114,8 +127,9 @@ def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id:
                for name in names if name in found.columns or name in found.objects}
     if RESPONSE_SOURCE not in columns:
         raise MissingFieldError(RESPONSE_SOURCE, columns.keys())
-    inputs = [_Input("steps", columns, found.steps, columns.get("episode_id"))]
-    return _collate(inputs, wanted, pad_id, max_bytes)
+    inputs = [_Input("steps", columns, found.steps, columns.get("episode_id"),
+                     found.lines.tolist())]
+    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
 
 
 _OBJECT = object()
@@ -124,7 +138,8 @@ collation too, never read unless a map names it (then `collate_token_columns` gi
 
 
 def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
-             max_bytes: int | None) -> dict[str, np.ndarray]:
+             max_bytes: int | None, pad_to: Mapping[str, int] | None,
+             token_budget: int | None) -> dict[str, np.ndarray]:
     prompt_name = _prompt_source(inputs)
     prompts = _ragged(inputs, prompt_name)
     responses = _ragged(inputs, RESPONSE_SOURCE)
@@ -136,9 +151,10 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
     if recorded_mask is not None:
         per_token[LOSS_MASK] = recorded_mask
     _check_lengths(inputs, responses[1], per_token)
+    _check_fit(inputs, (prompt_name, prompts[1]), responses[1], pad_to or {}, token_budget)
     b = len(prompts[1])
-    p = int(prompts[1].max(initial=0))
-    r = int(responses[1].max(initial=0))
+    p = int(prompts[1].max(initial=0)) if not pad_to or "P" not in pad_to else int(pad_to["P"])
+    r = int(responses[1].max(initial=0)) if not pad_to or "R" not in pad_to else int(pad_to["R"])
     _check_size(b, p, r, prompts[1], responses[1], per_token, max_bytes)
     prompt_mask = np.arange(p)[None, :] >= (p - prompts[1])[:, None]
     real = np.arange(r)[None, :] < responses[1][:, None]
@@ -207,7 +223,9 @@ def _episode(index: int, episode: Any) -> _Input:
            for name, col in flat.items() if len(col) != steps]
     if bad:
         raise ContractError(bad)
-    return _Input(f"episodes[{index}]", flat, steps, flat.get("episode_id", [label] * steps))
+    lines = getattr(episode, "lines", None)
+    return _Input(f"episodes[{index}]", flat, steps, flat.get("episode_id", [label] * steps),
+                  lines if isinstance(lines, list) and len(lines) == steps else None)
 
 
 def _flat_block(items: list[Any], wanted: list[str] | None) -> _Input:
@@ -448,6 +466,52 @@ def _check_lengths(inputs: list[_Input], actions: np.ndarray,
                                     f"tokens"))
     if problems:
         raise ContractError(problems)
+
+
+MAX_REFUSED = 10
+"""Rows a refusal names one by one at most; the rest are counted in one more problem."""
+
+
+def _check_fit(inputs: list[_Input], prompts: tuple[str, np.ndarray], responses: np.ndarray,
+               pad_to: Mapping[str, int], token_budget: int | None) -> None:
+    """Every row fits its fixed widths (`pad_to`) and the token budget: a row that does not is
+    refused, named with both lengths, never cut."""
+    prompt_name, prompt_lengths = prompts
+    limits = [(prompt_name, prompt_lengths, "prompt", f"pad_to P = {pad_to['P']}", pad_to["P"],
+               "a row is never cut")] if "P" in pad_to else []
+    if "R" in pad_to:
+        limits.append((RESPONSE_SOURCE, responses, "response", f"pad_to R = {pad_to['R']}",
+                       pad_to["R"], "a row is never cut"))
+    if token_budget is not None:
+        limits.append(("", prompt_lengths + responses, "sample (prompt + response)",
+                       f"the token budget S = {token_budget}", token_budget,
+                       "a sample is never split"))
+    problems: list[Problem] = []
+    for name, lengths, what, limit_text, limit, never in limits:
+        bad = np.flatnonzero((lengths > limit) | (lengths == 0 if not name else False))
+        for row in bad[:MAX_REFUSED].tolist():
+            inp, t = _locate(inputs, row)
+            path, where = _where(inp, t)
+            n = int(lengths[row])
+            got = f"{n} tokens" + (f" ({int(prompt_lengths[row])} + {int(responses[row])})"
+                                   if not name else "")
+            problems.append(Problem(f"{path}.{name}" if name else path,
+                                    f"{'1 to ' if not name else 'at most '}{limit} tokens "
+                                    f"({limit_text})", got,
+                                    f"{where}: a {what} of {n} tokens does not fit "
+                                    f"{limit_text}; {never}" if n else
+                                    f"{where}: an empty prompt and response has no token to "
+                                    f"place in a packed row", line=_line(inp, t)))
+        if bad.size > MAX_REFUSED:
+            problems.append(Problem(name or "steps", f"at most {limit} tokens ({limit_text})",
+                                    f"{bad.size - MAX_REFUSED} more rows longer",
+                                    f"{bad.size} rows do not fit {limit_text}"))
+    if problems:
+        raise ContractError(problems)
+
+
+def _line(inp: _Input, t: int) -> int | None:
+    return int(inp.lines[t]) if inp.lines is not None else None
 
 
 def _locate(inputs: list[_Input], row: int) -> tuple[_Input, int]:

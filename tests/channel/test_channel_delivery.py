@@ -275,3 +275,26 @@ def test_a_trainer_behind_lists_the_channel_once_for_many_gets_oldest_first(uri,
     assert got == ["s0-0", "s1-0", "s2-0", "s3-0", "late-0"]
     assert len(listings) == 2  # at the first get, and at the get after the release
     assert channel_status(uri).acked["segments"] == 5
+
+
+def test_packed_token_rows_are_delivered_packed(tmp_path):
+    """A packed map at the trainer's end: the delivery is the packed batch `FieldMap.batch`
+    builds from the same steps (the layout object, nothing else, decides)."""
+    from gyre_contract.trainer._fieldmap import FieldMap
+
+    packed = {**TOKEN_MAP, "layout": "packed", "token_budget": 32, "fields": {
+        **{k: {"from": k} for k in ("input_ids", "position_ids", "pad_mask", "sample_index",
+                                    "episode_id", "policy_version")},
+        "loss_mask": {"from": "response_mask"}, "logprobs": {"from": "logprob"},
+        "advantages": {"from": "reward", "then": [{"op": "per_token"}]}}}
+    uri = str(tmp_path / "channel")
+    sampler = open_sampler(uri, model=Completion)
+    trainer = open_trainer(uri, map=packed)
+    steps = completions("c", 6)
+    sampler.put(steps)
+    got = trainer.get(rows=6, timeout=5)
+    expected = FieldMap.from_dict(packed).batch(steps, model=Completion)
+    assert got.steps == 6 and sorted(got.batch) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got.batch[key], value, err_msg=key)
+    assert got.batch["input_ids"].shape[1] == 32

@@ -75,7 +75,8 @@ def test_write_map_and_rename(tmp_path: Path) -> None:
     (["--rename", "nope"], "error: --rename takes TRAINER=SAMPLER, got 'nope'\n"),
     (["--batch-dims", "B,,2x"], "error: --batch-dims must be names separated by commas "
                                 "(B,T (batch-major), T,B (time-major), M or T*N (flat: real "
-                                "steps only), B (token rows: one per generation)), got 'B,,2x'\n"),
+                                "steps only), B (token rows: one per generation), M (packed "
+                                "token rows)), got 'B,,2x'\n"),
 ])
 def test_bad_options_exit_2_with_one_line(argv: list[str], message: str) -> None:
     code, out, err = cli("diff", STEP, BATCH, *argv)

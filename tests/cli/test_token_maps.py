@@ -225,3 +225,67 @@ def test_our_own_token_batch_from_the_map_the_diff_writes(rollouts, tmp_path) ->
     np.testing.assert_allclose(b["return"], [[r["return"] * m for m in row] for r, row in
                                              zip(ROWS, mask)])
     assert b["group_id"].tolist() == [r["group_id"] for r in ROWS]
+
+
+# -- fixed widths: verl's max_prompt_length / max_response_length ---------------------------------
+
+FIXED_P, FIXED_R = 16, 32  # tests/data/peers/verl_fixed_width.json
+
+
+def test_verl_with_fixed_widths_gets_them(rollouts, tmp_path) -> None:
+    """A trainer schema whose token dims are fixed numbers: the diff writes `pad_to` and the
+    batch has exactly those widths, every row padded as verl pads it."""
+    written = diff(LLMStep, PEERS / "verl_fixed_width.json").field_map()
+    assert written["pad_to"] == {"P": FIXED_P, "R": FIXED_R}
+    b = batch("verl_fixed_width", rollouts, tmp_path)
+    ids = [left(r["observation"]["token_ids"], FIXED_P) + right(r["action"], FIXED_R)
+           for r in ROWS]
+    np.testing.assert_array_equal(b["input_ids"], ids)
+    mask = [left([1] * len(r["observation"]["token_ids"]), FIXED_P)
+            + right([1] * len(r["action"]), FIXED_R) for r in ROWS]
+    np.testing.assert_array_equal(b["attention_mask"], mask)
+    np.testing.assert_array_equal(b["position_ids"],
+                                  [[max(int(v), 0) for v in np.cumsum(m) - 1] for m in mask])
+    np.testing.assert_array_equal(b["responses"], [right(r["action"], FIXED_R) for r in ROWS])
+    np.testing.assert_allclose(b["old_log_probs"],
+                               [right(r["logprob"], FIXED_R, 0.0) for r in ROWS])
+    assert b["advantages"].shape == (len(ROWS), FIXED_R)
+
+
+def test_without_pad_to_the_fixed_widths_cannot_be_met(rollouts, tmp_path) -> None:
+    """What `batch --trainer` said before the map carried `pad_to`: the longest row's widths."""
+    written = diff(LLMStep, PEERS / "verl_fixed_width.json").field_map()
+    del written["pad_to"]
+    map_path = tmp_path / "map.json"
+    map_path.write_text(json.dumps(written))
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["batch", str(rollouts), "--map", str(map_path), "--trainer",
+                str(PEERS / "verl_fixed_width.json"), "--model", MODEL], stdout=out, stderr=err)
+    assert code == 1
+    assert f"size {P + R} where the trainer schema wants {FIXED_P + FIXED_R}" in \
+        out.getvalue() + err.getvalue()
+
+
+def test_a_row_longer_than_its_fixed_width_is_refused_naming_it(tmp_path) -> None:
+    """Exit 1 naming the row (episode, step, line) and both lengths; nothing is cut or written."""
+    rows = records()
+    rows[5] = dict(rows[5], action=list(range(10, 10 + FIXED_R + 3)),
+                   logprob=[-0.5] * (FIXED_R + 3), ref_logprob=[-0.5] * (FIXED_R + 3),
+                   loss_mask=[True] * (FIXED_R + 3), token_reward=[0.0] * (FIXED_R + 3))
+    path = tmp_path / "long.jsonl"
+    write_steps(path, rows)
+    map_path = tmp_path / "map.json"
+    map_path.write_text(json.dumps(diff(LLMStep, PEERS / "verl_fixed_width.json").field_map()))
+    npz = tmp_path / "batch.npz"
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["batch", str(path), "--map", str(map_path), "--trainer",
+                str(PEERS / "verl_fixed_width.json"), "--model", MODEL, "-o", str(npz),
+                "--format", "json"], stdout=out, stderr=err)
+    assert code == 1 and not npz.exists()
+    problems = json.loads(out.getvalue())["problems"]
+    assert len(problems) == 1
+    problem = problems[0]
+    assert problem["line"] == 6 and problem["path"] == "steps[5].action"
+    assert problem["expected"] == f"at most {FIXED_R} tokens (pad_to R = {FIXED_R})"
+    assert problem["got"] == f"{FIXED_R + 3} tokens"
+    assert f"episode '{rows[5]['episode_id']}' step 0" in problem["message"]

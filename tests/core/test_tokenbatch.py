@@ -137,13 +137,15 @@ def test_staleness_refuses_old_rows_naming_their_episode():
 
 
 def test_the_train_batch_rules_never_run_on_a_token_batch_and_back():
-    """A TokenBatch has no `mask`: the `[B, T]` rules are not its own (and vice versa)."""
+    """A TokenBatch has no `mask`: the `[B, T]` rules are not its own (and vice versa), nor
+    are the packed batch's."""
     phases = {r.phase for r in registry.all_rules("batch")}
-    assert {"shape", "values", "staleness", "token_shape", "token_values"} == phases
+    assert {"shape", "values", "staleness", "token_shape", "token_values",
+            "packed_values"} == phases
     batch = clean()
     assert problems(batch) == []
     for rule in registry.all_rules("batch"):
-        if rule.phase == "values":
+        if rule.phase in ("values", "packed_values"):
             assert rule.violate(batch, TokenBatch) is None, rule.name
 
 

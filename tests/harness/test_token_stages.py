@@ -13,7 +13,7 @@ from gyre_contract.core._validate import validate_step
 from gyre_contract.harness._stages import full_loop, half_way
 from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
-from gyre_contract.trainer._layouts import group_split_warnings
+from gyre_contract.trainer._rowstats import group_split_warnings
 
 TOKEN_MAP: dict[str, Any] = {"gyre_field_map": 1, "rows": "step", "fields": {
     **{k: {"from": k} for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask",
@@ -122,3 +122,38 @@ def test_staleness_is_checked_when_the_trainer_reads_no_policy_version(tmp_path)
     with pytest.raises(ContractError, match=r"cycles\[0\].*stale policy version.*'old-g0/0'"):
         full_loop(lambda v: records, lambda b: None, fmap, cycles=1, start_version=4,
                   trainer=trainer, max_staleness=0)
+
+
+PACKED_MAP: dict[str, Any] = {
+    "gyre_field_map": 1, "rows": "step", "layout": "packed", "token_budget": 16, "fields": {
+        **{k: {"from": k} for k in ("input_ids", "position_ids", "pad_mask", "sample_index",
+                                    "episode_id", "policy_version")},
+        "loss_mask": {"from": "response_mask"}, "logprobs": {"from": "logprob"},
+        "advantages": {"from": "reward", "then": [{"op": "per_token"}]}}}
+
+
+def test_half_way_and_full_loop_get_packed_rows_from_the_layout(tmp_path):
+    """The stages ask the map's layout: the packed batch `FieldMap.batch` builds, its rows and
+    fill in the report, every sample's staleness."""
+    from gyre_contract.trainer._fieldmap import FieldMap
+
+    records = completions(4) + completions(3, groups=1, seed=1, prefix="old-")
+    report = half_way(records, PACKED_MAP, max_staleness=1)
+    expected = FieldMap.from_dict(PACKED_MAP).batch(records)
+    assert sorted(report.batch) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(report.batch[key], value, err_msg=key)
+    assert report.rows == len(records) and report.batch["input_ids"].shape[1] == 16
+    tokens = report.tokens
+    assert tokens is not None and tokens.staleness == (0,) * 6 + (1,) * 3
+    assert tokens.to_dict()["tokens"] == int(expected["pad_mask"].sum())
+    assert "a valid PackedBatch" in report.to_text()
+    assert f"packed rows: M={expected['input_ids'].shape[0]} of S=16 tokens hold 9 samples" in \
+        report.to_text()
+
+    seen: list[tuple[int, ...]] = []
+    loop = full_loop(lambda v: completions(v, prefix=f"{v}-"),
+                     lambda batch: seen.append(batch["input_ids"].shape), PACKED_MAP, cycles=2)
+    assert [c.batch_shape[1] for c in loop.cycles] == [16, 16]
+    assert [c.batch_shape for c in loop.cycles] == seen
+    assert loop.cycles[1].tokens.staleness == (0,) * 6

@@ -26,7 +26,7 @@ from gyre_contract.core._models import RolloutStep
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io import _raggedcols as raggedcols
 from gyre_contract.io._raggedcols import ragged_plan
-from gyre_contract.io._reading import read_steps
+from gyre_contract.io._reading import numbered_steps, read_steps
 from gyre_contract.io._tokencolumns import read_token_columns
 from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleStep, LLMStep
@@ -214,9 +214,10 @@ WANTED = ["logprob", "ref_logprob", "reward", "episode_id", "group_id", "policy_
 
 def from_objects(path: Path, fields: list[str]) -> Any:
     with fast_paths(False):
-        steps = list(read_steps(path, LLMStep))
+        numbered = list(numbered_steps(path, LLMStep))
     try:
-        return collate_tokens(steps, fields=fields)
+        return collate_tokens([s for _, s in numbered], fields=fields,
+                              lines=[n for n, _ in numbered])
     except (ContractError, MissingFieldError) as err:
         return type(err).__name__, str(err)
 

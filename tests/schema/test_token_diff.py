@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gyre_contract.core._errors import SchemaError
 from gyre_contract.core._models import TrainBatch
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._diffing import diff
 from gyre_contract.schema._export import json_schema
 from gyre_contract.schema._roles import synonyms
-from gyre_contract.schema._tokenlayout import token_rows
+from gyre_contract.schema._tokentrainer import token_rows
 from gyre_contract.trainer._fieldmap import FieldMap
 from gyre_contract.trainer._layouts import TokenRows
 
@@ -518,3 +519,118 @@ def test_one_logprob_per_row_is_the_sum_over_the_response_tokens() -> None:
     scalar = sampler()
     scalar["properties"]["logprob"] = {"type": "number", "x-gyre-role": "logprob"}
     assert diff(scalar, doc).field_map()["fields"]["sequence_logprob"] == {"from": "logprob"}
+
+
+# -- fixed widths: pad_to from the trainer's fixed token dims -------------------------------------
+
+def fixed(doc: dict, widths: dict[str, int | None]) -> dict:
+    """`doc` with each named field's token dim fixed at the given width (None: left open)."""
+    doc = copy.deepcopy(doc)
+    for name, width in widths.items():
+        inner = doc["properties"][name]["items"]
+        inner.pop("minItems", None)
+        inner.pop("maxItems", None)
+        if width is not None:
+            inner["minItems"] = inner["maxItems"] = width
+    return doc
+
+
+def test_a_trainer_with_fixed_token_dims_gets_a_pad_to_map() -> None:
+    r = diff(sampler(), PEERS / "verl_fixed_width.json")
+    fmap = r.field_map()
+    assert (fmap["rows"], fmap["layout"], fmap["pad_to"]) == ("step", "padded", {"P": 16, "R": 32})
+    assert "fixed widths P=16, R=32 (pad_to)" in r.layout.text
+    assert FieldMap.from_dict(fmap).layout.pad_to == {"P": 16, "R": 32}
+    assert "map_incomplete" not in codes(r)
+    assert "pad_to" not in diff(sampler(), PEERS / "verl_actor_batch.json").field_map()
+    check(r)
+
+
+RESPONSE_FIELDS = ("responses", "response_mask", "old_log_probs", "rollout_log_probs",
+                   "ref_log_prob", "token_level_rewards", "advantages")
+
+
+def test_the_sequence_width_gives_the_width_the_schema_leaves_open() -> None:
+    doc = fixed(peer("verl_fixed_width"), {"prompts": None})  # P from L - R
+    assert diff(sampler(), doc).field_map()["pad_to"] == {"P": 16, "R": 32}
+    doc = fixed(peer("verl_fixed_width"), dict.fromkeys(RESPONSE_FIELDS))  # R from L - P
+    assert diff(sampler(), doc).field_map()["pad_to"] == {"P": 16, "R": 32}
+    doc = fixed(peer("verl_actor_batch"), {"responses": 8})  # one width alone
+    assert diff(sampler(), doc).field_map()["pad_to"] == {"R": 8}
+
+
+def test_widths_the_diff_cannot_settle_are_left_to_the_map_with_a_warning() -> None:
+    unsplit = fixed(peer("verl_fixed_width"), {"prompts": None, **dict.fromkeys(RESPONSE_FIELDS)})
+    r = diff(sampler(), unsplit)
+    assert "pad_to" not in r.field_map()
+    assert "fixes the whole sequence at 48 tokens, but not how it splits" in \
+        warning(r, "map_incomplete").message
+    clash = fixed(peer("verl_fixed_width"), {"responses": 30})
+    r = diff(sampler(), clash)
+    assert "pad_to" not in r.field_map()
+    assert "response [30, 32]" in warning(r, "map_incomplete").message
+    check(r)
+
+
+# -- packed trainers: "layout": "packed" with a token budget --------------------------------------
+
+def test_a_packed_trainer_gets_a_packed_map() -> None:
+    """prime-rl's micro-batch: position_ids and per-token advantages, no prompt/response split."""
+    r = diff(sampler(), PEERS / "prime_rl_micro_batch.json")
+    fmap = r.field_map()
+    assert {k: fmap[k] for k in ("rows", "batch_dims", "layout", "token_budget")} == {
+        "rows": "step", "batch_dims": ["M"], "layout": "packed", "token_budget": 64}
+    assert fmap["fields"] == {
+        "input_ids": {"from": "input_ids"}, "position_ids": {"from": "position_ids"},
+        "advantages": {"op": "group_norm", "from": ["reward", "group_id"], "std": "unbiased",
+                       "eps": 1e-6, "then": [{"op": "per_token"}]},
+        "inference_logprobs": {"from": "logprob"}, "loss_mask": {"from": "response_mask"}}
+    assert r.layout.text.startswith("packed token rows [M, S]")
+    assert "recomputed_logprob" not in codes(r) and "map_incomplete" not in codes(r)
+    assert type(FieldMap.from_dict(fmap).layout).__name__ == "PackedRows"
+    check(r)
+
+
+def packed_schema(**keys: object) -> dict:
+    """A packed trainer that says so (`x-gyre-layout`), its token dims open."""
+    token = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+    number = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
+    flag = {"type": "array", "items": {"type": "array", "items": {"type": "boolean"}}}
+    return {"title": "packed trainer", "type": "object", **keys, "properties": {
+        "tokens": {**token, "x-gyre-role": "action"}, "attention_mask": flag,
+        "sample_index": token, "advantages": number, "old_log_probs": number,
+        "ref_log_prob": number, "action_mask": flag}}
+
+
+def test_a_schema_that_says_it_is_packed_gets_its_budget() -> None:
+    r = diff(sampler(), packed_schema(**{"x-gyre-layout": "packed",
+                                         "x-gyre-token-budget": 4096}))
+    fmap = r.field_map()
+    assert (fmap["layout"], fmap["token_budget"], fmap["batch_dims"]) == ("packed", 4096, ["M"])
+    fields = fmap["fields"]
+    assert fields["tokens"] == {"from": "input_ids"}
+    assert fields["attention_mask"] == {"from": "pad_mask"}
+    assert fields["sample_index"] == {"from": "sample_index"}
+    assert fields["action_mask"] == {"from": "response_mask"}
+    assert fields["ref_log_prob"] == {"from": "ref_logprob"}
+    assert FieldMap.from_dict(fmap).layout.token_budget == 4096
+    check(r)
+
+
+def test_a_packed_trainer_without_a_budget_is_told_to_write_one() -> None:
+    r = diff(sampler(), packed_schema(**{"x-gyre-layout": "packed"}))
+    assert "token_budget" not in r.field_map()
+    assert "add \"token_budget\": S to the map" in warning(r, "map_incomplete").message
+
+
+def test_what_a_schema_says_of_its_layout_wins() -> None:
+    doc = peer("prime_rl_micro_batch")
+    assert diff(sampler(), doc).field_map()["layout"] == "packed"
+    said = diff(sampler(), {**doc, "x-gyre-layout": "padded", "x-gyre-batch-dims": ["B"]})
+    assert said.field_map()["layout"] == "padded" and "token_budget" not in said.field_map()
+    for name in ("verl_actor_batch", "trl_grpo", "openrlhf_experience"):  # a split: padded
+        assert diff(sampler(), PEERS / f"{name}.json").field_map()["layout"] == "padded"
+    with pytest.raises(SchemaError, match='x-gyre-layout must be "padded" or "packed"'):
+        diff(sampler(), {**doc, "x-gyre-layout": "ragged"})
+    with pytest.raises(SchemaError, match="x-gyre-token-budget must be a whole number > 0"):
+        diff(sampler(), {**doc, "x-gyre-token-budget": 0})

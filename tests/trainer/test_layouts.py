@@ -51,10 +51,11 @@ def test_token_rows_carry_pad_to_through_the_map():
     ({"pad_to": {}}, '"pad_to" must map'),
     ({"pad_to": 512}, '"pad_to" must map'),
     ({"token_budget": 4096}, '"token_budget" is not a key of a map with "rows": "step"'),
-    ({"layout": "packed", "token_budget": 4096},
-     '"token_budget" is not a key of a map with "rows": "step", "layout": "packed"'),
-    ({"layout": "packed"}, '"layout" of a map with "rows": "step" must be one of "padded", '
-     'got "packed"'),
+    ({"layout": "padded", "token_budget": 4096},
+     '"token_budget" is not a key of a map with "rows": "step", "layout": "padded"'),
+    ({"layout": "packed"}, '"layout": "packed" needs "token_budget"'),
+    ({"layout": "bucketed"}, '"layout" of a map with "rows": "step" must be one of "padded", '
+     'got "bucketed"'),
 ])
 def test_bad_token_layout_keys(keys, message):
     with pytest.raises(FieldMapError, match=re.escape(message)):
@@ -81,11 +82,12 @@ def test_a_layout_refuses_what_cannot_be():
 
 
 def test_another_layout_is_one_more_class(monkeypatch):
-    """Packed token rows (`"layout": "packed"`, `token_budget`) are a subclass listed in
-    `ROW_LAYOUTS`: the parser, `to_dict` and the map take it without a branch of their own."""
+    """Another layout of token rows (`"layout": "bucketed"`, with a `token_budget`) is a
+    subclass listed in `ROW_LAYOUTS`: the parser, `to_dict` and the map take it without a branch
+    of their own, as they take `PackedRows`."""
 
-    class PackedRows(TokenRows):
-        names = ("packed",)
+    class BucketedRows(TokenRows):
+        names = ("bucketed",)
         keys = ("token_budget",)
 
         def __init__(self, *, token_budget: int | None = None, **kwargs: Any) -> None:
@@ -95,10 +97,10 @@ def test_another_layout_is_one_more_class(monkeypatch):
         def to_dict(self) -> dict[str, Any]:
             return {**super().to_dict(), "token_budget": self.token_budget}
 
-    monkeypatch.setattr(_layouts, "ROW_LAYOUTS", (*_layouts.ROW_LAYOUTS, PackedRows))
-    data = token_map(layout="packed", token_budget=4096)
+    monkeypatch.setattr(_layouts, "ROW_LAYOUTS", (*_layouts.ROW_LAYOUTS, BucketedRows))
+    data = token_map(layout="bucketed", token_budget=4096)
     fmap = FieldMap.from_dict(data)
-    assert type(fmap.layout) is PackedRows and fmap.layout.token_budget == 4096
+    assert type(fmap.layout) is BucketedRows and fmap.layout.token_budget == 4096
     assert fmap.to_dict() == data
     assert type(FieldMap.from_dict(token_map()).layout) is TokenRows  # padded stays the default
 

@@ -40,6 +40,32 @@ def schema(title, desc, fields, source, batch_dims=None):
     return doc
 
 
+VERL_FIELDS = [
+    # verl's DataProto fields for the PPO/GRPO update (volcengine/verl DataProto, core_algos)
+    ("input_ids", "integer", [N, N], True, "int64 [B, P+R]: prompt (left-padded) ++ "
+     "response (right-padded)"),
+    ("attention_mask", "integer", [N, N], True, "int64 [B, P+R]: 1 on real tokens"),
+    ("position_ids", "integer", [N, N], True, "int64 [B, P+R]: "
+     "compute_position_id_with_mask, clip(cumsum(attention_mask) - 1, 0)"),
+    ("prompts", "integer", [N, N], False, "int64 [B, P]: left-padded prompt ids"),
+    ("responses", "integer", [N, N], True, "int64 [B, R]: generated ids, right-padded"),
+    ("response_mask", "integer", [N, N], True, "int64 [B, R]: attention_mask[:, -R:] "
+     "(multi-turn: 0 on tool output); the loss mask"),
+    ("old_log_probs", "number", [N, N], True, "float32 [B, R]: recomputed by the actor "
+     "(compute_log_prob) before the update"),
+    ("rollout_log_probs", "number", [N, N], False, "float32 [B, R]: vLLM/SGLang "
+     "log-probs (rollout importance sampling)"),
+    ("ref_log_prob", "number", [N, N], True, "float32 [B, R]: reference policy "
+     "log-prob (use_kl_loss)"),
+    ("token_level_rewards", "number", [N, N], True, "float32 [B, R]: the score on the "
+     "last response token, minus beta*KL per token when use_kl_in_reward"),
+    ("advantages", "number", [N, N], True, "float32 [B, R]: GRPO: group-normalised "
+     "scores times response_mask (compute_grpo_outcome_advantage)"),
+    ("uid", "string", [N], True, "the prompt's group id (one per prompt, repeated "
+     "rollout.n times)"),
+]
+
+
 PEERS = {
     "cleanrl_ppo_storage": schema(
         "CleanRL ppo.py rollout storage (read by the PPO update)",
@@ -120,27 +146,7 @@ PEERS = {
         "[B, P+R] (the left-padded prompt then the right-padded response), responses and "
         "every per-token tensor [B, R]; uid is a numpy object array of strings in "
         "non_tensor_batch. Batch dims: B.",
-        [("input_ids", "integer", [N, N], True, "int64 [B, P+R]: prompt (left-padded) ++ "
-          "response (right-padded)"),
-         ("attention_mask", "integer", [N, N], True, "int64 [B, P+R]: 1 on real tokens"),
-         ("position_ids", "integer", [N, N], True, "int64 [B, P+R]: "
-          "compute_position_id_with_mask, clip(cumsum(attention_mask) - 1, 0)"),
-         ("prompts", "integer", [N, N], False, "int64 [B, P]: left-padded prompt ids"),
-         ("responses", "integer", [N, N], True, "int64 [B, R]: generated ids, right-padded"),
-         ("response_mask", "integer", [N, N], True, "int64 [B, R]: attention_mask[:, -R:] "
-          "(multi-turn: 0 on tool output); the loss mask"),
-         ("old_log_probs", "number", [N, N], True, "float32 [B, R]: recomputed by the actor "
-          "(compute_log_prob) before the update"),
-         ("rollout_log_probs", "number", [N, N], False, "float32 [B, R]: vLLM/SGLang "
-          "log-probs (rollout importance sampling)"),
-         ("ref_log_prob", "number", [N, N], True, "float32 [B, R]: reference policy "
-          "log-prob (use_kl_loss)"),
-         ("token_level_rewards", "number", [N, N], True, "float32 [B, R]: the score on the "
-          "last response token, minus beta*KL per token when use_kl_in_reward"),
-         ("advantages", "number", [N, N], True, "float32 [B, R]: GRPO: group-normalised "
-          "scores times response_mask (compute_grpo_outcome_advantage)"),
-         ("uid", "string", [N], True, "the prompt's group id (one per prompt, repeated "
-          "rollout.n times)")],
+        VERL_FIELDS,
         "volcengine/verl (DataProto, core_algos)", ["B"]),
     "openrlhf_experience": schema(
         "OpenRLHF Experience consumed by the PPO actor (group_norm estimator)",
@@ -203,6 +209,52 @@ PEERS = {
          ("timeouts", "boolean", [N], True, "time-limit ends")],
         ""),
 }
+
+P_MAX, R_MAX = 16, 32  # verl data.max_prompt_length, data.max_response_length (a test's sizes)
+_SEQUENCE = ("input_ids", "attention_mask", "position_ids")
+
+
+def _fixed(name, dims):
+    """verl's token dim at its fixed width: the sequence P + R, the prompt P, the rest R."""
+    if len(dims) < 2:
+        return dims
+    return [dims[0], P_MAX + R_MAX if name in _SEQUENCE else P_MAX if name == "prompts" else R_MAX]
+
+
+PEERS["verl_fixed_width"] = schema(
+    "verl PPO/GRPO update batch (DataProto), fixed widths",
+    f"verl_actor_batch with data.max_prompt_length = {P_MAX} and data.max_response_length = "
+    f"{R_MAX}: verl pads every prompt to P and every response to R, so its token tensors have "
+    f"fixed widths: input_ids/attention_mask/position_ids [B, {P_MAX + R_MAX}], prompts "
+    f"[B, {P_MAX}], responses and every per-token tensor [B, {R_MAX}]. Batch dims: B.",
+    [(name, t, _fixed(name, dims), req, note) for name, t, dims, req, note in VERL_FIELDS],
+    "volcengine/verl (DataProto, core_algos; the dataset pads prompts to max_prompt_length, "
+    "the rollout responses to max_response_length)", ["B"])
+
+S_MAX = 64  # prime-rl's seq_len (the token budget of one micro-batch row; a test's size)
+PEERS["prime_rl_micro_batch"] = schema(
+    "prime-rl training micro-batch (packed)",
+    "What prime-rl's RL trainer reads per micro-batch, as far as its data loader and loss "
+    "describe it (the source was not at hand: these are assumptions, from prime-rl's packed "
+    "micro-batches and from what flash-attention varlen trainers read - verl with "
+    "use_remove_padding, OpenRLHF with packing_samples): samples (prompt + completion) packed "
+    f"end to end into rows of seq_len = {S_MAX} tokens, [M, S] with M micro-batch rows, "
+    "position_ids restarting at 0 at each sample so the attention kernel sees each sample "
+    "alone; per-token advantages (the sample's advantage on its completion tokens), the "
+    "inference engine's log-probs at each token and a loss mask on the completion tokens the "
+    "loss counts; 0 on prompt tokens and padding. No prompt/completion split and no sample "
+    "index: position_ids carry the boundaries. The per-micro-batch sampling temperature (a "
+    "float) is left out. Batch dims: M.",
+    [("input_ids", "integer", [N, S_MAX], True, "int64 [M, S]: samples end to end"),
+     ("position_ids", "integer", [N, S_MAX], True, "int64 [M, S]: 0 at each sample's first "
+      "token"),
+     ("advantages", "number", [N, S_MAX], True, "float32 [M, S]: per token, 0 off the "
+      "completion"),
+     ("inference_logprobs", "number", [N, S_MAX], True, "float32 [M, S]: the inference "
+      "engine's log-prob of each completion token (importance ratio)"),
+     ("loss_mask", "boolean", [N, S_MAX], True, "bool [M, S]: completion tokens the loss "
+      "counts")],
+    "PrimeIntellect-ai/prime-rl (trainer micro-batches; assumed, see the description)", ["M"])
 
 for name, doc in PEERS.items():
     (OUT / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -1,0 +1,177 @@
+"""Packed token rows: every row's prompt + response concatenated into micro-batch rows of exactly
+`S` tokens (the token budget), what flash-attention varlen kernels read (prime-rl, verl
+`use_remove_padding`, OpenRLHF `packing_samples`, slime). docs/llm.md §4 "Packed rows".
+
+`plan_packing(lengths, budget)` places the samples first-fit-decreasing: longest first (ties in
+input order: the sort is stable), each into the first micro-batch row with room for all of it;
+a sample is never split, so a sample longer than the budget cannot be placed (collation refuses
+it first, naming it). Deterministic: the same lengths give the same rows.
+
+`pack_columns(columns, plan)` lays the collated token rows (`collate_tokens`: `prompt_ids`
+left-padded with `prompt_mask`, `response_ids` right-padded with `response_length`) out as
+`[M, S]`: `input_ids` (each sample's prompt then response, `pad_id` after the last sample),
+`position_ids` (0 at each sample's first token; the tail padding is one more run from 0),
+`pad_mask` (True on real tokens), `sample_index` (the token row each token comes from, −1 on
+padding); and per sample `[B]`: `sample_row`, `sample_start`, `sample_length` (where each sample
+lies: its micro-batch row, first column and number of tokens). `ResponseTokens.scatter` puts a
+per-response-token column `[B, R, ...]` (what the map's ops give: `per_token` advantages,
+`logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere.
+
+Vectorised: one boolean selection per column gives every real token in sample order, one
+`np.repeat` gives each token's destination, one assignment writes them; the runs of
+`position_ids` and `sample_index` come from their start cells by `np.maximum.accumulate`. Only
+the placement loops over samples in Python (one numpy search over the open rows per sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gyre_contract.trainer import _collation as collation
+
+PACKED_TOKEN_COLUMNS: tuple[str, ...] = ("input_ids", "position_ids", "pad_mask", "sample_index")
+"""The `[M, S]` columns packing makes (a map renames them into the batch)."""
+PACKED_SAMPLE_COLUMNS: tuple[str, ...] = ("sample_row", "sample_start", "sample_length")
+"""The `[B]` columns packing makes: where each sample lies in the packed rows."""
+PACKED_COLUMNS = PACKED_TOKEN_COLUMNS + PACKED_SAMPLE_COLUMNS
+_PACKED_CELL_BYTES = 8 + 8 + 8 + 1
+"""Bytes per packed cell of the columns packing makes (input_ids, position_ids, sample_index,
+pad_mask), for the size check before allocating."""
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Where each sample goes: micro-batch row and first column, in rows of `budget` tokens."""
+
+    budget: int
+    rows: int
+    row: np.ndarray
+    """`[B]` int64: the micro-batch row of each sample."""
+    start: np.ndarray
+    """`[B]` int64: the column of each sample's first token in its row."""
+    length: np.ndarray
+    """`[B]` int64: each sample's tokens (prompt + response)."""
+
+    @property
+    def used(self) -> np.ndarray:
+        """`[M]` int64: the real tokens of each micro-batch row."""
+        return np.bincount(self.row, weights=self.length, minlength=self.rows).astype(np.int64)
+
+    @property
+    def fill(self) -> float:
+        """Real tokens over the packed cells: tokens / (rows × budget)."""
+        cells = self.rows * self.budget
+        return float(self.length.sum()) / cells if cells else 0.0
+
+
+def plan_packing(lengths: Any, budget: int) -> PackPlan:
+    """First-fit-decreasing placement of samples of `lengths` tokens (each 1..`budget`) into
+    rows of `budget` tokens; ties keep input order. ValueError on a length out of range (the
+    collation refuses such a sample first, naming it)."""
+    length = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if length.size and (length.min() < 1 or length.max() > budget):
+        raise ValueError(f"every sample must hold 1..{budget} tokens (the token budget), got "
+                         f"{int(length.min())}..{int(length.max())}")
+    n = length.size
+    order = np.argsort(-length, kind="stable")
+    room = np.empty(n, np.int64)  # the room left in each open row: at most one row per sample
+    row = np.empty(n, np.int64)
+    start = np.empty(n, np.int64)
+    rows = 0
+    for i, size in zip(order.tolist(), length[order].tolist(), strict=True):
+        at = int(np.argmax(room[:rows] >= size)) if rows else 0
+        if not rows or room[at] < size:
+            at, rows = rows, rows + 1
+            room[at] = budget
+        row[i] = at
+        start[i] = budget - room[at]
+        room[at] -= size
+    return PackPlan(budget, rows, row, start, length)
+
+
+def destinations(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The flat cell of every token of samples of `lengths` tokens placed at flat `starts`, in
+    sample order: one `arange` and one `repeat` (token t of sample i: starts[i] + t)."""
+    out = np.arange(int(lengths.sum()), dtype=np.int64)
+    out += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return out
+
+
+class ResponseTokens:
+    """The packed positions of every real response token, in sample order: where a per-token
+    column `[B, R, ...]` of the token rows goes."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        length = np.asarray(columns["response_length"], dtype=np.int64)
+        width = int(np.shape(columns["response_mask"])[1])
+        self.rows = len(length)
+        self.width = width
+        self.real = np.arange(width) < length[:, None]
+        budget = int(np.shape(columns["input_ids"])[1])
+        start = np.asarray(columns["sample_row"]) * budget + columns["sample_start"]
+        prompt = np.asarray(columns["sample_length"]) - length
+        self.cells = int(np.size(columns["input_ids"]))
+        self.shape = tuple(np.shape(columns["input_ids"]))
+        self.where = destinations(start + prompt, length)
+
+    def fits(self, value: Any) -> bool:
+        """Whether `value` is a per-response-token column of these rows (`[B, R, ...]`)."""
+        shape = np.shape(value)
+        return len(shape) >= 2 and shape[:2] == (self.rows, self.width)
+
+    def scatter(self, value: Any) -> np.ndarray:
+        """`value` `[B, R, ...]` at its tokens' packed positions `[M, S, ...]`, 0 elsewhere."""
+        value = np.asarray(value)
+        out = np.zeros((self.cells, *value.shape[2:]), value.dtype)
+        out[self.where] = value[self.real]
+        return out.reshape(self.shape + value.shape[2:])
+
+
+def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,
+                 max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """The packed columns (`PACKED_COLUMNS`) of collated token rows, every row placed by
+    `plan_packing`. Raises `BatchTooLargeError` when the packed rows would exceed `max_bytes`
+    (default `collation.MAX_BATCH_BYTES`)."""
+    prompt_mask = np.asarray(columns["prompt_mask"])
+    prompt = prompt_mask.sum(axis=1, dtype=np.int64)
+    response = np.asarray(columns["response_length"], dtype=np.int64)
+    plan = plan_packing(prompt + response, budget)
+    _check_size(plan, max_bytes)
+    cells = plan.rows * budget
+    first = plan.row * budget + plan.start
+    ids = np.zeros(cells, np.int64) if pad_id == 0 else np.full(cells, pad_id, np.int64)
+    ids[destinations(first, prompt)] = np.asarray(columns["prompt_ids"])[prompt_mask]
+    real = np.arange(np.shape(columns["response_ids"])[1]) < response[:, None]
+    ids[destinations(first + prompt, response)] = np.asarray(columns["response_ids"])[real]
+    used = plan.used
+    tails = (np.arange(plan.rows) * budget + used)[used < budget]
+    label = np.empty(cells, np.int64)  # at each run's first cell: its sample, or -1 (padding)
+    label[first] = np.arange(first.size)
+    label[tails] = -1
+    run_start = np.zeros(cells, np.int64)
+    run_start[first] = first
+    run_start[tails] = tails
+    np.maximum.accumulate(run_start, out=run_start)
+    sample_index = label[run_start]
+    position = np.arange(cells, dtype=np.int64)
+    position -= run_start
+    shape = (plan.rows, budget)
+    return {"input_ids": ids.reshape(shape), "position_ids": position.reshape(shape),
+            "pad_mask": (sample_index >= 0).reshape(shape),
+            "sample_index": sample_index.reshape(shape),
+            "sample_row": plan.row, "sample_start": plan.start, "sample_length": plan.length}
+
+
+def _check_size(plan: PackPlan, max_bytes: int | None) -> None:
+    limit = collation.MAX_BATCH_BYTES if max_bytes is None else max_bytes
+    size = plan.rows * plan.budget * _PACKED_CELL_BYTES
+    if size > limit:
+        raise collation.BatchTooLargeError(
+            f"packed token batch [M={plan.rows}, S={plan.budget}] would take "
+            f"{collation.bytes_text(size)} ({plan.fill:.0%} of it real tokens), more than "
+            f"MAX_BATCH_BYTES = {collation.bytes_text(limit)}; a smaller token_budget, or fewer "
+            f"rows per batch")
