@@ -249,14 +249,18 @@ def test_every_rule_breaks_under_some_model():
 def test_every_fast_path_implements_every_rule():
     """A rule a fast path does not declare makes it step aside for good: declare it (and
     implement it), or this fails. Lists the fast paths each uncovered rule leaves."""
+    import gyre_contract.io._arrowlines  # declares arrow_jsonl (and ragged_columns)
     import gyre_contract.io._parquetcols  # noqa: F401  (declares parquet_columns)
 
     assert set(registry.fast_paths()) >= {"compiled_step", "bulk_jsonl", "bulk_episode",
-                                          "parquet_columns"}
+                                          "parquet_columns", "arrow_jsonl", "ragged_columns"}
     uncovered = {r.name: registry.uncovered(r.name) for r in registry.all_rules()}
     assert {k: v for k, v in uncovered.items() if v} == {}
     assert fast_plan(CartPoleStep) is not None and fast_plan(LLMStep) is not None
     assert bulk_plan(CartPoleStep) is not None
+    from gyre_contract.io._raggedcols import ragged_plan
+
+    assert ragged_plan(LLMStep) is not None and ragged_plan(CartPoleStep) is None
 
 
 @pytest.fixture
@@ -270,12 +274,15 @@ def extra_rule():
 
 
 def test_a_rule_no_fast_path_declares_is_caught(extra_rule):
+    from gyre_contract.io._arrowlines import ARROW_FAST_PATH
     from gyre_contract.io._parquetcols import PARQUET_FAST_PATH
+    from gyre_contract.io._raggedcols import ragged_plan
 
-    assert set(registry.uncovered(extra_rule.name)) == {"compiled_step", "bulk_jsonl",
-                                                        "parquet_columns"}
+    assert set(registry.uncovered(extra_rule.name)) == {
+        "compiled_step", "bulk_jsonl", "parquet_columns", "arrow_jsonl", "ragged_columns"}
     assert fast_plan(CartPoleStep) is None and bulk_plan(CartPoleStep) is None  # step aside
-    assert not PARQUET_FAST_PATH.usable()
+    assert not PARQUET_FAST_PATH.usable() and not ARROW_FAST_PATH.usable()
+    assert ragged_plan(LLMStep) is None
     problems = step_problems(dict(CLEAN["cartpole"], reward=42.0), CartPoleStep)
     assert [p.rule for p in problems] == [extra_rule.name]  # never skipped meanwhile
 

@@ -1,7 +1,8 @@
 """Everything the channel takes from the rest of the package, in one place.
 
 The channel depends on the contract through these names only: the step model's documents
-(its JSON Schema, its Arrow layout), validation in bulk of a block of records, the field map
+(its JSON Schema, its Arrow layout), validation in bulk of a block of records, a column of
+ragged lists (`Ragged`: values and lengths, what collation takes without an array per step), the field map
 and the trainer's schema, the field map → the trainer's batch, the diff through the map
 (field tables and `compat`), and the fingerprint. A change of the package's internals is a
 change here, nowhere else in `gyre_contract.channel`.
@@ -20,6 +21,7 @@ from gyre_contract.core._validate import validate_batch
 from gyre_contract.io._arrowschema import is_pinned, to_arrow_schema
 from gyre_contract.io._atomic import write_bytes_atomic
 from gyre_contract.io._blocks import CheckedBlock, RecordBlocks
+from gyre_contract.io._raggedcols import Ragged
 from gyre_contract.schema._compatibility import CompatReport, compat
 from gyre_contract.schema._export import json_schema
 from gyre_contract.schema._fieldtable import FieldTable, field_table
@@ -28,7 +30,7 @@ from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer._trainerbatch import TrainerSchema, trainer_schema
 
 __all__ = ["CONTRACT_VERSION", "CheckedBlock", "CompatReport", "FieldMap", "FieldTable",
-           "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_step_model",
+           "Ragged", "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_step_model",
            "field_table", "fingerprint", "fixed_layout", "load_map", "load_trainer",
            "schema_document", "step_schema", "trainer_batch", "write_atomic"]
 
@@ -84,15 +86,15 @@ def load_trainer(source: Any, batch_dims: tuple[str, ...] | list[str] | str | No
     return trainer_schema(source, batch_dims)
 
 
-def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, columns: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+def trainer_batch(fmap: FieldMap, schema: TrainerSchema | None, columns: Mapping[str, Any],
+                  episodes: Any = None) -> dict[str, Any]:
     """The trainer's own batch from a block of step columns (a delivery's segments): what the
     map's row layout makes of them (episodes, or one block of token rows), the map's collation
     and ops, then the trainer's schema (or `TrainBatch` / `TokenBatch`) check — what
     `gyre-contract batch --map M --trainer T` does (`half_way`). The one call
     `FieldMap.batch(source, trainer=...)` gives the same arrays: when it exists, this body is
-    that call."""
-    collated = fmap.collated(fmap.layout.from_block(columns))
+    that call. `episodes`: (each step's episode code, the ids by code), when known."""
+    collated = fmap.collated_block(columns, episodes=episodes)
     arrays = fmap.apply(collated)
     if schema is None:
         validated = validate_batch(arrays, fmap.batch_model)

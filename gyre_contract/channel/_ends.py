@@ -49,8 +49,11 @@ from gyre_contract.channel._locate import open_backend
 from gyre_contract.core._errors import ContractError, Problem
 from gyre_contract.core._models import RolloutStepV1
 
-POLL_SECONDS = (0.005, 0.25)
-"""How often a waiting `get` or `put` looks again: from the first value, doubling to the second."""
+POLL_SECONDS = (0.002, 0.05, 0.1)
+"""How often a waiting `get` or `put` looks again: every 2 ms (the first value) during the first
+0.1 s of a wait (the third), so that a segment put while a trainer waits is picked up within a
+few milliseconds; then doubling up to every 50 ms (the second). A look is one listing of the
+segments folder (one actor call on Ray)."""
 RECENT_DROPS = 65536
 """Episode ids dropped as stale that a trainer end remembers, so that the rest of an episode
 put in several segments is dropped too."""
@@ -80,11 +83,21 @@ class EndCounts:
         return dict(self.__dict__)
 
 
-def _wait(deadline: float | None, pause: float) -> float:
-    """Sleep a little (never past `deadline`); the next pause."""
-    left = pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
-    time.sleep(left)
-    return min(pause * 2, POLL_SECONDS[1])
+class _Poll:
+    """The pauses of one wait (`POLL_SECONDS`), never past its deadline."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.start = time.monotonic()
+        self.pause = POLL_SECONDS[0]
+
+    def wait(self) -> None:
+        now = time.monotonic()
+        left = self.pause if self.deadline is None else \
+            max(0.0, min(self.pause, self.deadline - now))
+        time.sleep(left)
+        if now - self.start >= POLL_SECONDS[2]:
+            self.pause = min(self.pause * 2, POLL_SECONDS[1])
 
 
 class _End:
@@ -149,11 +162,11 @@ class SamplerEnd(_End):
         seq = self._seq + 1
         segment = f"{time.time_ns():020d}-{self.writer}-{seq:08d}"
         episodes = len(set(checked.episode_id))
+        versions, counts = np.unique(checked.policy_version, return_counts=True)
         meta = segments.SegmentMeta(
             segment=segment, writer=self.writer, seq=seq, fingerprint=self.fingerprint,
             steps=checked.n, episodes=episodes, ended=len(checked.ended_ids),
-            policy_versions={str(k): v for k, v in sorted(
-                Counter(checked.policy_version.tolist()).items())},
+            policy_versions={str(k): v for k, v in zip(versions.tolist(), counts.tolist())},
             started=started, written=time.time(), writer_steps=self.counts.steps + checked.n,
             writer_episodes=self.counts.episodes + episodes, extra=extra)
         layout = self._layout or contract.arrow_layout(self.model, steps[0])
@@ -184,12 +197,12 @@ class SamplerEnd(_End):
         if self.max_pending is None:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = POLL_SECONDS[0]
+        poll = _Poll(deadline)
         while (pending := self.backend.pending_count()) >= self.max_pending:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"put: {pending} segments of {self.uri} not acked "
                                    f"(max_pending {self.max_pending}) for {timeout} s")
-            pause = _wait(deadline, pause)
+            poll.wait()
 
 
 def open_sampler(uri: str | os.PathLike[str], model: type[RolloutStepV1] | None = None, *,
@@ -251,6 +264,8 @@ class _Part:
     keep: np.ndarray
     staleness: dict[int, int]
     dropped_episodes: int
+    episodes: tuple[np.ndarray, np.ndarray]
+    """(each row's episode code, the episode ids by code: `segments.row_keys`)."""
 
 
 @dataclass
@@ -312,6 +327,8 @@ class TrainerEnd(_End):
         self._bad: set[str] = set()
         self._dropped: OrderedDict[str, None] = OrderedDict()
         self._gone: list[_Part] = []
+        self._listed: list[SegmentRef] = []
+        """Segments the last listing showed that no `get` has looked at yet, oldest first."""
         self.last: Delivery | None = None
         """The last delivery this end made (what a `train_step` that only gets the batch can
         look at: its notes, its staleness)."""
@@ -336,10 +353,17 @@ class TrainerEnd(_End):
         self._gone = []  # segments of this get dropped whole as stale
         seen: set[str] = set()
         kept = 0
-        pause = POLL_SECONDS[0]
+        poll = _Poll(deadline)
+        # the segments the last listing showed and no get has looked at yet come first: the
+        # folder is listed again when they run out (a trainer behind by many segments lists
+        # it once for all of them, not once a get)
+        fresh = rows is None or not self._listed
+        listing = self.backend.pending() if fresh else self._listed
         while True:
-            for ref in self.backend.pending():
+            rest: list[SegmentRef] = []
+            for i, ref in enumerate(listing):
                 if rows is not None and kept >= rows:
+                    rest = listing[i:]
                     break
                 if ref.segment in self._leased or ref.segment in seen or \
                         ref.segment in self._bad:
@@ -349,15 +373,20 @@ class TrainerEnd(_End):
                 if part is not None:
                     parts.append(part)
                     kept += int(part.keep.sum())
+            self._listed = rest
             if parts and (rows is None or kept >= rows):
                 break
+            if not fresh:  # what the last listing showed ran out: look at the folder now
+                fresh, listing = True, self.backend.pending()
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 if parts:
                     break
                 raise TimeoutError(f"get: nothing deliverable in {self.uri} within {timeout} s "
                                    f"({len(self._leased)} segments leased to this end, not "
                                    f"acked)")
-            pause = _wait(deadline, pause)
+            poll.wait()
+            listing = self.backend.pending()
         return self._deliver(parts, current)
 
     def _part(self, ref: SegmentRef, current: int | None, max_staleness: int | None,
@@ -366,24 +395,29 @@ class TrainerEnd(_End):
         if read is None:
             return None
         table, meta = read
-        ids, versions = segments.row_keys(table)
-        stale = np.zeros(len(ids), bool)
+        codes, ids, versions = segments.row_keys(table)
+        stale = np.zeros(len(codes), bool)
+        gone = np.zeros(len(ids), bool)  # by episode code
         if max_staleness is not None:
             assert current is not None
             floor = current - max_staleness
             old = versions < floor
             if old.any() and on_stale == "error":
-                raise ContractError(_stale_problems(meta.segment, ids, versions, old, floor,
-                                                    current, max_staleness))
-            gone = set(ids[old].tolist()) | {i for i in set(ids.tolist()) if i in self._dropped}
-            if gone:
-                stale = np.isin(ids, sorted(gone))
-                for episode_id in gone:
+                raise ContractError(_stale_problems(meta.segment, ids[codes], versions, old,
+                                                    floor, current, max_staleness))
+            gone[codes[old]] = True
+            if self._dropped:  # the rest of an episode dropped in an earlier segment
+                gone |= np.fromiter((i in self._dropped for i in ids.tolist()), bool, len(ids))
+            if gone.any():
+                stale = gone[codes]
+                for episode_id in ids[gone].tolist():
                     self._remember_drop(episode_id)
         keep = ~stale
-        ages = Counter((current - versions[keep]).tolist()) if current is not None else {}
-        dropped = len(set(ids[stale].tolist()))
-        part = _Part(ref, meta, table, keep, dict(ages), dropped)
+        ages: dict[int, int] = {}
+        if current is not None:
+            age, count = np.unique(current - versions[keep], return_counts=True)
+            ages = dict(zip(age.tolist(), count.tolist()))
+        part = _Part(ref, meta, table, keep, ages, int(gone.sum()), (codes, ids))
         if not keep.any():  # nothing to train on: committed as dropped at once
             self._commit([part], time.time(), time.time(), reason="stale")
             self._gone.append(part)
@@ -418,10 +452,13 @@ class TrainerEnd(_End):
             self._dropped.popitem(last=False)
 
     def _deliver(self, parts: list[_Part], current: int | None) -> Delivery:
-        tables = [p.table if p.keep.all() else p.table.filter(p.keep) for p in parts]
-        columns = segments.to_columns(segments.concat(tables))
-        ids = columns["episode_id"]
-        batch = contract.trainer_batch(self.fmap, self.schema, columns)
+        if len(parts) == 1 and parts[0].keep.all():
+            table, (codes, ids) = parts[0].table, parts[0].episodes
+        else:
+            table = segments.concat([p.table.filter(p.keep) for p in parts])
+            codes, ids, _ = segments.row_keys(table)
+        columns = segments.to_columns(table, episodes=(codes, ids), ragged=True)
+        batch = contract.trainer_batch(self.fmap, self.schema, columns, episodes=(codes, ids))
         now = time.time()
         refs = [p.ref for p in parts]
         refs = self.backend.mark_delivered(refs, self.epoch, now)
@@ -436,12 +473,12 @@ class TrainerEnd(_End):
         steps = int(sum(p.keep.sum() for p in parts))
         self.counts.segments += len(parts)
         self.counts.steps += steps
-        self.counts.episodes += len(set(np.asarray(ids).tolist()))
+        self.counts.episodes += len(ids)
         dropped = [*parts, *self._gone]
         ended = int(np.count_nonzero(np.asarray(columns["terminated"], bool)
                                      | np.asarray(columns["truncated"], bool)))
         delivery = Delivery(batch=batch, segments=tuple(r.segment for r in refs), steps=steps,
-                        episodes=len(set(np.asarray(ids).tolist())), ended=ended,
+                        episodes=len(ids), ended=ended,
                         dropped_steps=int(sum((~p.keep).sum() for p in dropped)),
                         dropped_episodes=sum(p.dropped_episodes for p in dropped),
                         dropped_segments=tuple(p.ref.segment for p in self._gone),
@@ -464,6 +501,7 @@ class TrainerEnd(_End):
         them again."""
         for part in delivery.parts:
             self._leased.discard(part.ref.segment)
+        self._listed = []  # older than what the last listing showed: the next get lists again
 
     def _commit(self, parts: list[_Part], delivered: float, now: float, reason: str) -> None:
         records = []

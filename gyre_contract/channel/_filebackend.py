@@ -9,6 +9,15 @@
                                   (the segment's file then goes)
     DIR/writers/<writer>.jsonl    each sampler's own count, one line appended per put
 
+Per segment the file operations are those of an Arrow IPC file written by hand, and few more:
+the sampler writes it (a hidden temporary name, write, fsync, rename, the folder fsynced, one
+descriptor of the folder held open) and appends one line to its count; the trainer lists the
+folder (names it parsed before are not parsed again), reads the file into one aligned buffer,
+renames it once (the delivery mark), appends one line to its ack log and removes the file. The
+logs are appended through descriptors held open. The manifest is read again only when it was
+replaced: each end holds the manifest file it last read open, so that its inode cannot be
+reused, and compares it with what the name opens now (one `open` and `fstat`).
+
 Works across hosts on a shared file system within reason: renames are atomic on POSIX file
 systems and on NFS; the manifest lock is `fcntl.flock`, which NFS (v4) and most cluster file
 systems honour. A folder is a channel when it holds `channel.json`. Opening an end on a path that
@@ -26,14 +35,19 @@ import json
 import os
 import re
 import stat
+import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gyre_contract.channel import _contract as contract
 from gyre_contract.channel._backends import SEGMENT_ID, Backend, SegmentRef, checksum, verify
 from gyre_contract.channel._handshake import NotAChannelError, checked_manifest
-from gyre_contract.channel._segments import SegmentError, SegmentGone, SegmentMeta
+from gyre_contract.channel._segments import SegmentError, SegmentGone, SegmentMeta, allocate
+from gyre_contract.core._errors import InputError
 
 MANIFEST = "channel.json"
 MAX_MANIFEST_BYTES = 64 * 2**20
@@ -44,6 +58,8 @@ MAX_LOG_LINE_BYTES = 16 * 2**20
 """A longer line in an ack log or a ledger is skipped (one record is a few hundred bytes)."""
 LOCK = ".channel.lock"
 FOLDERS = ("segments", "acks", "writers")
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | \
+    getattr(os, "O_CLOEXEC", 0)
 _NAME = re.compile(r"^(?P<segment>.+)\.(?P<crc>[0-9a-f]{8})(?:\.d(?P<count>[1-9][0-9]*))?\.arrow$")
 
 
@@ -54,6 +70,14 @@ class FileBackend(Backend):
         self.root = Path(path)
         self.uri = os.fspath(path)
         self.segments = self.root / "segments"
+        self._fds: dict[str, int] = {}
+        """Descriptors held open: the segments folder (its fsync), the logs this end appends
+        to, the manifest last read (`manifest`); closed by `close` or when the end goes."""
+        weakref.finalize(self, _close_all, self._fds)
+        self._manifest: tuple[tuple[int, ...], dict[str, Any]] | None = None
+        """(the identity of the manifest file held open, what it holds)."""
+        self._names: dict[str, SegmentRef | None] = {}
+        """The segment folder's names at the last listing, parsed (None: not a segment)."""
 
     def _manifest_path(self) -> Path:
         return self.root / MANIFEST
@@ -87,23 +111,63 @@ class FileBackend(Backend):
                 self._write_manifest(make())
 
     def manifest(self) -> dict[str, Any]:
-        path = self._manifest_path()
-        if not self.root.is_dir():
-            raise NotAChannelError(f"not a channel: {self.root} (no such folder)")
+        """The manifest, read again only when the file was replaced (or changed in place) since
+        this end last read it; the result is shared: callers never change it."""
+        fd = self._open_manifest()
         try:
-            data = json.loads(_read_regular(path, MAX_MANIFEST_BYTES))
-        except FileNotFoundError:
-            raise NotAChannelError(f"not a channel: {self.root} (no {MANIFEST})") from None
+            info = os.fstat(fd)
+            ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            if self._manifest is not None and self._manifest[0] == ident:
+                os.close(fd)
+                return self._manifest[1]
+            manifest = self._parse_manifest(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        self._hold("manifest", fd)  # its inode stays ours: no new file can take its number
+        self._manifest = (ident, manifest)
+        return manifest
+
+    def update(self, change: Callable[[dict[str, Any]], Any]) -> Any:
+        with self._locked():
+            fd = self._open_manifest()
+            try:
+                manifest = self._parse_manifest(fd)
+            finally:
+                os.close(fd)
+            result = change(manifest)
+            self._write_manifest(manifest)
+            return result
+
+    def _open_manifest(self) -> int:
+        path = self._manifest_path()
+        try:
+            return os.open(path, _OPEN_FLAGS)
+        except OSError as err:
+            if not self.root.is_dir():
+                raise NotAChannelError(f"not a channel: {self.root} (no such folder)") from None
+            if isinstance(err, FileNotFoundError):
+                raise NotAChannelError(f"not a channel: {self.root} (no {MANIFEST})") from None
+            raise NotAChannelError(f"not a channel: {path} is unreadable ({err})") from None
+
+    def _parse_manifest(self, fd: int) -> dict[str, Any]:
+        path = self._manifest_path()
+        try:
+            data = json.loads(_read_fd(fd, MAX_MANIFEST_BYTES))
         except (OSError, ValueError) as err:
             raise NotAChannelError(f"not a channel: {path} is unreadable ({err})") from None
         return checked_manifest(data, str(path))
 
-    def update(self, change: Callable[[dict[str, Any]], Any]) -> Any:
-        with self._locked():
-            manifest = self.manifest()
-            result = change(manifest)
-            self._write_manifest(manifest)
-            return result
+    def _hold(self, key: str, fd: int) -> None:
+        old = self._fds.pop(key, None)
+        self._fds[key] = fd
+        if old is not None:
+            os.close(old)
+
+    def close(self) -> None:
+        self._manifest = None
+        _close_all(self._fds)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         text = json.dumps(manifest, indent=1, ensure_ascii=False, allow_nan=False)
@@ -128,31 +192,54 @@ class FileBackend(Backend):
 
     def write_segment(self, segment: str, data: Any, meta: SegmentMeta) -> SegmentRef:
         crc = checksum(data)
-        name = f"{segment}.{crc:08x}.arrow"
-        contract.write_atomic(self.segments / name, data)
-        return SegmentRef(segment, crc, memoryview(data).nbytes, name)
+        path = self.segments / f"{segment}.{crc:08x}.arrow"
+        try:
+            folder = self._folder()
+        except OSError as err:
+            raise InputError(f"cannot write {path}: {err.strerror or err}") from None
+        write_file(path, data, folder)
+        return SegmentRef(segment, crc, memoryview(data).nbytes, path.name)
+
+    def _folder(self) -> int:
+        """The segments folder, held open for its fsync after each rename."""
+        fd = self._fds.get("segments")
+        if fd is None:
+            fd = self._fds["segments"] = os.open(self.segments, os.O_RDONLY | getattr(
+                os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        return fd
 
     def pending(self) -> list[SegmentRef]:
+        """One listing of the folder; a name seen at the last listing is not parsed again."""
+        known, names = self._names, {}
         refs = []
         for entry in self._entries(self.segments):
-            found = _parse(entry.name)
-            if found is not None:
-                segment, crc, deliveries = found
-                refs.append(SegmentRef(segment, crc, -1, entry.name, deliveries))
-        refs.sort(key=lambda r: r.segment)
+            name = entry.name
+            ref = known[name] if name in known else _ref(name)
+            names[name] = ref
+            if ref is not None:
+                refs.append(ref)
+        self._names = names  # the names of this listing only: flat in the segments gone
+        refs.sort(key=_segment_id)
         return refs
 
     def pending_count(self) -> int:
-        return sum(1 for e in self._entries(self.segments) if _parse(e.name) is not None)
+        return len(self.pending())
 
     def read(self, ref: SegmentRef) -> Any:
+        """The file's bytes in one Arrow buffer (aligned: its columns are read in place)."""
         path = self.segments / ref.key
         try:
-            data = _read_regular(path, MAX_SEGMENT_BYTES)
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             raise SegmentGone(f"{path}: acked meanwhile") from None
         except OSError as err:
             raise SegmentError(f"{path}: cannot read it ({err.strerror or err})") from None
+        try:
+            data = _read_fd(fd, MAX_SEGMENT_BYTES, aligned=True)
+        except OSError as err:
+            raise SegmentError(f"{path}: cannot read it ({err.strerror or err})") from None
+        finally:
+            os.close(fd)
         return verify(ref, data, str(path))
 
     def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float
@@ -176,12 +263,21 @@ class FileBackend(Backend):
         """One append to this trainer's ack log (`acks/trainer-<epoch>.jsonl`) for all the
         segments, then their files go. Not fsynced: a power cut may lose the last acks, and
         those segments are delivered again (at least once)."""
-        lines = b"".join(json.dumps(r, allow_nan=False).encode("utf-8") + b"\n"
-                         for r in records)
-        _append(self.root / "acks" / f"trainer-{epoch}.jsonl", lines)
+        lines = b"".join(orjson.dumps(r) + b"\n" for r in records)
+        self._append(self.root / "acks" / f"trainer-{epoch}.jsonl", lines)
         for ref in refs:
             with contextlib.suppress(FileNotFoundError):
                 (self.segments / ref.key).unlink()
+
+    def _append(self, path: Path, data: bytes) -> None:
+        """Append whole lines in one write (O_APPEND: a reader sees whole lines or a torn last
+        one, which it skips) through a descriptor held open."""
+        key = f"{path.parent.name}/{path.name}"
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = self._fds[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND |
+                                          getattr(os, "O_CLOEXEC", 0), 0o644)
+        _write_all(fd, data)
 
     def acks(self) -> Iterator[dict[str, Any]]:
         """Every ack record once (a segment acked twice, by a trainer that stopped between its
@@ -196,7 +292,7 @@ class FileBackend(Backend):
                         yield record
 
     def note_writer(self, writer: str, ledger: dict[str, Any]) -> None:
-        _append(self.root / "writers" / f"{writer}.jsonl", json.dumps(ledger).encode() + b"\n")
+        self._append(self.root / "writers" / f"{writer}.jsonl", orjson.dumps(ledger) + b"\n")
 
     def writers(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -243,35 +339,84 @@ def _parse(name: str) -> tuple[str, int, int] | None:
     return match["segment"], int(match["crc"], 16), int(match["count"] or 0)
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """A regular file's bytes, at most `limit` of them (OSError otherwise): a FIFO, a device or
-    a huge file placed in the channel is refused unread, never a hang or unbounded memory."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        if info.st_size > limit:
-            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {limit}")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"more than {limit} bytes")
-    return data
+def _ref(name: str) -> SegmentRef | None:
+    found = _parse(name)
+    if found is None:
+        return None
+    segment, crc, deliveries = found
+    return SegmentRef(segment, crc, -1, name, deliveries)
 
 
-def _append(path: Path, data: bytes) -> None:
-    """Append whole lines in one write (O_APPEND): a reader sees whole lines or a torn last
-    one, which it skips."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def _segment_id(ref: SegmentRef) -> str:
+    return ref.segment
+
+
+def write_file(path: Path, data: Any, folder: int) -> None:
+    """Make `path` appear whole: `data` written to a hidden temporary name in the same folder,
+    fsynced, renamed, the folder (`folder`, a descriptor) fsynced. A failed write (a full
+    disk) leaves no file and raises InputError naming `path`."""
+    name = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp: Path | None = name
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except OSError as err:
+        raise InputError(f"cannot write {path}: {err.strerror or err}") from None
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(name, path)
+        tmp = None
+        try:
+            os.fsync(folder)  # the rename itself survives a power cut
+        except OSError as err:
+            if err.errno != errno.EINVAL:  # EINVAL: this file system cannot sync a folder
+                raise
+    except OSError as err:
+        raise InputError(f"cannot write {path}: {err.strerror or err}") from None
     finally:
-        os.close(fd)
+        if tmp is not None:  # only when the write failed (or was interrupted)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def _write_all(fd: int, data: Any) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_fd(fd: int, limit: int, aligned: bool = False) -> Any:
+    """A regular file's bytes (an open descriptor), at most `limit` of them (OSError
+    otherwise): a FIFO, a device or a huge file placed in the channel is refused unread, never
+    a hang or unbounded memory. `aligned`: in a `pyarrow.Buffer` (64-byte aligned, what Arrow
+    reads columns from in place), else bytes."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    size = info.st_size
+    if size > limit:
+        raise OSError(errno.EFBIG, f"{size} bytes, more than {limit}")
+    buffer = allocate(size) if aligned else bytearray(size)
+    view, done = memoryview(buffer), 0
+    while done < size:
+        got = os.readv(fd, [view[done:]])
+        if not got:
+            raise OSError(errno.EIO, f"{done} bytes where it had {size} (cut short meanwhile)")
+        done += got
+    if os.read(fd, 1):
+        raise OSError(errno.EFBIG, f"more than {size} bytes (written to meanwhile)")
+    return buffer if aligned else bytes(buffer)
+
+
+def _close_all(fds: dict[str, int]) -> None:
+    while fds:
+        _, fd = fds.popitem()
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _json_lines(path: str) -> Iterator[dict[str, Any]]:
@@ -315,11 +460,3 @@ def _last_line(path: str) -> dict[str, Any] | None:
         if isinstance(record, dict):
             return record
     return None
-
-
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
-        return None

@@ -9,7 +9,9 @@ reader opens it.
 
 Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
 become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
-modalities, strings) are built per column, ragged arrays concatenated once.
+modalities, strings) are built per column, ragged arrays concatenated once. Fields that no step
+of the segment carries are left out of its file (a reader sees no such column, as it would see
+a column of nulls: half the bytes of a CartPole segment).
 
 Decoding gives the columns back per step, as episodes read from a file hold them (`Episode`):
 an `[n, ...]` array for a fixed layout, a list of arrays for a field with a varying dim (the
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from gyre_contract.channel import _contract as contract
 from gyre_contract.core._errors import InputError
 
 META_KEY = b"gyre-channel"
@@ -105,15 +108,20 @@ class SegmentMeta:
 
 def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -> Any:
     """The Arrow IPC file of one segment, as a `pyarrow.Buffer`: `columns` (a checked block's)
-    laid out by `schema` (`to_arrow_schema` of the sampler's model), `meta` in its metadata."""
+    laid out by `schema` (`to_arrow_schema` of the sampler's model), `meta` in its metadata.
+    A field no step of the segment carries is left out (a reader sees no such column, as it
+    would see a column of nulls)."""
     import pyarrow as pa
 
-    arrays = []
+    arrays, fields = [], []
     for f in schema:
         values = columns.get(f.name)
-        arrays.append(pa.nulls(n, f.type) if values is None else _array(f, values, n))
+        array = None if values is None else _array(f, values, n)
+        if array is not None and array.null_count < n:
+            arrays.append(array)
+            fields.append(f)
     metadata = {**(schema.metadata or {}), META_KEY: orjson.dumps(meta.to_json())}
-    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(metadata))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -150,7 +158,7 @@ def _from_ndarray(arrow_type: Any, array: np.ndarray, null: np.ndarray | None = 
     n = len(array)
     if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
         inner = arrow_type.value_type
-        width = int(np.prod(array.shape[1:2])) if array.ndim > 1 else 0
+        width = array.shape[1] if array.ndim > 1 else 0
         values = _from_ndarray(inner, array.reshape(n * width, *array.shape[2:]))
         if pa.types.is_fixed_size_list(arrow_type):
             return pa.FixedSizeListArray.from_arrays(values, type=arrow_type, mask=mask)
@@ -163,6 +171,9 @@ def _from_values(arrow_type: Any, values: list[Any]) -> Any:
     """A column given as one value per step (None where absent)."""
     import pyarrow as pa
 
+    nested = pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type)
+    if not nested and not pa.types.is_struct(arrow_type):
+        return pa.array(values, arrow_type)  # None: null
     null = np.fromiter((v is None for v in values), bool, len(values))
     if null.all():
         return pa.nulls(len(values), arrow_type)
@@ -171,28 +182,52 @@ def _from_values(arrow_type: Any, values: list[Any]) -> Any:
                     for f in arrow_type]
         return pa.StructArray.from_arrays(children, fields=list(arrow_type),
                                           mask=pa.array(null) if null.any() else None)
-    if not (pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type)):
-        return pa.array(values, arrow_type)
-    arrays = [np.asarray(v) for v in values if v is not None]
+    arrays = [v if v.__class__ is np.ndarray else np.asarray(v)
+              for v in (values if not null.any() else (v for v in values if v is not None))]
+    if {a.ndim for a in arrays} == {1}:  # token lists: one length per step
+        sizes = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        if not null.any() and (sizes == sizes[0]).all():
+            return _from_ndarray(arrow_type, np.stack(arrays))
+        if pa.types.is_list(arrow_type):
+            lengths = np.zeros(len(values), np.int64)
+            lengths[~null] = sizes
+            return _ragged_array(arrow_type, lengths, arrays, null)
     shapes = {a.shape for a in arrays}
     if len(shapes) == 1 and not null.any():
         return _from_ndarray(arrow_type, np.stack(arrays))
-    if pa.types.is_list(arrow_type) and all(a.ndim >= 1 for a in arrays):
-        inner = arrow_type.value_type
-        lengths = np.array([0 if v is None else len(v) for v in values], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        if offsets[-1] >= 2**31:
-            raise InputError(f"a segment column holds {offsets[-1]} values; put fewer steps "
-                             "at a time (Arrow lists hold fewer than 2**31)")
-        flat = _from_values(inner, [x for a in arrays for x in a]) if \
-            pa.types.is_list(inner) else _from_ndarray(inner, np.concatenate(arrays))
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat,
-                                        type=arrow_type,
-                                        mask=pa.array(null) if null.any() else None)
+    if pa.types.is_list(arrow_type) and all(len(shape) >= 1 for shape in shapes):
+        lengths = np.zeros(len(values), np.int64)
+        lengths[~null] = [len(a) for a in arrays]
+        return _ragged_array(arrow_type, lengths, arrays, null)
     return pa.array([None if v is None else np.asarray(v).tolist() for v in values], arrow_type)
 
 
+def _ragged_array(arrow_type: Any, lengths: np.ndarray, arrays: list[np.ndarray],
+                  null: np.ndarray) -> Any:
+    """A list column from each step's length (0 where absent) and its arrays, concatenated once."""
+    import pyarrow as pa
+
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise InputError(f"a segment column holds {offsets[-1]} values; put fewer steps "
+                         "at a time (Arrow lists hold fewer than 2**31)")
+    inner = arrow_type.value_type
+    flat = _from_values(inner, [x for a in arrays for x in a]) if pa.types.is_list(inner) \
+        else _from_ndarray(inner, np.concatenate(arrays))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat, type=arrow_type,
+                                    mask=pa.array(null) if null.any() else None)
+
+
 # -- decoding ----------------------------------------------------------------------------------
+
+def allocate(size: int) -> Any:
+    """A writable buffer of `size` bytes that Arrow reads columns from in place (64-byte
+    aligned), for a segment's bytes read from a file."""
+    import pyarrow as pa
+
+    return pa.allocate_buffer(size)
+
 
 def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
     """(the table, its facts) of a segment's bytes; SegmentError when they are not one."""
@@ -250,41 +285,63 @@ def concat(tables: Sequence[Any]) -> Any:
     return pa.concat_tables(tables, promote_options="default")
 
 
-def row_keys(table: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(episode id per row as str_, policy version per row as int64) of a table."""
-    ids = np.asarray(table.column("episode_id").to_pylist(), dtype=np.str_)
+def row_keys(table: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each row's episode code, numbered in order of first appearance; the episode ids by code
+    as str_; each row's policy version as int64) of a table: Arrow's dictionary encoding, no
+    Python value per row."""
+    codes, ids = _codes(table.column("episode_id"))
     versions = table.column("policy_version").to_numpy().astype(np.int64, copy=False)
-    return ids, versions
+    return codes, ids, versions
 
 
-def to_columns(table: Any) -> dict[str, Any]:
-    """The table's columns per step (module doc), nested dicts for modalities."""
+def _codes(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, the distinct values by code) of a string column without nulls."""
+    import pyarrow as pa
+
+    encoded = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    encoded = encoded.dictionary_encode()
+    codes = encoded.indices.to_numpy().astype(np.int64, copy=False)
+    return codes, np.array(encoded.dictionary.to_pylist(), dtype=np.str_)
+
+
+def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None, *,
+               ragged: bool = False) -> dict[str, Any]:
+    """The table's columns per step (module doc), nested dicts for modalities. `episodes`:
+    the table's `row_keys` codes and ids, when known (`episode_id` is then `ids[codes]`).
+    `ragged`: a field whose one dim varies, carried by every step, as a `Ragged` (its values
+    one after another, read in place, and each step's length) rather than an array per step."""
     varying = set(json.loads((table.schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")))
     out: dict[str, Any] = {}
     for f in table.schema:
         if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
             continue  # `info`: free-form, never collated
-        column = table.column(f.name).combine_chunks()
+        if f.name == "episode_id" and episodes is not None:
+            out[f.name] = episodes[1][episodes[0]]
+            continue
+        column = table.column(f.name)
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if column.null_count == len(column):
             continue  # no step carries it
-        out[f.name] = _column(column, f, varying)
+        out[f.name] = _column(column, f, varying, ragged)
     return out
 
 
-def _column(array: Any, f: Any, varying: set[str]) -> Any:
+def _column(array: Any, f: Any, varying: set[str], ragged: bool = False) -> Any:
     import pyarrow as pa
 
     arrow_type = array.type
     null = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
     if pa.types.is_struct(arrow_type):
-        return {child.name: _column(array.field(i), child, varying)
+        return {child.name: _column(array.field(i), child, varying, ragged)
                 for i, child in enumerate(arrow_type)
                 if array.field(i).null_count < len(array)}
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        values = array.to_pylist()
-        return values if null is not None else np.array(values, dtype=np.str_)
+        if null is not None:
+            return array.to_pylist()
+        codes, values = _codes(array)  # a str_ per distinct value, not per step
+        return values[codes]
     if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
-        return _list_column(array, f, varying, null)
+        return _list_column(array, f, varying, null, ragged)
     values = array.to_numpy(zero_copy_only=False)
     if null is None:
         return values
@@ -293,7 +350,8 @@ def _column(array: Any, f: Any, varying: set[str]) -> Any:
     return [None if missing else v for v, missing in zip(values.tolist(), null)]
 
 
-def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None) -> Any:
+def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None,
+                 ragged: bool = False) -> Any:
     import pyarrow as pa
 
     n = len(array)
@@ -321,6 +379,8 @@ def _list_column(array: Any, f: Any, varying: set[str], null: np.ndarray | None)
             flat = flat.values if flat.offset == 0 else flat.flatten()
         values = flat.to_numpy(zero_copy_only=False).reshape(-1, *sizes[1:])
         values = values[offsets[0]:offsets[-1]]
+        if ragged and null is None and len(sizes) == 1 and _is_varying(f, varying):
+            return contract.Ragged(values, np.diff(offsets).astype(np.int64))
         rows: list[Any] = np.split(values, offsets[1:-1] - offsets[0]) if n else []
         if null is not None:
             rows = [None if missing else row for row, missing in zip(rows, null)]

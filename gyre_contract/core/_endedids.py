@@ -143,6 +143,39 @@ class EndedEpisodes:
                 self._count -= 1
                 return
 
+    def discard_many(self, episode_ids: Sequence[str]) -> None:
+        """`discard` of each id, with one vectorised search and one deletion per run (a block
+        that ends a thousand episodes forgets them at once)."""
+        keys = episode_keys(list(dict.fromkeys(episode_ids)))
+        recent, left = self._recent, []
+        for i, key in enumerate(_as_bytes(keys)):
+            if recent.pop(key, None) is not None:
+                self._count -= 1
+            else:
+                left.append(i)
+        keys = keys[left]
+        for r in range(len(self._runs) - 1, -1, -1):
+            if not len(keys):
+                return
+            hi, lo, lines = self._runs[r]
+            start = np.searchsorted(hi, keys[:, 0], "left")
+            stop = np.searchsorted(hi, keys[:, 0], "right")
+            drop, found = [], []
+            for k in np.flatnonzero(stop > start).tolist():
+                for at in range(int(start[k]), int(stop[k])):
+                    if lo[at] == keys[k, 1]:
+                        drop.append(at)
+                        found.append(k)
+                        break
+            if not drop:
+                continue
+            self._count -= len(drop)
+            if len(drop) == len(hi):
+                del self._runs[r]  # no empty run is kept
+            else:
+                self._runs[r] = (np.delete(hi, drop), np.delete(lo, drop), np.delete(lines, drop))
+            keys = np.delete(keys, found, axis=0)
+
     def items(self) -> list[tuple[bytes, int | None]]:
         """Every (key, line) pair, sorted by key (what tests compare)."""
         pairs = list(self._recent.items())

@@ -306,7 +306,8 @@ class EpisodeTracker:
 
     def add_columns(self, episode_id: Sequence[str], step: np.ndarray, policy_version: np.ndarray,
                     terminated: np.ndarray, truncated: np.ndarray, first_line: int,
-                    shapes: ColumnShapes | None = None) -> bool:
+                    shapes: ColumnShapes | None = None,
+                    codes: tuple[np.ndarray, Sequence[str]] | None = None) -> bool:
         """Take a run of steps at once (lines `first_line`, `first_line + 1`, ...), all or none.
 
         The bulk form of `add`, vectorised over the run. For a model with named dims or with a
@@ -316,18 +317,23 @@ class EpisodeTracker:
         breaks an episode rule and the tracker is exactly as after `add` on each step. False:
         some step does, or the bulk form steps aside (fast paths off, or an episode rule it does
         not implement is registered); the tracker is unchanged and the caller adds the steps one
-        by one to get the problems.
+        by one to get the problems. `codes`, when given: (the code of each step's episode id,
+        the distinct ids by code in order of first appearance), the same ids encoded (an Arrow
+        column's dictionary), so that no id is looked at step by step.
         """
         if not fast_paths_enabled() or not EPISODE_FAST_PATH.usable():
             return False
         if shapes is None and (has_named_dims(self.model) or kind_fields(self.model)):
             return False
         n = len(episode_id)
-        changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
-        run_starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
-        index: dict[str, int] = {}  # episode id -> code, in order of first appearance
-        codes = [index.setdefault(episode_id[i], len(index)) for i in run_starts]
-        code = np.repeat(codes, np.diff([*run_starts, n]))
+        if codes is not None:
+            code, index = codes[0], dict.fromkeys(codes[1], 0)
+        else:
+            changes = np.fromiter(map(ne, episode_id[1:], episode_id[:-1]), bool, max(n - 1, 0))
+            run_starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+            index = {}  # episode id -> code, in order of first appearance
+            run_codes = [index.setdefault(episode_id[i], len(index)) for i in run_starts]
+            code = np.repeat(run_codes, np.diff([*run_starts, n]))
         order = np.argsort(code, kind="stable")
         code, step, version = code[order], step[order], policy_version[order]
         done = (terminated | truncated)[order]
@@ -368,15 +374,16 @@ class EpisodeTracker:
         an earlier invalid step left the episode without dims: `add` decides)."""
         sizes, out = shapes.sizes, []
         first_dims, all_kinds = shapes.per_episode(order, starts)
+        tracked = tracks_dims(self.model)  # else a step binds no dims: none to have or compare
         for eid, dims, kinds in zip(ids, first_dims, all_kinds):
             state = self._open.get(eid)
             if state is None:
-                if not dims:
+                if not dims and tracked:
                     return None
                 out.append((dims, kinds))
                 continue
-            if not state.dims or any(size != sizes.get(name, size)
-                                     for name, size in state.dims.items()):
+            if not state.dims and tracked or any(size != sizes.get(name, size)
+                                                 for name, size in state.dims.items()):
                 return None
             if any(kind != state.kinds.get(path, kind) for path, kind in kinds.items()):
                 return None
@@ -432,6 +439,10 @@ class EpisodeTracker:
         """Drop what is remembered of an ended episode (its id): for a caller that never reuses
         an id, such as `Recorder`, memory then holds only the open episodes. Its counts stay."""
         self._ended.discard(episode_id)
+
+    def forget_many(self, episode_ids: Sequence[str]) -> None:
+        """`forget` of each id, at once."""
+        self._ended.discard_many(episode_ids)
 
     def finish(self, require_complete: bool = False) -> list[Problem]:
         """Problems known only at the end: open episodes, when completeness is required."""

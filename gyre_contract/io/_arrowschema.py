@@ -221,6 +221,21 @@ def _leaf(dtype: str) -> Any:
     return getattr(pa, _LEAVES[dtype])()
 
 
+def json_read_type(dtype: str, rank: int) -> Any:
+    """The Arrow type pyarrow's JSON reader reads a field of `dtype` and `rank` as, exactly: a
+    float as float64 and an integer as int64 (JSON numbers: the value the row path reads too,
+    narrowed to the dtype afterwards, `columnrules.narrowed`), a bool or a string as such,
+    inside one variable list per dim (the reader has no fixed-size lists: sizes are checked
+    on the columns)."""
+    import pyarrow as pa
+
+    kind = _kind(dtype)
+    arrow_type = _leaf("float64" if kind == "f" else "int64" if kind == "i" else dtype)
+    for _ in range(rank):
+        arrow_type = pa.list_(arrow_type)
+    return arrow_type
+
+
 def _dtype_name(dtype: np.dtype) -> str:
     return "string" if dtype.kind == "U" else str(dtype)
 

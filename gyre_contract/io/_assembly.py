@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
-from operator import ne
 from typing import Any
-
-import numpy as np
 
 from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io._episodes import Episode, episode_from_steps
-from gyre_contract.io._fastfile import Block
+from gyre_contract.io._fastfile import Block, id_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +95,11 @@ def episode_rows(block: Block) -> list[tuple[str, Any, bool]]:
 
     Rows are a slice when the episode's lines are contiguous (the usual case), else a list.
     """
-    ids, n = block.episode_id, block.n
-    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, n - 1)
-    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
+    starts, names = id_runs(block.episode_id)
+    bounds = [*starts.tolist(), block.n]
     index: dict[str, list[tuple[int, int]]] = {}
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        index.setdefault(ids[start], []).append((start, stop))
+    for name, start, stop in zip(names, bounds[:-1], bounds[1:]):
+        index.setdefault(name, []).append((start, stop))
     done = (block.terminated | block.truncated).tolist()
     out = []
     for eid, runs in index.items():

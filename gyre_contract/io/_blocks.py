@@ -32,10 +32,13 @@ from pydantic import BaseModel
 from gyre_contract.core._errors import ContractError
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import RolloutStepV1
+from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io._binding import MAX_TRIES, Binder, bindable
 from gyre_contract.io._checking import ProblemList, StepChecker, bulk_plan_for
 from gyre_contract.io._fastfile import Block
 from gyre_contract.io._groups import GroupVersions
+from gyre_contract.io._lines import Chunk
+from gyre_contract.io._raggedcols import Leaf, RaggedPlan, ragged_plan
 
 __all__ = ["CheckedBlock", "RecordBlocks"]
 
@@ -98,14 +101,15 @@ class RecordBlocks:
         if self._trial is None:
             raise RuntimeError("commit() without a block checked since the last commit")
         trial, checked = self._trial
-        ended = checked.ended_ids
-        for episode_id in ended:
-            trial.tracker.forget(episode_id)
+        trial.tracker.forget_many(checked.ended_ids)
         self._checker, self._trial = trial, None
         self.steps += checked.n
 
     def _bulk(self, trial: StepChecker, records: list[dict[str, Any]]) -> CheckedBlock | None:
         plan = bulk_plan_for(self.model)
+        ragged = ragged_plan(self.model) if plan is None else None
+        if ragged is not None:
+            return self._ragged(trial, ragged, records)
         binder = self._binder
         if plan is None and (binder is None or binder.plan is None and binder.tries >= MAX_TRIES):
             return None  # no plan and none will be bound (modalities, ragged tokens): skip
@@ -119,6 +123,24 @@ class RecordBlocks:
             return None
         block = trial.block(plan, lines, self.steps, arrays=True)
         return None if block is None else _block_columns(block)
+
+    def _ragged(self, trial: StepChecker, plan: RaggedPlan, records: list[dict[str, Any]]
+                ) -> CheckedBlock | None:
+        """A block of a model of ragged lists (LLM steps), checked on its columns: built from
+        the records' arrays as they are (`RaggedPlan.from_records`), else from their JSON
+        (what the record path reads them as) by the Arrow reader (`arrowlines`)."""
+        block = plan.from_records(records)
+        if block is None and arrowlines.usable():
+            reader = arrowlines.reader_for(plan)
+            try:
+                raw = b"\n".join([orjson.dumps(r, option=_DUMPS) for r in records]) + b"\n"
+            except TypeError:
+                return None  # a value orjson cannot write as it is: the record path decides
+            if reader is not None:
+                block = arrowlines.decode_chunk(plan, reader.read(Chunk(raw)), arrays=True)
+        if block is None or not trial.accept(block, self.steps):
+            return None
+        return _ragged_columns(plan, block)
 
     def _one_by_one(self, trial: StepChecker, records: list[dict[str, Any]]) -> CheckedBlock:
         problems = ProblemList()
@@ -154,6 +176,40 @@ def _block_columns(block: Block) -> CheckedBlock:
             continue
         array = block.arrays.get(wire)
         columns[wire] = array if array is not None else list(block.column(wire))
+    done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
+    ended = [block.episode_id[i] for i in done.tolist()]
+    return CheckedBlock(block.n, columns, block.episode_id,
+                        np.asarray(block.policy_version, np.int64), ended, True)
+
+
+def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
+    """A block checked by a ragged plan as `CheckedBlock` columns: a list field as one array per
+    step, modalities as one dict per step, a float scalar as an array (NaN where absent)."""
+    strings, masks = block.extra["strings"], block.extra["masks"]
+
+    def leaf_values(leaf: Leaf) -> list[Any] | np.ndarray:
+        if leaf.dtype.kind == "U":
+            return list(strings[leaf.path])
+        if leaf.list:
+            return block.ragged[leaf.path].per_record()
+        values: np.ndarray = block.arrays[leaf.path]  # type: ignore[index, assignment]
+        mask = masks[leaf.path]
+        if values.dtype.kind == "f" or mask.all():
+            return values
+        return [v if held else None for v, held in zip(values.tolist(), mask.tolist())]
+
+    columns: dict[str, Any] = {}
+    for wire, leaves in plan.by_wire().items():
+        if wire not in block.key_counts:
+            continue
+        if leaves[0].child is None:
+            columns[wire] = leaf_values(leaves[0])
+            continue
+        present = masks[wire].tolist()
+        children = [(leaf.child, leaf_values(leaf), masks[leaf.path].tolist())
+                    for leaf in leaves if leaf.path in masks]
+        columns[wire] = [{child: values[i] for child, values, mask in children if mask[i]}
+                         if present[i] else None for i in range(block.n)]
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
     ended = [block.episode_id[i] for i in done.tolist()]
     return CheckedBlock(block.n, columns, block.episode_id,

@@ -11,20 +11,25 @@ checking a file share this one loop whatever the source.
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 from gyre_contract.core._errors import ContractError, Problem
 from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._validate import EpisodeTracker, validate_step
+from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io._binding import Binder, bindable
 from gyre_contract.io._episodes import Episode
-from gyre_contract.io._fastfile import Block, BulkPlan, bulk_plan
+from gyre_contract.io._fastfile import Block, BulkPlan, CodedIds, bulk_plan
 from gyre_contract.io._groups import GroupVersions
-from gyre_contract.io._lines import Item, Lines
+from gyre_contract.io._lines import Chunk, Item, Lines
+from gyre_contract.io._raggedcols import RaggedPlan, ragged_plan
 from gyre_contract.io._report import FieldStats, FileReport, ProblemGroups, finish_report
 
 
@@ -41,7 +46,8 @@ class _BatchSource(Protocol):
 
     def blocks(self) -> Iterator[tuple[int, Any]]: ...
     def parse(self, first: int, batch: Any) -> Iterator[Item]: ...
-    def decode_block(self, batch: Any, arrays: bool = False) -> Block | None: ...
+    def decode_block(self, batch: Any, arrays: bool = False, ragged: bool = True
+                     ) -> Block | None: ...
 
 
 class _EpisodeSink(Protocol):
@@ -163,10 +169,12 @@ class StepChecker:
         """Apply the episode rules to a decoded block and count it; False (nothing changed)
         when it must go line by line."""
         bulk = checked.plan
+        ids = checked.episode_id
         if not self.tracker.add_columns(
-                checked.episode_id, checked.step, checked.policy_version, checked.terminated,
+                ids, checked.step, checked.policy_version, checked.terminated,
                 checked.truncated, first,
-                None if bulk.bound is None else bulk.bound.for_block(checked)):
+                None if bulk.bound is None else bulk.bound.for_block(checked),
+                (ids.codes, ids.ids) if isinstance(ids, CodedIds) else None):
             return False
         self.records += checked.n
         self.steps += checked.n
@@ -175,38 +183,55 @@ class StepChecker:
         if "group_id" in checked.key_counts:
             self.group_versions.add_many(checked.column("group_id"), checked.policy_version)
         if self.episode_ids is not None:
-            ids = self.episode_ids
+            known = self.episode_ids
             for i, eid in enumerate(checked.episode_id):
-                if eid not in ids:
-                    ids[eid] = first + i
+                if eid not in known:
+                    known[eid] = first + i
         return True
 
     def feed(self, source: Lines | _BatchSource | Iterable[Item],
              episodes: _EpisodeSink | None = None) -> Iterator[Episode]:
         """Check every item of `source`, in order; yield the episodes that `episodes` completes.
 
-        A JSON Lines source is checked a block at a time where the model allows (`fastfile`),
-        else, like any other source, item by item. Same problems, lines and counts either way.
+        A JSON Lines source is checked a block at a time where the model allows: read into
+        Arrow columns (`arrowlines`), else decoded by msgspec (`fastfile`), else, like any
+        other source, item by item. Same problems, lines and counts either way.
         """
         if isinstance(source, _BatchSource):  # a typed source checked a batch at a time
             yield from self._typed(source, episodes)
             return
-        bulk = bulk_plan_for(self.model) if isinstance(source, Lines) else None
+        if not isinstance(source, Lines):
+            yield from self._items(source, episodes)
+            return
+        columns = _Columns() if arrowlines.usable() else None
+        bulk: BulkPlan | RaggedPlan | None = bulk_plan_for(self.model)
+        if bulk is None and columns is not None and takes_ragged(episodes):
+            bulk = ragged_plan(self.model)  # lists of any length: on columns only
         binder = None
-        if bulk is None and isinstance(source, Lines) and bindable(self.model):
+        if bulk is None and bindable(self.model):
             binder = Binder(self.model)  # an unpinned model: bind what the file shows
         if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return
-        assert isinstance(source, Lines)
-        for first, block in source.blocks():
-            plan = bulk if binder is None else binder.plan_for(block)
-            checked = None if plan is None else \
-                self.block(plan, block, first, arrays=episodes is not None)
-            if checked is None:
-                yield from self._items(source.parse(first, block), episodes)
-            elif episodes is not None:
-                yield from episodes.add_block(checked, first)
+        arrays = episodes is not None
+        blocks = source.blocks(None if columns is None else arrowlines.chunk_bytes())
+        try:
+            for first, block, plan, table in _ahead(blocks, binder, bulk, columns):
+                checked = None
+                if plan is not None:
+                    if table is not _UNREAD:
+                        checked = columns.decode(plan, table, arrays)  # type: ignore[union-attr]
+                        if checked is not None and not self.accept(checked, first):
+                            checked = None
+                    if checked is None and isinstance(plan, BulkPlan):
+                        checked = self.block(plan, block, first, arrays=arrays)
+                if checked is None:
+                    yield from self._items(source.parse(first, block), episodes)
+                elif episodes is not None:
+                    yield from episodes.add_block(checked, first)
+        finally:
+            if columns is not None:
+                columns.close()
         tail = source.tail_item()
         if tail is not None:
             yield from self._items((tail,), episodes)
@@ -217,8 +242,10 @@ class StepChecker:
         checked batch keeps no lines to rebuild a mixed episode from), except for a sink that
         takes blocks whole (`columnar`)."""
         whole = episodes is None or getattr(episodes, "takes_blocks", False)
+        ragged = takes_ragged(episodes)
         for first, batch in source.blocks():
-            checked = source.decode_block(batch, arrays=episodes is not None) if whole else None
+            checked = source.decode_block(batch, arrays=episodes is not None, ragged=ragged) \
+                if whole else None
             if checked is not None and self.accept(checked, first):
                 if episodes is not None:
                     yield from episodes.add_block(checked, first)
@@ -256,6 +283,73 @@ class StepChecker:
             warning_list=self.group_versions.warnings())
         return finish_report(report, self.groups, self.stats, path=path, lines=lines,
                              require_complete=require_complete, tail_bytes=tail_bytes)
+
+
+class _Columns:
+    """The Arrow tier of `StepChecker.feed` over one file: each chunk read into columns by
+    pyarrow's JSON reader on a helper thread (`arrowlines.ArrowLines.read`) while the chunk
+    before it is checked on this one. After `MAX_REFUSALS` chunks in a row that it could not
+    take (a file whose lines all hold `info`, or another form it steps aside for), the file's
+    other chunks skip it."""
+
+    MAX_REFUSALS = 8
+
+    def __init__(self) -> None:
+        self.refusals = 0
+        self.pool: ThreadPoolExecutor | None = None
+
+    def submit(self, plan: BulkPlan | RaggedPlan | None, block: Any) -> Future[Any] | None:
+        """Start reading `block` when it may be read into columns."""
+        reader = None if plan is None or block.__class__ is not Chunk \
+            or self.refusals >= self.MAX_REFUSALS else arrowlines.reader_for(plan)
+        if reader is None:
+            return None
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(arrowlines.READERS,
+                                           thread_name_prefix="gyre-arrow-lines")
+        return self.pool.submit(contextvars.copy_context().run, reader.read, block)
+
+    def decode(self, plan: BulkPlan | RaggedPlan, table: Any, arrays: bool) -> Block | None:
+        checked = arrowlines.decode_chunk(plan, table, arrays)
+        self.refusals = 0 if checked is not None else self.refusals + 1
+        return checked
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+def _ahead(blocks: Iterator[tuple[int, Any]], binder: Binder | None,
+           bulk: BulkPlan | RaggedPlan | None, columns: _Columns | None
+           ) -> Iterator[tuple[int, Any, BulkPlan | RaggedPlan | None, Any]]:
+    """(first line, block, its plan, its Arrow table: None when the reader refused it, `_UNREAD`
+    when it was not given the block) of each block, in order; the next block's table is being
+    read while the caller checks this one."""
+    pending: deque[tuple[int, Any, BulkPlan | RaggedPlan | None, Future[Any] | None]] = deque()
+    for first, block in blocks:
+        plan = bulk if binder is None else binder.plan_for(block)
+        pending.append((first, block, plan, None if columns is None
+                        else columns.submit(plan, block)))
+        if len(pending) > arrowlines.READERS:
+            yield _settled(*pending.popleft())
+    while pending:
+        yield _settled(*pending.popleft())
+
+
+def _settled(first: int, block: Any, plan: BulkPlan | RaggedPlan | None,
+             future: Future[Any] | None) -> tuple[int, Any, BulkPlan | RaggedPlan | None, Any]:
+    return first, block, plan, _UNREAD if future is None else future.result()
+
+
+_UNREAD = object()
+"""`_ahead`'s table of a block not given to the Arrow reader (a table it refused is None)."""
+
+
+def takes_ragged(episodes: Any) -> bool:
+    """Whether a `feed` sink takes blocks of ragged lists (`raggedcols`) whole: none (a report),
+    or one that says so (an `EpisodeAssembler` builds episodes from blocks it cannot split)."""
+    return episodes is None or getattr(episodes, "takes_ragged", False)
 
 
 def unread_report(model: type[RolloutStepV1], problems: list[Problem], *,

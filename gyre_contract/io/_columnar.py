@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from operator import ne
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import RolloutStep, RolloutStepV1, field_specs
 from gyre_contract.core._tensor import TensorSpec
 from gyre_contract.io._checking import StepChecker
-from gyre_contract.io._fastfile import Block
+from gyre_contract.io._fastfile import Block, id_runs
 from gyre_contract.io._lines import Lines
 from gyre_contract.io._parquet import ParquetRows, is_parquet
 
@@ -154,13 +153,10 @@ def read_columns(path: str | os.PathLike[str], model: type[RolloutStepV1] = Roll
 def _runs(ids: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """(the id of each run of equal ids, the run's length); None for an id numpy would not keep
     as it is (a trailing NUL, which numpy strings drop: episodes decide)."""
-    n = len(ids)
-    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, max(n - 1, 0))
-    starts = np.r_[0, np.flatnonzero(changes) + 1]
-    names = [ids[i] for i in starts.tolist()]
+    starts, names = id_runs(ids)
     if any(name.endswith("\0") for name in names):
         return None
-    return np.array(names, dtype=np.str_), np.diff(np.r_[starts, n])
+    return np.array(names, dtype=np.str_), np.diff(np.r_[starts, len(ids)])
 
 
 def _block_columns(block: Block) -> dict[str, Any] | None:

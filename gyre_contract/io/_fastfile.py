@@ -22,11 +22,11 @@ list, `bulk_plan` gives None for every model, as it does under `GYRE_FAST_PATHS=
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
-from typing import Annotated, Any
+from operator import attrgetter, is_not, ne
+from typing import Annotated, Any, overload
 
 import msgspec
 import numpy as np
@@ -49,12 +49,61 @@ MAX_INFO_KEYS = 1000
 _EPISODE_FIELDS = ("episode_id", "step", "policy_version", "terminated", "truncated")
 
 
+class CodedIds(Sequence[str]):
+    """A column of episode ids as a code per row into the distinct ids, in order of first
+    appearance (what an Arrow column's dictionary encoding gives): the ids row by row are made
+    only when asked, and runs of one id are found on the codes (`id_runs`)."""
+
+    __slots__ = ("codes", "ids", "_values")
+
+    def __init__(self, codes: np.ndarray, ids: list[str]) -> None:
+        self.codes = codes
+        self.ids = ids
+        self._values: list[str] | None = None
+
+    @property
+    def values(self) -> list[str]:
+        if self._values is None:
+            self._values = np.array(self.ids, dtype=object)[self.codes].tolist()
+        return self._values
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if index.__class__ is int:
+            return self.ids[self.codes[index]]
+        return self.values[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+
+def id_runs(ids: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """(the first row of each run of equal ids, the id of each run) of a column of ids."""
+    n = len(ids)
+    if not n:
+        return np.zeros(0, np.int64), []
+    if isinstance(ids, CodedIds):
+        codes = ids.codes
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+        return starts, [ids.ids[c] for c in codes[starts].tolist()]
+    changes = np.fromiter(map(ne, ids[1:], ids[:-1]), bool, n - 1)
+    starts = np.r_[0, np.flatnonzero(changes) + 1]
+    return starts, [ids[i] for i in starts.tolist()]
+
+
 @dataclass
 class Block:
     """A run of lines that hold clean step records, as columns (one entry per line)."""
 
     n: int
-    episode_id: tuple[str, ...]
+    episode_id: Sequence[str]
     step: np.ndarray
     policy_version: np.ndarray
     terminated: np.ndarray
@@ -66,12 +115,16 @@ class Block:
     plan: BulkPlan
     arrays: dict[str, np.ndarray | None] | None = None
     """Each field as an array where it is numbers (see `BulkPlan.episode`), else None."""
-    lists: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    lists: dict[str, Sequence[Any]] = field(default_factory=dict)
     """Fields whose `arrays` entry is None, as in `columns`."""
     layout: list[tuple[str, np.ndarray | None, bool]] | None = None
     """(wire, its `arrays` entry, whether some line lacks it) per field, for `episode`."""
     present: dict[str, np.ndarray] = field(default_factory=dict)
     """Per wire of `BulkPlan.presence`: which lines carry it (a plan bound from data)."""
+    ragged: dict[str, Any] = field(default_factory=dict)
+    """A plan of ragged lists (`raggedcols`): each list field as a `raggedcols.Ragged`."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """What else the block's plan keeps with it (`raggedcols`: modalities, tensor counts)."""
     _columns: dict[str, tuple[Any, ...]] | None = None
 
     @property
@@ -84,7 +137,7 @@ class Block:
                              for wire in self.key_counts}
         return self._columns
 
-    def column(self, wire: str) -> tuple[Any, ...]:
+    def column(self, wire: str) -> Sequence[Any]:
         """One field of `columns`."""
         values = self.lists.get(wire)
         return self.columns[wire] if values is None else values
@@ -495,14 +548,20 @@ def _cross_rules() -> Any:
     return RolloutStepV1.__pydantic_decorators__.model_validators[_CROSS].func
 
 
+def registry_rules_only(model: type[BaseModel]) -> bool:
+    """Whether `model` validates with the registry's rules only: no validator of its own
+    (a bulk plan cannot know what one would refuse)."""
+    decorators = model.__pydantic_decorators__
+    return not decorators.field_validators and decorators.model_validators.keys() == {_CROSS} \
+        and decorators.model_validators[_CROSS].func is _cross_rules()
+
+
 def _build(model: type[BaseModel], no_ints: frozenset[str] = frozenset()) -> BulkPlan | None:
     """The plan of `model`; None when it is not simple enough. `no_ints`: wires whose numbers
     must be written as floats (read as `int | float`, refused when an integer comes)."""
     if not FAST_PATH.usable() or not issubclass(model, RolloutStepV1):
         return None  # a registered rule this reader does not implement: the normal path
-    decorators = model.__pydantic_decorators__
-    if decorators.field_validators or decorators.model_validators.keys() != {_CROSS} \
-            or decorators.model_validators[_CROSS].func is not _cross_rules():
+    if not registry_rules_only(model):
         return None  # rules of the project's own: only the normal path knows them
     specs = field_specs(model)
     specs = {**specs, **bound_specs(specs)}

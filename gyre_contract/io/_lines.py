@@ -24,10 +24,11 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Protocol, TypeAlias
+from typing import IO, Any, Protocol, TypeAlias, overload
 
+import numpy as np
 import orjson
 
 from gyre_contract.core._errors import InputError, Problem, describe
@@ -89,6 +90,57 @@ def bounded(line: bytes) -> bytes | Crowded:
     return line if values <= MAX_LINE_VALUES else Crowded(len(line), values)
 
 
+class Chunk(Sequence[bytes]):
+    """Complete lines read at once, kept as the bytes they were read as (`raw`: each line
+    followed by its newline), split into lines only when a reader asks for them (`lines`).
+
+    A reader that takes the bytes whole (the Arrow JSON reader, `arrowlines`) never splits
+    them; `newlines` (the offset of each newline, found when first asked, on the thread that
+    reads the chunk) lets it check where each line starts and ends. Indexing and iterating
+    give the lines, as the list `LineSource` yields otherwise holds them (without their
+    newline).
+    """
+
+    __slots__ = ("raw", "n", "_newlines", "_lines")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.n = int(np.count_nonzero(np.frombuffer(raw, np.uint8) == _NEWLINE))
+        """How many lines."""
+        self._newlines: np.ndarray | None = None
+        self._lines: list[bytes] | None = None
+
+    @property
+    def newlines(self) -> np.ndarray:
+        if self._newlines is None:
+            self._newlines = np.flatnonzero(np.frombuffer(self.raw, np.uint8) == _NEWLINE)
+        return self._newlines
+
+    @property
+    def lines(self) -> list[bytes]:
+        if self._lines is None:
+            self._lines = self.raw.split(b"\n")
+            self._lines.pop()  # the empty piece after the last newline
+        return self._lines
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        return self.lines[index]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.lines)
+
+
+_NEWLINE = ord("\n")
+
+
 class Readable(Protocol):
     """What `LineSource` reads from: a binary handle, or one that bounds it (`runs`)."""
 
@@ -101,20 +153,35 @@ class LineSource:
     Iterating yields lists of complete lines (without `\\n`): bytes, or an `Overlong` or a
     `Crowded` in place of a line that is not to be parsed. After the iteration, `tail` holds
     the bytes after the last newline (None when the file ends with a newline or is empty).
+    With `chunk_bytes`, reads are that large and a read whose lines are all within the limits
+    is yielded as a `Chunk` (its bytes, split only when asked) instead of a list.
     """
 
-    def __init__(self, handle: Readable) -> None:
+    def __init__(self, handle: Readable, chunk_bytes: int | None = None) -> None:
         self._handle = handle
+        self._chunk_bytes = chunk_bytes
         self.tail: bytes | Overlong | Crowded | None = None
 
-    def __iter__(self) -> Iterator[list[bytes | Overlong | Crowded]]:
+    def __iter__(self) -> Iterator[list[bytes | Overlong | Crowded] | Chunk]:
         pending = _Pending()
         skipped = -1  # >= 0 while inside an over-long line: bytes dropped so far
         read = self._handle.read
         observer = reading_observer()
-        while block := read(CHUNK_BYTES):
+        size = self._chunk_bytes or CHUNK_BYTES
+        whole = self._chunk_bytes is not None and size <= min(MAX_LINE_BYTES, MAX_LINE_VALUES)
+        while block := read(size):
             if observer is not None:
                 observer(len(block))
+            if whole and skipped < 0:
+                cut = block.rfind(b"\n") + 1
+                if cut and pending.size + block.find(b"\n") <= MAX_LINE_VALUES:
+                    # every line of this read is within the limits: its bytes as they are
+                    head = block[:cut] if cut < len(block) else block
+                    yield Chunk(pending.take(head) if pending.size else head)
+                    pending = _Pending()
+                    if cut < len(block):
+                        pending.add(block[cut:])
+                    continue
             parts: list[Any] = block.split(b"\n")
             last = parts.pop()
             if parts:
@@ -232,15 +299,18 @@ class Lines:
         if item is not None:
             yield item
 
-    def blocks(self) -> Iterator[tuple[int, list[bytes | Overlong | Crowded]]]:
+    def blocks(self, chunk_bytes: int | None = None
+               ) -> Iterator[tuple[int, list[bytes | Overlong | Crowded] | Chunk]]:
         """(number of the first line, the lines) of each block of complete lines, unparsed.
 
         A caller that checks a block in bulk takes it whole; otherwise it calls `parse`. After
-        the blocks, `tail_item()` gives the bytes after the last newline, if any.
+        the blocks, `tail_item()` gives the bytes after the last newline, if any. With
+        `chunk_bytes`, blocks are read that large and come as `Chunk`s where they can
+        (`LineSource`): a caller that reads their bytes whole never splits them.
         """
         self._tail_bytes_left = None
         with open_rollout(self.path) as handle:
-            source = LineSource(handle)
+            source = LineSource(handle, chunk_bytes)
             try:
                 for block in source:
                     first = self.lines + 1
@@ -250,7 +320,7 @@ class Lines:
                 raise InputError(f"cannot read {os.fspath(self.path)}: {err.strerror}") from None
             self._tail_bytes_left = source.tail
 
-    def parse(self, first: int, block: list[bytes | Overlong | Crowded]
+    def parse(self, first: int, block: Sequence[bytes | Overlong | Crowded]
               ) -> Iterator[tuple[int, dict[str, Any]] | Parsed]:
         """Each line of a block: `(line, record)` when clean, else a `Parsed` (see class doc)."""
         return parse_lines(first, block)
@@ -293,8 +363,8 @@ class Lines:
             "truncated line (the writer was cut off mid-write?)", line=n)])
 
 
-def parse_lines(first: int, block: list[bytes | Overlong | Crowded]
-            ) -> Iterator[tuple[int, dict[str, Any]] | Parsed]:
+def parse_lines(first: int, block: Sequence[bytes | Overlong | Crowded]
+                ) -> Iterator[tuple[int, dict[str, Any]] | Parsed]:
     """Each line of a block (numbered from `first`): `(line, record)` when the line holds a clean
     record, else a `Parsed` with its problems (see `Lines`). Every reader of rollout lines goes
     through here, so every limit holds on every path."""

@@ -42,6 +42,7 @@ from gyre_contract.io._checking import StepChecker, check_items, unread_report
 from gyre_contract.io._episodes import Episode
 from gyre_contract.io._lines import Item, Parsed, hidden_problems
 from gyre_contract.io._parquetcols import columnar_plan, decode_batch
+from gyre_contract.io._raggedcols import ragged_plan
 from gyre_contract.io._report import FileReport
 
 __all__ = ["EXTENSIONS", "ROWS_PER_BATCH", "arrow_schema_problems", "is_parquet",
@@ -458,9 +459,15 @@ class ParquetRows:
             yield Parsed(row, None, [p.at_line(row) for p in hidden[i]]) if i in hidden \
                 else (row, record)
 
-    def decode_block(self, batch: Any, arrays: bool = False) -> Any:
+    def decode_block(self, batch: Any, arrays: bool = False, ragged: bool = True) -> Any:
+        """The batch checked on its columns (`parquetcols`; a model of ragged lists,
+        `raggedcols`, when `ragged`), or None."""
         if self.plan is _UNSET:
             self.plan = columnar_plan(self.model, self.schema, batch)
+        if self.plan is None:
+            plan = ragged_plan(self.model) if ragged else None
+            return None if plan is None else plan.check(
+                list(zip(batch.schema.names, batch.columns)), batch.num_rows, arrays=arrays)
         return decode_batch(self.plan, batch, arrays)
 
     def tail_item(self) -> None:

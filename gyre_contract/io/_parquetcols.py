@@ -21,31 +21,20 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.core._registry import declare_fast_path
-from gyre_contract.core._rules import FIELD_RULES
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.io._arrowschema import peel
 from gyre_contract.io._binding import bindable, plan_from_kinds
+from gyre_contract.io._columnrules import COLUMN_RULES, check_columns
 from gyre_contract.io._fastfile import MAX_INFO_KEYS, Block, BulkPlan, bulk_plan
 
-SIGNED = ("logprob", "ref_logprob")
-"""Fields whose values are <= 0 under a discrete action."""
+PARQUET_FAST_PATH = declare_fast_path("parquet_columns", kinds=("field", "step"),
+                                      implements=COLUMN_RULES)
+"""The rules the columnar Parquet check implements (`columnrules`): a batch that breaks one goes
+row by row."""
 
-PARQUET_FAST_PATH = declare_fast_path(
-    "parquet_columns", kinds=("field", "step"),
-    implements=[*(r.name for r in FIELD_RULES),  # typed columns + `_check_column`
-                "step.dims_agree",  # a plan has no named dims
-                "step.logprob_shape",  # a scalar logprob column
-                "step.logprob_nonpositive",  # `_decode`: SIGNED
-                "step.ref_logprob_nonpositive",  # `_decode`: SIGNED
-                "step.token_fields_shape",  # the plan's fixed shapes (`fastfile.bound_specs`,
-                # `binding._consistent`), and columns of exactly those shapes
-                "step.next_observation_structure", "step.next_observation_modalities",
-                "step.next_observation_shape"])  # one fixed type for both columns
-"""The rules the columnar Parquet check implements: a batch that breaks one goes row by row."""
 
 def decode_batch(plan: BulkPlan | None, batch: Any, arrays: bool = False) -> Block | None:
     """A record batch as a checked `Block` when every row is a clean record, else None (the
@@ -59,7 +48,7 @@ def columnar_plan(model: type[RolloutStepV1], schema: Any, first: Any = None) ->
     """The plan a file's batches are checked with: the model's own bulk plan, or for an
     unpinned model one bound from the column types (a variable list by the one length its
     values have in `first`, the file's first record batch); None unless every column the plan
-    knows has its dtype and sizes (a variable list: checked batch by batch, `_lengths_ok`)."""
+    knows has its dtype and sizes (a variable list: checked batch by batch, `columnrules`)."""
     if not fast_paths_enabled() or not PARQUET_FAST_PATH.usable():
         return None
     plan = bulk_plan(model)
@@ -125,68 +114,17 @@ def _plan_dtype(plan: BulkPlan, wire: str) -> str:
 
 
 def _decode(plan: BulkPlan, batch: Any, arrays: bool) -> Block | None:
-    import pyarrow.compute as pc
-
     n = batch.num_rows
-    if n == 0:
-        return None
     counts: dict[str, int] = {}
-    values: dict[str, Any] = {}
-    masks: dict[str, np.ndarray] = {}
-    strings: dict[str, tuple[Any, ...]] = {}
+    columns = []
     for name, column in zip(batch.schema.names, batch.columns):
-        nulls = column.null_count
-        if name == "info":
-            if nulls < n:
-                if not _clean_json(plan, column):
-                    return None  # the row path parses and explains
-                counts[name] = n - nulls
-            continue
-        if nulls and name in plan.required:
-            return None  # a required null: the row path reports it
-        if nulls == n:
-            continue
-        present = None if not nulls else column.is_valid().to_numpy(zero_copy_only=False)
-        if plan.dtypes[name].kind == "U":
-            valid = column if present is None else column.filter(present)
-            if pc.any(pc.equal(pc.utf8_length(valid), 0)).as_py():
-                return None  # an empty string: the row path reports it
-            strings[name] = tuple(column.to_pylist())  # None on null rows, as `Block.lists`
-            array = None
-        else:
-            array = _checked(plan, name, column, present, n)
-            if array is None:
-                return None
-            if present is not None and arrays and array.dtype.kind != "f":
-                return None  # a non-float column some rows lack: a list in episodes
-        counts[name], values[name] = n - nulls, array
-        masks[name] = np.ones(n, bool) if present is None else present
-    if not set(plan.required) <= set(counts):
-        return None
-    if plan.discrete and not all((values[w][masks[w]] <= 0).all() for w in SIGNED
-                                 if w in values):
-        return None  # step.logprob_nonpositive (and ref_logprob's): the row path reports it
-    block = Block(n=n, episode_id=strings["episode_id"],
-                  step=values["step"], policy_version=values["policy_version"],
-                  terminated=values["terminated"], truncated=values["truncated"],
-                  key_counts=counts, lines=[], plan=plan)
-    block.present = {w: masks.get(w, np.zeros(n, bool)) for w in plan.presence}
-    block.lists = strings  # what `Block.column` gives for them (lines are not kept)
-    if arrays:
-        block.arrays = {w: a for w, a in values.items() if a is not None}
-        block.arrays.update(dict.fromkeys(strings))
-    return block
-
-
-def _lengths_ok(column: Any, size: int) -> bool:
-    """Every value of a (non-null) list column has `size` elements (fixed size lists do)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_fixed_size_list(column.type):
-        return True
-    bounds = pc.min_max(pc.list_value_length(column)).as_py()
-    return bounds["min"] == bounds["max"] == size
+        if name != "info":
+            columns.append((name, column))
+        elif column.null_count < n:
+            if not _clean_json(plan, column):
+                return None  # the row path parses and explains
+            counts[name] = n - column.null_count
+    return check_columns(plan, columns, n, arrays=arrays, counts=counts)
 
 
 def _clean_json(plan: BulkPlan, column: Any) -> bool:
@@ -206,27 +144,3 @@ def _clean_json(plan: BulkPlan, column: Any) -> bool:
         if len(value) > MAX_INFO_KEYS or raw.count(b":") != len(value):
             return False
     return True
-
-
-def _checked(plan: BulkPlan, name: str, column: Any, present: np.ndarray | None, n: int
-             ) -> np.ndarray | None:
-    """The column as `[n, *shape]` numpy (floats NaN on null rows) when its values are clean:
-    no null inside a list, floats finite."""
-    dtype, shape = plan.dtypes[name], plan.shapes[name]
-    leaf = column if present is None else column.filter(present)
-    if shape and not _lengths_ok(leaf, shape[0]):
-        return None  # a variable list of another length: the row path reports it
-    for _ in shape:
-        leaf = leaf.flatten()
-    if leaf.null_count:
-        return None  # a null inside a list: the row path reports it
-    flat = leaf.to_numpy(zero_copy_only=False)
-    if flat.dtype != dtype:
-        return None
-    if dtype.kind == "f" and not np.isfinite(flat).all():
-        return None  # NaN or inf: the row path reports it
-    if present is None:
-        return flat.reshape(n, *shape)
-    out = np.full((n, *shape), np.nan if dtype.kind == "f" else 0, dtype)
-    out[present] = flat.reshape(-1, *shape)
-    return out

@@ -66,7 +66,13 @@ from gyre_contract.core._validate import validate_batch
 from gyre_contract.io._jsonfile import JSONFileError, read_json_file
 from gyre_contract.schema._fieldtable import SchemaInput
 from gyre_contract.trainer._batching import Source, build_batch
-from gyre_contract.trainer._layouts import LAYOUT_KEYS, EpisodeRows, RowLayout, parse_layout
+from gyre_contract.trainer._layouts import (
+    LAYOUT_KEYS,
+    EpisodeRows,
+    RowLayout,
+    parse_layout,
+    per_step_columns,
+)
 from gyre_contract.trainer._ops import (
     NEEDS_MASK,
     ArgCheck,
@@ -343,6 +349,19 @@ class FieldMap:
         list of step records too."""
         return self.layout.collate(episodes, fields=self.sources(), max_len=max_len,
                                    sparse=self.sparse_sources(), source=self.source)
+
+    def collated_block(self, columns: Mapping[str, Any], *, episodes: Any = None
+                       ) -> dict[str, Any]:
+        """`collated` of a block of step columns (a channel's delivery: steps of several
+        episodes; a column of token lists may be a `Ragged`), straight from the columns where
+        its layout can (the same arrays), else of `layout.from_block(columns)`. `episodes`:
+        (each step's episode code in order of first appearance, the ids by code) when the
+        caller knows them."""
+        found = self.layout.collate_block(columns, fields=self.sources(),
+                                          sparse=self.sparse_sources(), episodes=episodes)
+        if found is not None:
+            return found
+        return self.collated(self.layout.from_block(per_step_columns(columns)))
 
     def collated_file(self, path: str | os.PathLike[str], model: Any, *,
                       max_len: int | None = None) -> tuple[dict[str, Any], int] | None:

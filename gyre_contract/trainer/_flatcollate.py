@@ -12,12 +12,19 @@ each `[B, T, ...]` array is allocated once and filled by one scatter, and the pe
 It gives None whenever the result could differ from collating episodes (a file that does not
 fit columns, a field only some steps carry, a padded batch over the byte limit, a field not
 found): the caller collates episodes then, which also explains any refusal.
+
+`collate_block(columns, ...)` does the same for a block of step columns held in memory (a
+channel's delivery: steps of several episodes, an episode's steps in row order, perhaps only
+the rest of an episode begun in an earlier block): what `collate(episodes_of(columns, ids))`
+gives, each step's time index its place among its episode's steps in the block.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -49,10 +56,58 @@ def collate_file(path: str | os.PathLike[str], model: type[RolloutStepV1], *,
     return None if batch is None else (batch, len(found.episode_ids))
 
 
+def collate_block(columns: Mapping[str, Any], *, fields: Iterable[str] | None = None,
+                  max_len: int | None = None, max_bytes: int | None = None,
+                  sparse: Iterable[str] | None = None,
+                  episodes: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> dict[str, np.ndarray] | None:
+    """`collate(episodes_of(columns, columns["episode_id"]), ...)` from the block's columns
+    (module doc), or None where only episodes can say: a column that is not one array over the
+    steps (modalities, lists, values some steps lack but floats), and the cases of
+    `collate_file`. `episodes`: (each step's episode code, in order of first appearance; the
+    ids by code) when the caller knows them already."""
+    if not fast_paths_enabled() or (max_len is not None and (
+            isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1)):
+        return None
+    ids = columns.get("episode_id")
+    if not isinstance(ids, np.ndarray) or ids.ndim != 1 or ids.dtype.kind != "U" or not len(ids):
+        return None
+    arrays = {}
+    for name, column in columns.items():
+        if name == "episode_id" or name in SKIPPED_FIELDS:
+            continue
+        if not isinstance(column, np.ndarray) or column.dtype.kind not in "biuf" or \
+                column.ndim < 1 or len(column) != len(ids):
+            return None
+        if column.dtype.kind == "f" and column.size and np.isnan(column).all():
+            continue  # no step carries it: an episode holds no such column (`episodes_of`)
+        arrays[name] = column
+    code, names = episodes if episodes is not None else _first_appearance(ids)
+    lengths = np.bincount(code, minlength=len(names))
+    order = np.argsort(code, kind="stable")
+    position = np.empty(len(code), np.int64)
+    position[order] = np.arange(len(code)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    found = FileColumns(arrays, names, code, np.arange(len(names)), lengths)
+    return collate_columns(found, fields=fields, max_len=max_len, max_bytes=max_bytes,
+                           sparse=sparse, position=position)
+
+
+def _first_appearance(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each id's code, numbered in order of first appearance; the distinct ids by code)."""
+    distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], distinct[order]
+
+
 def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
                     max_len: int | None = None, max_bytes: int | None = None,
-                    sparse: Iterable[str] | None = None) -> dict[str, np.ndarray] | None:
-    """`collate` of the episodes `found` holds, from its columns; None as in `collate_file`."""
+                    sparse: Iterable[str] | None = None, position: np.ndarray | None = None
+                    ) -> dict[str, np.ndarray] | None:
+    """`collate` of the episodes `found` holds, from its columns; None as in `collate_file`.
+    `position`: each step's place in its episode (default: its `step`, which the episode rules
+    make count 0, 1, 2, ... in a whole file)."""
     columns, n = found.columns, len(found.code)
     groups = None if sparse is None else list(dict.fromkeys(sparse))
     names = _names(columns, fields, n, groups or [])
@@ -68,7 +123,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     first_row = np.zeros(len(found.lengths), np.int64)  # by episode code
     first_row[found.episodes] = np.cumsum(per_episode) - per_episode
     b = int(per_episode.sum())
-    step = columns["step"]
+    step = columns["step"] if position is None else position
     if max_len is None:
         row, t = first_row[found.code], step
     else:
@@ -76,7 +131,7 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     row_lengths = np.bincount(row, minlength=b)
     nt = min(span, int(row_lengths.max()))
     limit = collation.MAX_BATCH_BYTES if max_bytes is None else max_bytes
-    cell = 1 + sum(int(np.prod(columns[name].shape[1:])) * columns[name].dtype.itemsize
+    cell = 1 + sum(math.prod(columns[name].shape[1:]) * columns[name].dtype.itemsize
                    + (name in (groups or ())) for name in names)
     if b * nt * cell > limit:
         return None  # `collate` raises BatchTooLargeError with its remedy

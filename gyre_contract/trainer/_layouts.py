@@ -34,20 +34,30 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gyre_contract.core._errors import ContractError, InputError, Problem, SchemaError, describe
+from gyre_contract.core._errors import (
+    ContractError,
+    GyreError,
+    InputError,
+    Problem,
+    SchemaError,
+    describe,
+)
 from gyre_contract.core._models import RolloutStep, TrainBatch
+from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._tokens import PackedBatch, TokenBatch
+from gyre_contract.io._raggedcols import Ragged
 from gyre_contract.io._reading import (
     episodes_from_records,
     numbered_steps,
     read_episodes,
     steps_from_records,
 )
+from gyre_contract.io._tokencolumns import TokenColumns, read_token_columns
 from gyre_contract.pinned import LLMStep
 from gyre_contract.schema._fieldtable import shape_text
 from gyre_contract.schema._layouts import layout_of, parse_batch_dims
 from gyre_contract.trainer._collation import DERIVED_FIELDS, collate, episodes_of
-from gyre_contract.trainer._flatcollate import collate_file
+from gyre_contract.trainer._flatcollate import collate_block, collate_file
 from gyre_contract.trainer._packing import (
     PACKED_COLUMNS,
     PACKED_TOKEN_COLUMNS,
@@ -55,7 +65,13 @@ from gyre_contract.trainer._packing import (
     pack_columns,
 )
 from gyre_contract.trainer._rowstats import RowStats, packed_row_stats, token_row_stats
-from gyre_contract.trainer._tokens import LAYOUT_FIELDS, PROMPT_SOURCES, RESPONSE_SOURCE, collate_tokens
+from gyre_contract.trainer._tokens import (
+    LAYOUT_FIELDS,
+    PROMPT_SOURCES,
+    RESPONSE_SOURCE,
+    collate_token_columns,
+    collate_tokens,
+)
 
 PROMPT_COLUMNS = ("prompt_ids", "prompt_mask")
 """The collated prompt columns `[B, P]`, which a packed map's entries never read."""
@@ -165,6 +181,13 @@ class RowLayout:
         """A block of step columns (a channel's segments, steps of several episodes) as what
         `collate` takes."""
         raise NotImplementedError
+
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        """`collate(from_block(columns))` straight from the columns; None when only
+        `from_block` can say. `episodes`: (each step's episode code, the ids by code)."""
+        return None
 
     # -- counting ------------------------------------------------------------------------------
 
@@ -282,6 +305,12 @@ class EpisodeRows(RowLayout):
     def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
         return episodes_of(columns, columns["episode_id"])
 
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        wanted = [n for n in fields if n not in DERIVED_FIELDS]
+        return collate_block(columns, fields=wanted, sparse=sparse, episodes=episodes)
+
     def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
         return len(items)
 
@@ -362,6 +391,21 @@ class TokenRows(RowLayout):
         """Further limits `collate_tokens` checks every row against (a subclass's)."""
         return {}
 
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
+        and lengths, no step object), collated as their objects would be (`collate`)."""
+        if max_len is not None:
+            return None  # `collate` explains
+        found = read_token_columns(path, model)
+        if found is None:
+            return None
+        columns = collate_token_columns(
+            found, fields=[n for n in fields if n not in self.made_here], pad_to=self.pad_to,
+            **self._limits())
+        return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
+
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
         return NumberedSteps(numbered_steps(path, model))
 
@@ -370,6 +414,24 @@ class TokenRows(RowLayout):
 
     def from_block(self, columns: Mapping[str, Any]) -> list[Any]:
         return [columns]
+
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        """The block's columns as a file's (`TokenColumns`: token lists as `Ragged`, no array
+        per step) through `collate_token_columns`; None where the steps' columns must say it
+        (a problem is explained by them, naming the step as they do)."""
+        if not fast_paths_enabled() or "episode_id" not in columns:
+            return None
+        n = len(columns["episode_id"])
+        # lines only word messages, and a problem goes to the steps' columns to be worded
+        found = TokenColumns(n, _dotted(columns), frozenset(), np.arange(1, n + 1))
+        try:
+            return collate_token_columns(
+                found, fields=[n for n in fields if n not in self.made_here],
+                pad_to=self.pad_to, **self._limits())
+        except GyreError:
+            return None
 
     def count_episodes(self, items: list[Any], columns: Mapping[str, Any]) -> int:
         return len(np.unique(columns["episode_id"]))
@@ -447,6 +509,25 @@ class PackedRows(TokenRows):
         columns.update(pack_columns(columns, self.token_budget))
         return columns
 
+    def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
+                     max_len: int | None = None, sparse: list[str] | None = None
+                     ) -> tuple[dict[str, Any], int] | None:
+        found = super().collate_file(path, model, fields=fields, max_len=max_len,
+                                     sparse=sparse)
+        if found is None:
+            return None
+        columns, episodes = found
+        columns.update(pack_columns(columns, self.token_budget))
+        return columns, episodes
+
+    def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
+                      sparse: list[str] | None = None, episodes: Any = None
+                      ) -> dict[str, Any] | None:
+        found = super().collate_block(columns, fields=fields, sparse=sparse, episodes=episodes)
+        if found is not None:
+            found.update(pack_columns(found, self.token_budget))
+        return found
+
     def row_mask(self, columns: Mapping[str, Any]) -> np.ndarray:
         return np.ones((len(columns["episode_id"]), 1), dtype=bool)  # each sample: one step
 
@@ -497,6 +578,25 @@ class PackedRows(TokenRows):
         if problems:
             raise ContractError(problems)
         return out
+
+
+def _dotted(columns: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Columns with modalities flattened to dotted names (`observation.token_ids`)."""
+    flat: dict[str, Any] = {}
+    for key, column in columns.items():
+        if isinstance(column, Mapping):
+            flat.update(_dotted(column, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = column
+    return flat
+
+
+def per_step_columns(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """`columns` with each `Ragged` column as one array per step (what episodes and step
+    objects hold): the form `from_block` takes."""
+    return {key: per_step_columns(column) if isinstance(column, Mapping) else
+            column.per_record() if isinstance(column, Ragged) else column
+            for key, column in columns.items()}
 
 
 ROW_LAYOUTS: tuple[type[RowLayout], ...] = (EpisodeRows, TokenRows, PackedRows)

@@ -45,6 +45,8 @@ from gyre_contract.core._errors import ContractError, MissingFieldError, Problem
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._text import quoted
 from gyre_contract.io._episodes import episode_from_steps
+from gyre_contract.io._raggedcols import Ragged
+from gyre_contract.io._tokencolumns import TokenColumns
 from gyre_contract.trainer import _collation as collation
 from gyre_contract.trainer._ops import cast_array
 
@@ -106,6 +108,38 @@ def collate_tokens(
     inputs = _inputs(list(items), wanted)
     if lines is not None and len(inputs) == 1 and len(lines) == inputs[0].steps:
         inputs[0].lines = lines
+    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
+
+
+def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id: int = 0,
+                          max_bytes: int | None = None, pad_to: Mapping[str, int] | None = None,
+                          token_budget: int | None = None) -> dict[str, np.ndarray] | None:
+    """`collate_tokens` of a file's steps read as columns (`io._tokencolumns`), the same
+    columns (and messages, with each step's line) as of its step objects: lists as flat values
+    and lengths (`Ragged`), no array per step. None when `fields` names a field of modalities
+    itself (only objects say it)."""
+    wanted = [f for f in fields if f not in (*LAYOUT_FIELDS,)]
+    if any(name in found.objects for name in wanted):
+        return None
+    names = dict.fromkeys([RESPONSE_SOURCE, LOSS_MASK, "step", "episode_id", *ROW_KEYS,
+                           *PROMPT_SOURCES, *wanted])
+    columns = {name: found.columns[name] if name in found.columns else [_OBJECT] * found.steps
+               for name in names if name in found.columns or name in found.objects}
+    if RESPONSE_SOURCE not in columns:
+        raise MissingFieldError(RESPONSE_SOURCE, columns.keys())
+    inputs = [_Input("steps", columns, found.steps, columns.get("episode_id"),
+                     found.lines.tolist())]
+    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
+
+
+_OBJECT = object()
+"""Stands for each step's object of modalities (`observation`): a column step objects give
+collation too, never read unless a map names it (then `collate_token_columns` gives None)."""
+
+
+def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
+             max_bytes: int | None, pad_to: Mapping[str, int] | None,
+             token_budget: int | None) -> dict[str, np.ndarray]:
     prompt_name = _prompt_source(inputs)
     prompts = _ragged(inputs, prompt_name)
     responses = _ragged(inputs, RESPONSE_SOURCE)
@@ -294,11 +328,13 @@ def _prompt_source(inputs: list[_Input]) -> str:
 
 def _partial(col: Any) -> bool:
     """Whether only some steps carry the column (None on the others)."""
-    return not isinstance(col, np.ndarray) and any(x is None for x in col)
+    return not isinstance(col, (np.ndarray, Ragged)) and any(x is None for x in col)
 
 
 def _per_step_rank(col: Any) -> int | None:
     """The rank of one step's value in a column (None when the first step has none)."""
+    if isinstance(col, Ragged):
+        return 1
     if isinstance(col, np.ndarray):
         return col.ndim - 1
     first = next((x for x in col if x is not None), None)
@@ -347,6 +383,10 @@ def _ragged(inputs: list[_Input], name: str, columns: list[Any] | None = None
     lengths: list[np.ndarray] = []
     for i, inp in enumerate(inputs):
         col = inp.columns[name] if columns is None else columns[i]
+        if isinstance(col, Ragged):  # every step's list, one after another
+            pieces.append(col.values)
+            lengths.append(col.lengths)
+            continue
         if isinstance(col, np.ndarray):
             if col.ndim != 2:
                 raise _not_ragged(inp, name, col)
@@ -361,7 +401,8 @@ def _ragged(inputs: list[_Input], name: str, columns: list[Any] | None = None
         pieces += arrays
         lengths.append(np.fromiter(map(len, arrays), np.int64, len(arrays)))
     filled = [a for a in pieces if a.size]  # an empty JSON list is float64: it adds nothing
-    flat = np.concatenate(filled) if filled else np.zeros(0, np.int64)
+    flat = filled[0] if len(filled) == 1 else np.concatenate(filled) if filled else \
+        np.zeros(0, np.int64)  # one piece (a column's values, read only): no copy
     return flat, np.concatenate(lengths)
 
 
@@ -374,12 +415,14 @@ def _loss_mask(inputs: list[_Input]) -> tuple[np.ndarray, np.ndarray] | None:
     columns: list[Any] = []  # per input: an array, or one array per step
     for inp in inputs:
         col = inp.columns.get(LOSS_MASK)
-        if isinstance(col, np.ndarray):
+        if isinstance(col, (np.ndarray, Ragged)):
             columns.append(col)
             continue
         actions = inp.columns[RESPONSE_SOURCE]
+        sizes = actions.lengths.tolist() if isinstance(actions, Ragged) else \
+            [len(a) for a in actions]
         col = [None] * inp.steps if col is None else col
-        columns.append([np.ones(len(actions[t]), bool) if x is None else x
+        columns.append([np.ones(sizes[t], bool) if x is None else x
                         for t, x in enumerate(col)])
     return _ragged(inputs, LOSS_MASK, columns)
 

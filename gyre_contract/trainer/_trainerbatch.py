@@ -19,6 +19,7 @@ padding would become data.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -255,9 +256,15 @@ def _dtype_fits(want: Any, got: np.dtype) -> bool:
         kinds = _JSON_KINDS.get(w)
         if kinds is not None and got.kind in kinds:
             return True
-        if kinds is None and str(got) == w:
+        if kinds is None and _dtype_name(got) == w:
             return True
     return False
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_name(dtype: np.dtype) -> str:
+    """`str(dtype)`, which numpy computes in Python each time (a check per field per batch)."""
+    return str(dtype)
 
 
 def _shape_misfit(shape: tuple[Dim, ...] | None, got: tuple[int, ...],

@@ -140,25 +140,26 @@ def _slow_writes() -> None:
     """Write the next segment in small pieces with pauses, saying when the first is on disk:
     the test kills the process in the middle of the write (the temporary file half written).
     On Ray, where one actor call makes a segment visible, say so just before that call."""
-    from gyre_contract.channel import _contract
-    from gyre_contract.io import _atomic as atomic
-    def slow(path: Any, data: Any, *, fsync: bool = True) -> None:
-        if not str(path).endswith(".arrow"):
-            return atomic.write_bytes_atomic(path, data, fsync=fsync)
+    from gyre_contract.channel import _filebackend
 
-        def write(f: Any) -> None:
+    write_all, write_file = _filebackend._write_all, _filebackend.write_file
+
+    def slow(path: Any, data: Any, folder: int) -> None:
+        def write(fd: int, data: Any) -> None:
             view = memoryview(data)
             for start in range(0, len(view), 1024):
-                f.write(view[start:start + 1024])
-                f.flush()
+                write_all(fd, view[start:start + 1024])
                 if start == 0:
                     say(writing=str(path), size=len(view))
                 time.sleep(0.05)
 
-        atomic.atomic_write(path, write, fsync=fsync)
-        return None
+        _filebackend._write_all = write
+        try:
+            write_file(path, data, folder)
+        finally:
+            _filebackend._write_all = write_all
 
-    _contract.write_atomic = slow
+    _filebackend.write_file = slow
 
     from gyre_contract.channel._raybackend import RayBackend
 

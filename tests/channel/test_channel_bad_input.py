@@ -147,19 +147,15 @@ def _io():
 def test_a_full_disk_mid_write_leaves_the_channel_readable(tmp_path, monkeypatch, code):
     """The write of a segment fails half way with ENOSPC (tests/channel/test_channel_processes.py
     has the kernel refuse a real write)."""
-    from gyre_contract.channel import _contract
-    from gyre_contract.io import _atomic as atomic
+    from gyre_contract.channel import _filebackend
     sampler = open_sampler(tmp_path / "ch", model=CartStep)
     sampler.put(episodes("ok", 2))
 
-    def full_disk(path, data, *, fsync=True):
-        def write(f):
-            f.write(memoryview(data)[:100])
-            raise OSError(code, os.strerror(code))
+    def full_disk(fd, data):
+        os.write(fd, memoryview(data)[:100])
+        raise OSError(code, os.strerror(code))
 
-        atomic.atomic_write(path, write, fsync=fsync)
-
-    monkeypatch.setattr(_contract, "write_atomic", full_disk)
+    monkeypatch.setattr(_filebackend, "_write_all", full_disk)
     with pytest.raises(OSError, match="No space left on device"):
         sampler.put(episodes("lost", 2))
     monkeypatch.undo()

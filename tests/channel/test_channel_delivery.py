@@ -249,6 +249,34 @@ def test_the_trainer_version_reaches_the_sampler(uri):
     assert again.version == 7  # a restarted trainer starts from the published version
 
 
+def test_a_trainer_behind_lists_the_channel_once_for_many_gets_oldest_first(uri, monkeypatch):
+    """A trainer behind by many segments takes them oldest first from one listing; a segment
+    put meanwhile comes when they run out; a released segment (older) comes first again."""
+    sampler = open_sampler(uri, model=CartStep)
+    trainer = open_trainer(uri, map=CARTPOLE_MAP)
+    for i in range(4):
+        sampler.put(episodes(f"s{i}", 1, length=5))
+    listings = []
+    cls = type(trainer.backend)
+    real = cls.pending
+    monkeypatch.setattr(cls, "pending", lambda self: listings.append(1) or real(self))
+    got = []
+    for _ in range(2):
+        delivery = trainer.get(rows=5, timeout=5)
+        got += ids_of(delivery)
+        trainer.ack(delivery)
+    sampler.put(episodes("late", 1, length=5))
+    taken = trainer.get(rows=5, timeout=5)
+    trainer.release(taken)  # s2 given back: older than what the listing still holds
+    for _ in range(3):
+        delivery = trainer.get(rows=5, timeout=5)
+        got += ids_of(delivery)
+        trainer.ack(delivery)
+    assert got == ["s0-0", "s1-0", "s2-0", "s3-0", "late-0"]
+    assert len(listings) == 2  # at the first get, and at the get after the release
+    assert channel_status(uri).acked["segments"] == 5
+
+
 def test_packed_token_rows_are_delivered_packed(tmp_path):
     """A packed map at the trainer's end: the delivery is the packed batch `FieldMap.batch`
     builds from the same steps (the layout object, nothing else, decides)."""

@@ -115,3 +115,107 @@ def test_facts_that_do_not_match_the_rows_are_refused():
 def test_completion_model_segments_decode(tmp_path):
     table = round_trip(Completion, completions("c", 3))
     assert table.num_rows == 3
+
+
+def test_the_checksum_is_zlibs_crc32_whichever_code_computes_it():
+    """ISA-L's CRC-32 where installed, zlib's otherwise: the same value, so a segment named by
+    one is read back by the other."""
+    import zlib
+
+    from gyre_contract.channel import _backends
+
+    data = np.random.default_rng(0).bytes(1_000_003)
+    assert _backends.checksum(data) == zlib.crc32(data)
+    assert _backends.checksum(pa.py_buffer(data)) == zlib.crc32(data)
+
+
+def test_a_replaced_manifest_is_read_again_however_often(tmp_path):
+    """An end reads the manifest again only when the file was replaced; it holds the one it
+    read open, so a new file can never take its inode number and pass for it."""
+    from procs import CartStep
+
+    from gyre_contract.channel import open_sampler
+    from gyre_contract.channel._filebackend import FileBackend
+
+    open_sampler(tmp_path / "ch", model=CartStep).close()
+    reader, writer = FileBackend(tmp_path / "ch"), FileBackend(tmp_path / "ch")
+    try:
+        for i in range(100, 300):  # one size throughout: only the file tells them apart
+            writer.update(lambda m, i=i: m.__setitem__("created", i))
+            assert reader.manifest()["created"] == i
+            assert reader.manifest() is reader.manifest()  # unchanged: not read again
+    finally:
+        reader.close()
+        writer.close()
+
+
+def token_block(records, model=LLMStep):
+    """A segment of `records` decoded as a delivery's columns (token lists as Ragged)."""
+    table = round_trip(model, records)
+    codes, ids, _ = segments.row_keys(table)
+    return segments.to_columns(table, (codes, ids), ragged=True), (codes, ids)
+
+
+def per_step_path(fmap, columns, monkeypatch):
+    from gyre_contract.trainer._layouts import per_step_columns
+
+    monkeypatch.setenv("GYRE_FAST_PATHS", "0")
+    try:
+        return fmap.collated(fmap.layout.from_block(per_step_columns(columns)))
+    finally:
+        monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+
+
+@pytest.mark.parametrize("case", ["plain", "loss_mask on some", "text on some", "multi-turn"])
+def test_token_lists_read_in_place_give_the_per_step_batch(monkeypatch, case):
+    """A delivery's token lists as Ragged (no array per step) collate to the very arrays the
+    per-step path gives, key for key; the map's batch too."""
+    from gyre_contract.channel._contract import Ragged
+
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+    records = completions("c", 9, seed=3)
+    if case == "loss_mask on some":
+        for r in records[::3]:
+            r["loss_mask"] = np.ones(len(r["action"]), bool)
+            r["loss_mask"][-1] = False
+    elif case == "text on some":
+        for r in records[::2]:
+            r["observation"]["text"] = "2+2="
+    elif case == "multi-turn":
+        for i, r in enumerate(records):
+            r["episode_id"], r["step"] = f"c-{i // 3}", i % 3
+            r["terminated"] = i % 3 == 2
+    columns, episodes = token_block(records)
+    assert isinstance(columns["action"], Ragged)
+    assert isinstance(columns["observation"]["token_ids"], Ragged)
+    fmap = FieldMap.from_dict(TOKEN_MAP)
+    fast = fmap.layout.collate_block(columns, fields=fmap.sources(), episodes=episodes)
+    assert fast is not None
+    slow = per_step_path(fmap, columns, monkeypatch)
+    assert sorted(fast) == sorted(slow)
+    for key in slow:
+        assert fast[key].dtype == slow[key].dtype, key
+        np.testing.assert_array_equal(fast[key], slow[key], err_msg=key)
+    batch = fmap.apply(fmap.collated_block(columns, episodes=episodes))
+    assert list(batch) == list(fmap.apply(slow))
+
+
+def test_a_problem_in_token_lists_is_explained_by_the_per_step_path(monkeypatch):
+    """Where collating from the columns raises, the per-step path decides and its message
+    (naming the episode and the step) is the one raised."""
+    from gyre_contract.core._errors import ContractError
+
+    records = completions("c", 4, seed=5)
+    fmap = FieldMap.from_dict({"gyre_field_map": 1, "rows": "step", "fields": {
+        "prompt_ids": {"from": "prompt_ids"}, "response_ids": {"from": "response_ids"},
+        "ref": {"from": "ref_logprob"}}})
+    for r in records[::2]:  # a per-token field the map reads, on some steps only
+        r["ref_logprob"] = -np.ones(len(r["action"]), np.float32)
+    columns, episodes = token_block(records, Completion)
+    assert fmap.layout.collate_block(columns, fields=fmap.sources(), episodes=episodes) is None
+    with pytest.raises(ContractError) as fast:
+        fmap.collated_block(columns, episodes=episodes)
+    with pytest.raises(ContractError) as slow:
+        per_step_path(fmap, columns, monkeypatch)
+    assert str(fast.value) == str(slow.value) and "episode 'c-1' step 0" in str(fast.value)
+    assert "episodes[0].steps[1].ref_logprob" in str(fast.value)

@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 import gyre_contract.core._endedids as endedids
+import gyre_contract.io._arrowlines as arrowlines
 import gyre_contract.io._lines as lines
 from gyre_contract.core._endedids import episode_key, episode_keys
 from gyre_contract.core._models import RolloutStep
@@ -46,6 +48,7 @@ def episodes_in_turn(tmp_path: Path, episodes: int = 6) -> Path:
 def small_blocks(monkeypatch):
     """Blocks of a few episodes each, and a count of the blocks the bulk path accepted."""
     monkeypatch.setattr(lines, "CHUNK_BYTES", 1500)
+    monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)  # the Arrow reader's chunks: as small
     accepted = []
     add_columns = EpisodeTracker.add_columns
 
@@ -148,3 +151,27 @@ def test_many_keys_at_once_make_a_run_that_answers_like_a_dict():
     assert ids[7] not in ended and len(ended) == len(ids)
     assert ended.items() == sorted([(episode_key("first"), None)] + [
         (episode_key(eid), i) for i, eid in enumerate(ids) if i != 7])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_discarding_many_at_once_is_discarding_each(seed):
+    """`discard_many` (a committed block forgetting its ended ids) leaves exactly what
+    `discard` one by one leaves: ids in the buffer and in runs, unknown ids, ids twice."""
+    rng = np.random.default_rng(seed)
+    ids = [f"ep-{i}" for i in range(int(rng.integers(1, 3000)))]
+    sizes = rng.integers(1, 1500, 6).tolist()  # runs of several sizes, then a buffer
+    one, many = endedids.EndedEpisodes(), endedids.EndedEpisodes()
+    for ended in (one, many):
+        start = 0
+        for size in sizes:
+            chunk = ids[start:start + size]
+            ended.add_many(chunk, list(range(start, start + len(chunk))))
+            start += size
+        for i, eid in enumerate(ids[start:start + 10]):
+            ended.add(eid, start + i)  # a few in the buffer
+    gone = [ids[i] for i in rng.integers(0, len(ids), len(ids) // 2).tolist()] + ["never"]
+    for eid in gone:
+        one.discard(eid)
+    many.discard_many(gone)
+    assert many.items() == one.items() and len(many) == len(one)
+    assert all(eid not in many for eid in gone)

@@ -94,13 +94,93 @@ def test_ended_ids_are_forgotten_after_their_block_but_caught_within_one():
         blocks.check(twice)
 
 
-def test_llm_steps_go_record_by_record():
-    record = {"observation": {"token_ids": [1, 2, 3]}, "action": [4, 5],
-              "logprob": [-0.1, -0.2], "reward": 1.0, "step": 0, "episode_id": "c0",
-              "terminated": True, "truncated": False, "policy_version": 3}
-    checked = RecordBlocks(LLMStep).check([record])
-    assert not checked.bulk
+def completions(n: int = 6, lists: bool = False) -> list[dict]:
+    """LLM steps as a sampler hands them over: numpy arrays (or, with `lists`, JSON lists)."""
+    rng = np.random.default_rng(1)
+    out = []
+    for i in range(n):
+        prompt, response = rng.integers(0, 50_000, 3 + i), rng.integers(0, 50_000, 1 + i % 4)
+        logprob = -rng.random(len(response), dtype=np.float32)
+        record = {"observation": {"token_ids": prompt}, "action": response, "logprob": logprob,
+                  "reward": float(i % 2), "step": 0, "episode_id": f"c{i}",
+                  "group_id": f"g{i // 2}", "terminated": True, "truncated": False,
+                  "policy_version": 3}
+        if i % 3 == 0:
+            record["observation"]["text"] = "2+2="
+            record["loss_mask"] = np.ones(len(response), bool)
+        if lists:
+            record = {k: v.tolist() if isinstance(v, np.ndarray) else v
+                      for k, v in record.items()}
+            record["observation"] = {k: v.tolist() if isinstance(v, np.ndarray) else v
+                                     for k, v in record["observation"].items()}
+        out.append(record)
+    return out
+
+
+def same_columns(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for key in a:
+        left, right = a[key], b[key]
+        if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+            np.testing.assert_array_equal(np.asarray(left), np.asarray(right), err_msg=key)
+            continue
+        assert len(left) == len(right), key
+        for x, y in zip(left, right):
+            if isinstance(x, dict):
+                assert list(x) == list(y), key
+                for k in x:
+                    np.testing.assert_array_equal(x[k], y[k], err_msg=f"{key}.{k}")
+            else:
+                assert type(x) is type(y) or isinstance(x, np.ndarray), key
+                np.testing.assert_array_equal(x, y, err_msg=key)
+                if isinstance(x, np.ndarray):
+                    assert x.dtype == y.dtype, key
+
+
+@pytest.mark.parametrize("lists", [False, True], ids=["arrays", "lists"])
+def test_llm_steps_are_checked_on_columns(monkeypatch, lists):
+    """Ragged token lists of any length: checked on columns (from the arrays as they are, or
+    from the JSON of lists), the same columns the record path gives."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+    checked = RecordBlocks(LLMStep).check(completions(lists=lists))
+    monkeypatch.setenv("GYRE_FAST_PATHS", "0")
+    normal = RecordBlocks(LLMStep).check(completions(lists=lists))
+    assert checked.bulk and not normal.bulk
+    same_columns(checked.columns, normal.columns)
+    assert list(checked.episode_id) == list(normal.episode_id)
+    assert checked.ended_ids == normal.ended_ids
     observation = checked.columns["observation"][0]
-    assert list(observation) == ["token_ids"]  # a dict of the modalities recorded
-    assert observation["token_ids"].dtype == np.int64
-    assert observation["token_ids"].tolist() == [1, 2, 3]
+    assert list(observation) == ["token_ids", "text"] and observation["token_ids"].dtype == np.int64
+
+
+BROKEN = {
+    "a logprob per token but one": lambda r: r.update(logprob=r["logprob"][:-1]),
+    "a positive logprob": lambda r: r.update(logprob=np.abs(r["logprob"])),
+    "a NaN logprob": lambda r: r["logprob"].__setitem__(0, np.nan),
+    "float token ids": lambda r: r.update(action=r["action"].astype(np.float64)),
+    "bool token ids": lambda r: r.update(action=r["action"] > 0),
+    "a list of token ids with a bool": lambda r: r.update(action=[1, True]),
+    "no token ids": lambda r: r.update(observation={"text": "x"}),
+    "a null reward": lambda r: r.update(reward=None),
+    "a numpy reward": lambda r: r.update(reward=np.float32(0.5)),
+    "an empty episode id": lambda r: r.update(episode_id=""),
+    "an unknown key": lambda r: r.update(trunctaed=True),
+    "info": lambda r: r.update(info={"seed": 1}),
+    "a step after the end": lambda r: r.update(episode_id="c0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_llm_block_gives_the_record_paths_problems(monkeypatch, case):
+    messages = []
+    for fast in ("1", "0"):
+        monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+        records = completions()
+        BROKEN[case](records[4])
+        try:
+            checked = RecordBlocks(LLMStep).check(records)
+        except ContractError as err:
+            messages.append(str(err))
+        else:
+            messages.append(("holds", checked.bulk))
+    assert messages[0] == messages[1] or messages == [("holds", True), ("holds", False)], case
