@@ -8,6 +8,7 @@ commands that read columns must not load pandas.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +63,8 @@ def test_reading_columns_does_not_import_pandas(tmp_path, command, kind):
             f"try:\n    main({argv!r})\n"
             f"finally:\n    open({str(said)!r}, 'w').write(' '.join(\n"
             "        m for m in ('pyarrow', 'pandas') if m in sys.modules))\n")
+    env = {**os.environ, "GYRE_FAST_PATHS": "1"}  # the columns paths, even in CI's run without
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+                          cwd=ROOT, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert said.read_text() == "pyarrow"  # the columns path ran, pandas stayed out
