@@ -87,7 +87,8 @@ class RecordBlocks:
     def check(self, steps: Sequence[Any]) -> CheckedBlock:
         """Validate `steps` (dicts or step models) as the next block; raise ContractError with
         every problem (and change nothing) when one breaks a record or episode rule."""
-        records = [_record(step, i) for i, step in enumerate(steps)]
+        records = list(steps) if {dict} == set(map(type, steps)) else \
+            [_record(step, i) for i, step in enumerate(steps)]
         if not records:
             raise ValueError("an empty block: give at least one step")
         trial = copy.deepcopy(self._checker)

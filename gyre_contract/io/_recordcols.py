@@ -22,7 +22,7 @@ path, then the record path, which decides and explains.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,7 @@ def check_records(plan: BulkPlan, records: Sequence[Any]) -> Block | None:
             continue  # no record carries it (a required one: `checked_block` gives up)
         dtype = plan.dtypes[wire]
         try:
-            held = [r[wire] for r in records]
+            held = list(map(itemgetter(wire), records))
             present = None
         except KeyError:
             if wire in plan.required:
