@@ -22,16 +22,14 @@ cases run the same properties on many more examples (.ci/run).
 from __future__ import annotations
 
 import json
-import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+from fastpaths import fast_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -134,19 +132,6 @@ def files(draw: Any, kind: str) -> list[dict[str, Any]]:
                             "terminated": i == steps - 1, "truncated": False,
                             "policy_version": 0})
     return records
-
-
-@contextmanager
-def fast_paths(on: bool) -> Iterator[None]:
-    before = os.environ.get("GYRE_FAST_PATHS")
-    os.environ["GYRE_FAST_PATHS"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["GYRE_FAST_PATHS"]
-        else:
-            os.environ["GYRE_FAST_PATHS"] = before
 
 
 def step_problems(record: dict[str, Any], model: type) -> list[tuple]:

@@ -12,13 +12,12 @@ report with the fast paths on must equal the report with them off.
 from __future__ import annotations
 
 import json
-import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from fastpaths import fast_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,16 +35,6 @@ def fast_paths_on():
     with pytest.MonkeyPatch.context() as m:
         m.setenv("GYRE_FAST_PATHS", "1")
         yield
-
-
-@contextmanager
-def fast_paths(on: bool) -> Any:
-    before = os.environ.get("GYRE_FAST_PATHS")
-    os.environ["GYRE_FAST_PATHS"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        os.environ["GYRE_FAST_PATHS"] = before if before is not None else "1"
 
 
 @pytest.fixture

@@ -10,14 +10,13 @@ and `collate_token_columns` must give `collate_tokens(read_steps(...))` exactly,
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+from fastpaths import fast_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,16 +40,6 @@ def fast_paths_on():
     with pytest.MonkeyPatch.context() as m:
         m.setenv("GYRE_FAST_PATHS", "1")
         yield
-
-
-@contextmanager
-def fast_paths(on: bool) -> Any:
-    before = os.environ.get("GYRE_FAST_PATHS")
-    os.environ["GYRE_FAST_PATHS"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        os.environ["GYRE_FAST_PATHS"] = before if before is not None else "1"
 
 
 @pytest.fixture
