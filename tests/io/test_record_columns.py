@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from fastpaths import fast_paths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,8 +26,10 @@ from gyre_contract.pinned import CartPoleStep
 
 
 @pytest.fixture(autouse=True)
-def fast_paths_on(monkeypatch):
-    monkeypatch.setenv("GYRE_FAST_PATHS", "1")
+def fast_paths_on():
+    """These tests are about the fast path: on here even when CI runs with GYRE_FAST_PATHS=0."""
+    with fast_paths(True):
+        yield
 
 
 def steps(n: int = 3, length: int = 4, logprob: bool = True) -> list[dict[str, Any]]:
@@ -166,8 +169,7 @@ def run(model: type, records: list[dict[str, Any]], mode: str) -> Any:
     """(columns, ids, ended, [whether `check_records` took it]) or the error message of one
     `RecordBlocks.check`: mode "fast" (as is), "json" (`check_records` off: the JSON path it
     replaces) or "records" (fast paths off)."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("GYRE_FAST_PATHS", "0" if mode == "records" else "1")
+    with pytest.MonkeyPatch.context() as m, fast_paths(mode != "records"):
         taken: list[bool] = []
         if mode == "json":
             m.setattr(_blocks, "check_records", lambda plan, records: None)
