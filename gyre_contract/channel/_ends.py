@@ -161,7 +161,7 @@ class SamplerEnd(_End):
         self._wait_for_room(self.timeout if timeout is None else timeout)
         seq = self._seq + 1
         segment = f"{time.time_ns():020d}-{self.writer}-{seq:08d}"
-        episodes = len(set(checked.episode_id))
+        episodes = checked.episodes
         versions, counts = np.unique(checked.policy_version, return_counts=True)
         meta = segments.SegmentMeta(
             segment=segment, writer=self.writer, seq=seq, fingerprint=self.fingerprint,

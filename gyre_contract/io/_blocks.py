@@ -2,11 +2,13 @@
 
 Why: a sampler hands over its steps a batch at a time (the channel's `put`), and validating them
 one `validate_step` at a time costs tens of microseconds a record. `RecordBlocks.check` takes
-a whole block through the bulk JSON Lines path (`fastfile`: each record serialised by orjson and
-decoded by msgspec straight into typed columns, the episode rules vectorised), which only ever
-accepts; a block it cannot take whole goes record by record through `validate_step` and
-`EpisodeTracker` (`checking.StepChecker`), which decide and explain. Verdicts and messages are
-the explaining path's either way, and `GYRE_FAST_PATHS=0` sends every block that way.
+a whole block on columns where the model allows: built from the records' values as they are
+(`recordcols` for a model of fixed shapes, `raggedcols` for ragged token lists), else through
+the bulk JSON Lines path (`fastfile`: each record serialised by orjson and decoded by msgspec
+straight into typed columns), the episode rules vectorised. Each only ever accepts: a block
+none can take whole goes record by record through `validate_step` and `EpisodeTracker`
+(`checking.StepChecker`), which decide and explain. Verdicts and messages are the explaining
+path's either way, and `GYRE_FAST_PATHS=0` sends every block that way.
 
 The episode rules hold across blocks (one `EpisodeTracker`: an episode may go on in the next
 block, its `step` then continues). A block is taken all or nothing: when it fails, every
@@ -35,10 +37,11 @@ from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io._binding import MAX_TRIES, Binder, bindable
 from gyre_contract.io._checking import ProblemList, StepChecker, bulk_plan_for
-from gyre_contract.io._fastfile import Block
+from gyre_contract.io._fastfile import Block, CodedIds
 from gyre_contract.io._groups import GroupVersions
 from gyre_contract.io._lines import Chunk
 from gyre_contract.io._raggedcols import Leaf, RaggedPlan, ragged_plan
+from gyre_contract.io._recordcols import check_records
 
 __all__ = ["CheckedBlock", "RecordBlocks"]
 
@@ -59,6 +62,13 @@ class CheckedBlock:
     """The episodes this block ends (a terminated or truncated step), in order."""
     bulk: bool
     """Whether the bulk path took the block whole (else it went record by record)."""
+
+    @property
+    def episodes(self) -> int:
+        """How many distinct episodes the block's steps belong to (coded ids: their distinct
+        ids, none made row by row)."""
+        ids = self.episode_id
+        return len(ids.ids) if isinstance(ids, CodedIds) else len(set(ids))
 
 
 class RecordBlocks:
@@ -84,7 +94,8 @@ class RecordBlocks:
     def check(self, steps: Sequence[Any]) -> CheckedBlock:
         """Validate `steps` (dicts or step models) as the next block; raise ContractError with
         every problem (and change nothing) when one breaks a record or episode rule."""
-        records = [_record(step, i) for i, step in enumerate(steps)]
+        records = list(steps) if {dict} == set(map(type, steps)) else \
+            [_record(step, i) for i, step in enumerate(steps)]
         if not records:
             raise ValueError("an empty block: give at least one step")
         trial = copy.deepcopy(self._checker)
@@ -113,6 +124,10 @@ class RecordBlocks:
         binder = self._binder
         if plan is None and (binder is None or binder.plan is None and binder.tries >= MAX_TRIES):
             return None  # no plan and none will be bound (modalities, ragged tokens): skip
+        known = plan if plan is not None or binder is None else binder.plan
+        block = None if known is None else check_records(known, records)
+        if block is not None:  # the values as they are (`recordcols`), no JSON
+            return _block_columns(block) if trial.accept(block, self.steps) else None
         try:
             lines = [orjson.dumps(r, option=_DUMPS) for r in records]
         except TypeError:

@@ -82,6 +82,17 @@ def check_columns(plan: BulkPlan, columns: list[tuple[str, Any]], n: int, *, arr
                 return None  # a non-float column some rows lack: a list in episodes
         counts[name], values[name] = n - nulls, array
         masks[name] = np.ones(n, bool) if present is None else present
+    return checked_block(plan, n, values, masks, strings, counts, arrays)
+
+
+def checked_block(plan: BulkPlan, n: int, values: dict[str, Any], masks: dict[str, np.ndarray],
+                  strings: dict[str, Sequence[Any]], counts: dict[str, int], arrays: bool
+                  ) -> Block | None:
+    """The `Block` of `n` records whose columns were each checked (`values`: number columns
+    `[n, ...]`, floats NaN where absent, or None for a column kept as strings; `masks`: which
+    records carry each; `strings`: string columns, None where absent; `counts`), once the rules
+    across columns hold: every required field there, log-probabilities <= 0 under a discrete
+    action. None: the row path decides."""
     if not set(plan.required) <= set(counts):
         return None
     if plan.discrete and not all((values[w][masks[w]] <= 0).all() for w in SIGNED
@@ -123,11 +134,9 @@ def _checked(plan: BulkPlan, name: str, column: Any, present: np.ndarray | None,
     if leaf.null_count:
         return None  # a null inside a list: the row path reports it
     read = numpy_of(leaf)
-    flat = narrowed(read, dtype) if widened else read if read.dtype == dtype else None
+    flat = narrowed(read, dtype) if widened else as_dtype(read, dtype)
     if flat is None:
-        return None
-    if dtype.kind == "f" and not widened and not np.isfinite(flat).all():
-        return None  # NaN or inf: the row path reports it
+        return None  # NaN or inf, another dtype: the row path reports it
     if present is None:
         return flat.reshape(n, *shape)
     out = np.full((n, *shape), np.nan if dtype.kind == "f" else 0, dtype)
@@ -161,3 +170,36 @@ def narrowed(flat: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
             return flat.astype(dtype)
         return flat if flat.dtype == dtype else flat.astype(dtype)
     return flat if flat.dtype == dtype else None
+
+
+def as_dtype(flat: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """Numbers held as `dtype` already, as they are when each is a value the row path takes:
+    floats finite. Else (another dtype, NaN or inf) None."""
+    if flat.dtype != dtype:
+        return None
+    if dtype.kind == "f" and flat.size and not np.isfinite(flat).all():
+        return None
+    return flat
+
+
+SCALARS = {"f": frozenset({float, int}), "i": frozenset({int}), "u": frozenset({int}),
+           "b": frozenset({bool})}
+"""The Python types a scalar of a dtype kind is taken as (a bool is no number; a numpy scalar,
+a subclass: the row path decides)."""
+
+
+def scalars(held: Sequence[Any], dtype: np.dtype, floats_only: bool = False
+            ) -> np.ndarray | None:
+    """Python scalars of one field as `dtype`, when each is of a type `SCALARS` takes and a value
+    the row path reads the same (`narrowed`: an integer within the dtype's range, a number in a
+    float field within the range where the dtype holds integers exactly, finite); else None.
+    `floats_only`: an integer is refused too (a field bound to a float: `binding`)."""
+    kinds = set(map(type, held))
+    if not kinds <= SCALARS.get(dtype.kind, frozenset()) or floats_only and int in kinds:
+        return None
+    try:
+        raw = np.array(held, dtype=np.float64 if dtype.kind == "f" else
+                       np.int64 if dtype.kind in "iu" else bool)
+    except OverflowError:
+        return None  # an integer beyond 64 bits (or any float): the row path reports it
+    return narrowed(raw, dtype)

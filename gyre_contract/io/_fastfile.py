@@ -84,6 +84,13 @@ class CodedIds(Sequence[str]):
         return iter(self.values)
 
 
+def coded_ids(ids: list[str]) -> CodedIds:
+    """A list of episode ids as `CodedIds`."""
+    distinct = list(dict.fromkeys(ids))
+    codes = dict(zip(distinct, range(len(distinct))))
+    return CodedIds(np.fromiter(map(codes.__getitem__, ids), np.int64, len(ids)), distinct)
+
+
 def id_runs(ids: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """(the first row of each run of equal ids, the id of each run) of a column of ids."""
     n = len(ids)

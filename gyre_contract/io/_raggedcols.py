@@ -39,8 +39,8 @@ from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._tensor import TensorSpec
 from gyre_contract.core._validate import tracks_dims
 from gyre_contract.io._arrownumpy import numpy_of, valid_mask
-from gyre_contract.io._columnrules import COLUMN_RULES, narrowed
-from gyre_contract.io._fastfile import SIGNED, Block, CodedIds, registry_rules_only
+from gyre_contract.io._columnrules import COLUMN_RULES, as_dtype, narrowed, scalars
+from gyre_contract.io._fastfile import SIGNED, Block, CodedIds, coded_ids, registry_rules_only
 
 RAGGED_FAST_PATH = declare_fast_path("ragged_columns", kinds=("field", "step"),
                                      implements=COLUMN_RULES)
@@ -397,10 +397,7 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
         if any(v.__class__ is not str for v in held) or leaf.nonempty and not all(held):
             return False
         if leaf.path == "episode_id":
-            ids = list(dict.fromkeys(held))
-            codes = dict(zip(ids, range(len(ids))))
-            found.strings[leaf.path] = CodedIds(
-                np.fromiter(map(codes.__getitem__, held), np.int64, len(held)), ids)
+            found.strings[leaf.path] = coded_ids(held)
         else:
             values: list[Any] = held if every else [None] * n
             if not every:
@@ -410,15 +407,7 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
         found.masks[leaf.path] = present
         return True
     if not leaf.list:
-        kinds = _SCALARS[leaf.dtype.kind]
-        if any(v.__class__ not in kinds for v in held):
-            return False
-        try:
-            raw = np.array(held, dtype=np.float64 if leaf.dtype.kind == "f" else
-                           np.int64 if leaf.dtype.kind in "iu" else bool)
-        except OverflowError:
-            return False
-        values_ = narrowed(raw, leaf.dtype)
+        values_ = scalars(held, leaf.dtype)
         if values_ is None:
             return False
         if not every:
@@ -448,8 +437,6 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
     return True
 
 
-_SCALARS = {"f": (float, int), "i": (int,), "u": (int,), "b": (bool,)}
-"""The Python types a scalar of a dtype kind is taken as (a bool is no number)."""
 _ARRAYS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
 """The numpy dtype kinds an array of a dtype kind is taken as (integers into floats: the
 record path decides, as for a bool anywhere but a bool field)."""
@@ -457,13 +444,7 @@ record path decides, as for a bool anywhere but a bool field)."""
 
 def _numbers(flat: np.ndarray, dtype: np.dtype, widened: bool) -> np.ndarray | None:
     """`flat` as `dtype` when every value is what the record path reads (`narrowed`); None."""
-    if widened:
-        return narrowed(flat, dtype)
-    if flat.dtype != dtype:
-        return None
-    if dtype.kind == "f" and flat.size and not np.isfinite(flat).all():
-        return None
-    return flat
+    return narrowed(flat, dtype) if widened else as_dtype(flat, dtype)
 
 
 def _dtype_name(dtype: np.dtype) -> str:

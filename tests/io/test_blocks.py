@@ -31,6 +31,7 @@ def test_a_clean_block_comes_back_as_columns(monkeypatch, fast):
     assert obs.shape == (12, 4) and obs.dtype == np.float32
     assert list(checked.columns) == ["observation", "action", "logprob", "reward", "step",
                                      "episode_id", "terminated", "truncated", "policy_version"]
+    assert checked.episodes == 3  # coded ids on the fast path, a list of ids off it
 
 
 def test_a_bad_block_gives_every_problem_the_same_way_with_fast_paths_off(monkeypatch):

@@ -1,0 +1,111 @@
+"""Records held in memory checked as columns of a bulk plan, straight from their values.
+
+Why: a sampler hands the channel's `put` a block of step dicts whose observations are already
+numpy arrays. The bulk JSON path (`fastfile`) wrote every record with orjson and decoded the
+lines again to check them, most of the cost of a put. For a model with a bulk plan (every field
+of one dtype and fixed sizes, no modalities: `CartPoleStep`, or the default `RolloutStep` once
+its plan is bound from a first block, `binding`), each field is one list of the records' values:
+a tensor is taken as it is when every record holds a numpy array of exactly the plan's dtype
+and shape (`np.stack`, floats finite: `columnrules.as_dtype`); a scalar when every record
+holds a Python `float` / `int` / `bool` of the field's kind, converted exactly
+(`columnrules.scalars`, `narrowed`); a string field Python strings, not empty. The rules across
+fields are `columnrules.checked_block`'s, the episode rules the caller's
+(`StepChecker.accept`).
+
+Like every bulk path it only ever accepts: a block holding anything else (another type, a numpy
+scalar, an array of another dtype or shape, a bool where a number goes, an integer beyond the
+exact range of a float field, NaN, a null, a required field missing, a key the plan has no
+column for, `info`, an optional non-float field some records lack) gets None and takes the JSON
+path, then the record path, which decides and explains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+
+from gyre_contract.core._registry import declare_fast_path
+from gyre_contract.core._switches import fast_paths_enabled
+from gyre_contract.io._columnrules import COLUMN_RULES, as_dtype, checked_block, scalars
+from gyre_contract.io._fastfile import Block, BulkPlan, coded_ids
+
+RECORDS_FAST_PATH = declare_fast_path("record_columns", kinds=("field", "step"),
+                                      implements=COLUMN_RULES)
+"""The rules `check_records` implements (`columnrules`): a block that breaks one goes the JSON
+path, then record by record."""
+
+_ABSENT = object()
+_DTYPE, _SHAPE = attrgetter("dtype"), attrgetter("shape")
+
+
+def check_records(plan: BulkPlan, records: Sequence[Any]) -> Block | None:
+    """The block of `records` (dicts) checked on the plan's columns (module doc), every number
+    column as an array (`Block.arrays`); None when some record may break a rule."""
+    n = len(records)
+    if not n or not fast_paths_enabled() or not RECORDS_FAST_PATH.usable():
+        return None
+    if {dict} != set(map(type, records)):
+        return None  # a mapping of another class: the record path reads it
+    carried = set().union(*records)
+    if not carried <= plan.dtypes.keys():
+        return None  # a key the plan has no column for (a typo, `info`): the record path
+    values: dict[str, Any] = {}
+    masks: dict[str, np.ndarray] = {}
+    strings: dict[str, Sequence[Any]] = {}
+    counts: dict[str, int] = {}
+    for wire in plan.wires:
+        if wire not in carried:
+            continue  # no record carries it (a required one: `checked_block` gives up)
+        dtype = plan.dtypes[wire]
+        try:
+            held = list(map(itemgetter(wire), records))
+            present = None
+        except KeyError:
+            if wire in plan.required:
+                return None  # field.required: the record path reports it
+            column = [r.get(wire, _ABSENT) for r in records]
+            present = np.fromiter((v is not _ABSENT for v in column), bool, n)
+            held = [v for v in column if v is not _ABSENT]
+        if dtype.kind == "U":
+            if not {str}.issuperset(map(type, held)) or not all(held):
+                return None  # not a str, or an empty one (field.nonempty_string)
+            if wire == "episode_id":
+                strings[wire] = coded_ids(held)
+            elif present is None:
+                strings[wire] = held
+            else:
+                full: list[Any] = [None] * n
+                for i, value in zip(np.flatnonzero(present).tolist(), held):
+                    full[i] = value
+                strings[wire] = full
+            values[wire] = None
+        else:
+            array = _numbers(held, dtype, plan.shapes[wire], wire in plan.no_ints)
+            if array is None:
+                return None
+            if present is not None:
+                if dtype.kind != "f":
+                    return None  # a non-float field some records lack: a list in episodes
+                out = np.full((n, *plan.shapes[wire]), np.nan, dtype)
+                out[present] = array
+                array = out
+            values[wire] = array
+        counts[wire] = len(held)
+        masks[wire] = np.ones(n, bool) if present is None else present
+    return checked_block(plan, n, values, masks, strings, counts, arrays=True)
+
+
+def _numbers(held: list[Any], dtype: np.dtype, shape: tuple[int, ...], floats_only: bool
+             ) -> np.ndarray | None:
+    """One number field's values as an `[count, *shape]` array of `dtype`, or None: scalars
+    by `columnrules.scalars`, tensors as numpy arrays of exactly `dtype` and `shape`."""
+    if not shape:
+        return scalars(held, dtype, floats_only)
+    if {np.ndarray} != set(map(type, held)) or {dtype} != set(map(_DTYPE, held)):
+        return None  # a list, a subclass, another dtype: the JSON path reads it
+    if {shape} != set(map(_SHAPE, held)):
+        return None  # another shape (field.shape): the record path reports it
+    return as_dtype(np.concatenate(held).reshape(len(held), *shape), dtype)
