@@ -111,17 +111,25 @@ _STEP_CHUNK = 65_536
 same columns in pieces as whole: `_joined` refuses what a whole run would refuse)."""
 
 
+def check_file(path: str | os.PathLike[str], model: type[RolloutStepV1], sink: Any, *,
+               allow_partial_tail: bool = False) -> None:
+    """Check every step of a rollout file (Parquet a record batch at a time, else JSON Lines)
+    into `sink`, which keeps them as it likes (`StepChecker.feed`), then `sink.flush()`; raises
+    ContractError on the first problem."""
+    source = ParquetRows(path, model) if is_parquet(path) else \
+        Lines(path, allow_partial_tail=allow_partial_tail)
+    for _ in StepChecker(model).feed(source, sink):
+        pass
+    sink.flush()
+
+
 def read_columns(path: str | os.PathLike[str], model: type[RolloutStepV1] = RolloutStep, *,
                  allow_partial_tail: bool = False) -> FileColumns | None:
     """The file's valid steps as columns; raises ContractError on the first problem (as
     `read_episodes`), None when its fields do not fit columns (module doc). A Parquet file
     (`.parquet`, `.pq`) is read a record batch at a time, its rows numbered from 1."""
     sink = _Sink(model)
-    source = ParquetRows(path, model) if is_parquet(path) else \
-        Lines(path, allow_partial_tail=allow_partial_tail)
-    for _ in StepChecker(model).feed(source, sink):
-        pass
-    sink.flush()
+    check_file(path, model, sink, allow_partial_tail=allow_partial_tail)
     if not sink.fits or not sink.chunks:
         return None
     chunks, specs = sink.chunks, sink.specs

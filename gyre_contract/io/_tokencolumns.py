@@ -26,10 +26,8 @@ from pydantic import BaseModel
 
 from gyre_contract.core._modelinfo import model_info
 from gyre_contract.core._models import RolloutStepV1
-from gyre_contract.io._checking import StepChecker
+from gyre_contract.io._columnar import check_file
 from gyre_contract.io._fastfile import Block, CodedIds
-from gyre_contract.io._lines import Lines
-from gyre_contract.io._parquet import ParquetRows, is_parquet
 from gyre_contract.io._raggedcols import Leaf, Ragged, RaggedPlan, ragged_plan
 
 
@@ -146,11 +144,7 @@ def read_token_columns(path: str | os.PathLike[str], model: type[RolloutStepV1],
     if plan is None:
         return None
     sink = _Sink(plan)
-    source = ParquetRows(path, model) if is_parquet(path) else \
-        Lines(path, allow_partial_tail=allow_partial_tail)
-    for _ in StepChecker(model).feed(source, sink):
-        pass
-    sink.flush()
+    check_file(path, model, sink, allow_partial_tail=allow_partial_tail)
     steps = sum(n for n, _ in sink.chunks)
     columns = {}
     for leaf in plan.leaves:
