@@ -224,7 +224,7 @@ class RaggedShapes:
         for wire in self.tracked:
             held = lengths.get(wire)
             if held is None:
-                keys.append(np.full(len(order), -1, np.int64))
+                keys.append(np.full(len(starts), -1, np.int64))  # not in the block
                 continue
             length, present = held
             length = np.where(present, length, -1) if present is not None else length

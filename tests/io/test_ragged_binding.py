@@ -14,7 +14,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fast_file import both_ways, small_blocks  # noqa: F401  (a fixture)
+from test_fast_file import both_ways, small_blocks  # noqa: F401  (a fixture, used by name)
 
 import gyre_contract.io._raggedbinding as raggedbinding
 from gyre_contract.core._models import RolloutStep
@@ -100,7 +100,24 @@ BREAKS = {
     "turns with and without logprob": lambda r: turns(_drop(LATE, "logprob")(r), LATE, [3, 3]),
     "episode open across blocks": lambda r: turns(r, LATE, [3] * 30),
     "duplicate episode": _at(LATE, episode_id="e3"),
+    "no ref_logprob in later blocks": lambda r: [
+        {k: v for k, v in x.items() if k != "ref_logprob" or i < 60}
+        for i, x in enumerate(turns(r, LATE, [3, 3, 3]))],
+    "longer turns blocks later": lambda r: turns(r, LATE, [3] * 10 + [5] * 11),
+    "next observation then a tensor blocks later": lambda r: next_observations(
+        turns(r, LATE, [3] * 21), LATE, 20),
 }
+
+
+def next_observations(records: list[dict[str, Any]], at: int, steps: int
+                      ) -> list[dict[str, Any]]:
+    """Each step of the episode at `at` with a next observation of modalities, the last one
+    (`steps` later, in another block) a tensor: a structure change the line path reports."""
+    out = list(records)
+    for t in range(steps):
+        out[at + t] = {**out[at + t], "next_observation": {"token_ids": [1, 2]}}
+    out[at + steps] = {**out[at + steps], "next_observation": [0.5]}
+    return out
 RAW_BREAKS = {
     "NaN logprob": (LATE, b'{"observation":{"token_ids":[1,2]},"action":[1,2],'
                           b'"logprob":[NaN,-0.5],"reward":0.0,"step":0,"episode_id":"x",'
@@ -145,8 +162,9 @@ def test_a_clean_token_file_takes_the_ragged_columns(tmp_path, monkeypatch, coun
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
 @pytest.mark.parametrize("complete", [False, True])
+@pytest.mark.usefixtures("small_blocks")
 def test_a_break_after_the_first_block_gives_the_same_report(
-        tmp_path, monkeypatch, small_blocks, counted, name, complete):  # noqa: F811
+        tmp_path, monkeypatch, counted, name, complete):
     path = write(tmp_path / "t.jsonl", BREAKS[name](token_lines()))
     bulk, normal = reports(path, monkeypatch, complete)
     assert bulk == normal
@@ -154,8 +172,8 @@ def test_a_break_after_the_first_block_gives_the_same_report(
 
 
 @pytest.mark.parametrize("name", sorted(RAW_BREAKS))
-def test_a_raw_break_gives_the_same_report(tmp_path, monkeypatch, small_blocks, counted,
-                                           name):  # noqa: F811
+@pytest.mark.usefixtures("small_blocks")
+def test_a_raw_break_gives_the_same_report(tmp_path, monkeypatch, counted, name):
     at, line = RAW_BREAKS[name]
     path = write(tmp_path / "t.jsonl", token_lines(), {at: line})
     bulk, normal = reports(path, monkeypatch)
@@ -163,8 +181,8 @@ def test_a_raw_break_gives_the_same_report(tmp_path, monkeypatch, small_blocks, 
     assert counted["accepted"] > 0
 
 
-def test_varying_turns_are_reported_on_their_line(tmp_path, monkeypatch, small_blocks,
-                                                  counted):  # noqa: F811
+@pytest.mark.usefixtures("small_blocks")
+def test_varying_turns_are_reported_on_their_line(tmp_path, monkeypatch, counted):
     path = write(tmp_path / "t.jsonl", turns(token_lines(), LATE, [3, 5]))
     bulk, normal = reports(path, monkeypatch)
     assert bulk == normal and not bulk["holds"]
@@ -204,11 +222,11 @@ def token_files(draw: Any) -> list[dict[str, Any]]:
     return records
 
 
+@pytest.mark.usefixtures("small_blocks")
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=token_files(), complete=st.booleans())
-def test_random_token_files_give_the_same_report(tmp_path, monkeypatch, small_blocks,
-                                                 records, complete):  # noqa: F811
+def test_random_token_files_give_the_same_report(tmp_path, monkeypatch, records, complete):
     path = write(tmp_path / "t.jsonl", records)
     bulk, normal = reports(path, monkeypatch, complete)
     assert bulk == normal
