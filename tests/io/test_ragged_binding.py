@@ -18,10 +18,9 @@ from test_fast_file import both_ways, small_blocks  # noqa: F401  (a fixture, us
 
 import gyre_contract.io._raggedbinding as raggedbinding
 from gyre_contract.core._models import RolloutStep
-from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io._validation import validate_file
 
-pytestmark = pytest.mark.skipif(not arrowlines.usable(), reason="pyarrow not installed")
+pytest.importorskip("pyarrow")
 
 
 def token_record(i: int, prompt: int = 5, tokens: int = 4, **changes: Any) -> dict[str, Any]:
