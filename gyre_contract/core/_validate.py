@@ -221,13 +221,15 @@ class ColumnShapes(Protocol):
     """What a run of steps binds, for `EpisodeTracker.add_columns` on a model whose dims or
     kinds may vary: the run holds one size per named dim and one kind per field."""
 
-    sizes: dict[str, Any]
-    """Every named dim any step of the run binds (varying dims left out) -> its size."""
+    sizes: dict[str, Any] | None
+    """Every named dim any step of the run binds (varying dims left out) -> its size; None when
+    the steps of the run bind different sizes (a run continuing an open episode is refused)."""
 
     def per_episode(self, order: np.ndarray, starts: np.ndarray
-                    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]] | None:
         """For each episode of the run (its rows `order[starts[k]:starts[k + 1]]`): the named
-        dims its first step binds, and path -> kind of the kind-varying fields its steps carry."""
+        dims its first step binds, and path -> kind of the kind-varying fields its steps carry;
+        None when some step of an episode binds a size other than its first step's."""
 
 
 def _as_array(value: Any) -> Any:
@@ -373,7 +375,10 @@ class EpisodeTracker:
         some step of the run would break `episode.dims_fixed` or `episode.dtype_fixed` (or when
         an earlier invalid step left the episode without dims: `add` decides)."""
         sizes, out = shapes.sizes, []
-        first_dims, all_kinds = shapes.per_episode(order, starts)
+        per_episode = shapes.per_episode(order, starts)
+        if per_episode is None:
+            return None
+        first_dims, all_kinds = per_episode
         tracked = tracks_dims(self.model)  # else a step binds no dims: none to have or compare
         for eid, dims, kinds in zip(ids, first_dims, all_kinds):
             state = self._open.get(eid)
@@ -382,7 +387,7 @@ class EpisodeTracker:
                     return None
                 out.append((dims, kinds))
                 continue
-            if not state.dims and tracked or any(size != sizes.get(name, size)
+            if sizes is None or not state.dims and tracked or any(size != sizes.get(name, size)
                                                  for name, size in state.dims.items()):
                 return None
             if any(kind != state.kinds.get(path, kind) for path, kind in kinds.items()):

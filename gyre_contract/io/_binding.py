@@ -34,6 +34,8 @@ from gyre_contract.core._tensor import Tensor, TensorSpec, tensor_annotation
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io._fastfile import Block, BulkPlan, build_plan
 from gyre_contract.io._lines import MAX_RECORD_KEYS, parse_lines
+from gyre_contract.io._raggedbinding import bind_ragged
+from gyre_contract.io._raggedcols import RaggedPlan
 
 SAMPLE_LINES = 64
 """Lines of a block read one by one to see what the file binds."""
@@ -48,24 +50,42 @@ def bindable(model: type[BaseModel]) -> bool:
 
 
 class Binder:
-    """The bound plan of one file: built from the first block whose first lines agree."""
+    """The bound plan of one file: built from the first block whose first lines agree. With
+    `ragged` (a file read into Arrow columns for a report), lines of token lists whose lengths
+    vary bind a ragged plan (`raggedbinding`) where no flat plan binds."""
 
-    def __init__(self, model: type[RolloutStepV1]) -> None:
+    def __init__(self, model: type[RolloutStepV1], ragged: bool = False) -> None:
         self.model = model
-        self.plan: BulkPlan | None = None
+        self.ragged = ragged
+        self.plan: BulkPlan | RaggedPlan | None = None
         self.tries = 0
 
-    def plan_for(self, block: list[Any]) -> BulkPlan | None:
+    def plan_for(self, block: list[Any]) -> BulkPlan | RaggedPlan | None:
         """The plan to try `block` with (binding it from this block while none is bound)."""
         if self.plan is None and self.tries < MAX_TRIES:
             self.tries += 1
-            self.plan = bind_plan(self.model, block)
+            steps = sample_steps(self.model, block)
+            if steps is not None:
+                self.plan = _bind(self.model, steps)
+                if self.plan is None and self.ragged:
+                    self.plan = bind_ragged(self.model, steps)
         return self.plan
 
 
 def bind_plan(model: type[RolloutStepV1], lines: list[Any]) -> BulkPlan | None:
     """The plan of `model` pinned to what the first lines of `lines` show; None when they are
     not all clean steps of one shape per field, or the model is not simple enough once pinned."""
+    steps = sample_steps(model, lines)
+    return None if steps is None else _bind(model, steps)
+
+
+def _bind(model: type[RolloutStepV1], steps: list[Any]) -> BulkPlan | None:
+    seen = _seen(model, steps)
+    return None if seen is None else _plan_of(model, seen)
+
+
+def sample_steps(model: type[RolloutStepV1], lines: list[Any]) -> list[Any] | None:
+    """The first lines of `lines` validated by the normal path; None unless all are clean steps."""
     sample = lines[:SAMPLE_LINES]
     if any(raw.__class__ is not bytes or raw.count(b":") > MAX_RECORD_KEYS for raw in sample):
         return None  # a line the reader refuses unparsed, or may refuse for its keys: parsed once
@@ -77,10 +97,7 @@ def bind_plan(model: type[RolloutStepV1], lines: list[Any]) -> BulkPlan | None:
             steps.append(validate_step(item[1], model))
         except (ContractError, TypeError):
             return None
-    if not steps:
-        return None
-    seen = _seen(model, steps)
-    return None if seen is None else _plan_of(model, seen)
+    return steps or None
 
 
 def _plan_of(model: type[RolloutStepV1], seen: tuple[Any, ...]) -> BulkPlan | None:

@@ -37,7 +37,7 @@ from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io._binding import MAX_TRIES, Binder, bindable
 from gyre_contract.io._checking import ProblemList, StepChecker, bulk_plan_for
-from gyre_contract.io._fastfile import Block, CodedIds
+from gyre_contract.io._fastfile import Block, BulkPlan, CodedIds
 from gyre_contract.io._groups import GroupVersions
 from gyre_contract.io._lines import Chunk
 from gyre_contract.io._raggedcols import Leaf, RaggedPlan, ragged_plan
@@ -125,6 +125,8 @@ class RecordBlocks:
         if plan is None and (binder is None or binder.plan is None and binder.tries >= MAX_TRIES):
             return None  # no plan and none will be bound (modalities, ragged tokens): skip
         known = plan if plan is not None or binder is None else binder.plan
+        if isinstance(known, RaggedPlan):
+            return None  # not bound here (a binder made without `ragged`); kept as a guard
         block = None if known is None else check_records(known, records)
         if block is not None:  # the values as they are (`recordcols`), no JSON
             return _block_columns(block) if trial.accept(block, self.steps) else None
@@ -133,7 +135,8 @@ class RecordBlocks:
         except TypeError:
             return None  # a value orjson cannot write as it is: the normal path decides
         if plan is None and self._binder is not None:
-            plan = self._binder.plan_for(lines)
+            bound = self._binder.plan_for(lines)
+            plan = bound if isinstance(bound, BulkPlan) else None
         if plan is None:
             return None
         block = trial.block(plan, lines, self.steps, arrays=True)

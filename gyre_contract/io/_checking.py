@@ -209,7 +209,8 @@ class StepChecker:
             bulk = ragged_plan(self.model)  # lists of any length: on columns only
         binder = None
         if bulk is None and bindable(self.model):
-            binder = Binder(self.model)  # an unpinned model: bind what the file shows
+            # an unpinned model: bind what the file shows (ragged lists: on columns, for a report)
+            binder = Binder(self.model, ragged=columns is not None and episodes is None)
         if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return

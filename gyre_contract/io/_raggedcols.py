@@ -119,7 +119,7 @@ class RaggedPlan:
                             for m in f.metadata)
         action = next((leaf for leaf in leaves if leaf.path == "action"), None)
         self.discrete = action is not None and action.dtype.kind in "iu"
-        self.bound = NoDims()
+        self.bound: Any = NoDims()  # a bound plan's shapes: `raggedbinding.RaggedShapes`
         self.presence: tuple[str, ...] = ()
         self.extra: dict[str, Any] = {}
         specs = field_specs(model)
