@@ -43,6 +43,16 @@ def llm_model() -> type[LLMStep]:
     return LLMStep
 
 
+
+@pytest.fixture(scope="module")
+def fast_paths_on():
+    """The fast paths on for a whole module (`pytestmark = pytest.mark.usefixtures(
+    "fast_paths_on")`), even in CI's second run with GYRE_FAST_PATHS=0: for the tests that are
+    about them."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("GYRE_FAST_PATHS", "1")
+        yield
+
 # -- the peers lane: a skipped peer test fails it -----------------------------------------------
 
 PEERS_STRICT = "GYRE_PEERS_STRICT"

@@ -34,13 +34,8 @@ from gyre_contract.io._fastfile import bulk_plan
 from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleBatch, CartPoleStep, LLMStep
 
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_paths_on():
-    """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("GYRE_FAST_PATHS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+"""These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,13 +21,8 @@ from gyre_contract.core._models import Modalities, RolloutStep
 from gyre_contract.core._tensor import Tensor
 from gyre_contract.core._validate import problems_from, validate_step
 
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_paths_on():
-    """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("GYRE_FAST_PATHS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+"""These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
 
 
 SETTINGS = settings(max_examples=150, deadline=None,

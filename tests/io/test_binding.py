@@ -33,12 +33,8 @@ from gyre_contract.io._binding import bind_plan
 from gyre_contract.io._reading import read_episodes
 from gyre_contract.io._validation import validate_file
 
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_paths_on():
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("GYRE_FAST_PATHS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+"""These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
 
 
 def spaced(lines: list[bytes]) -> list[bytes]:

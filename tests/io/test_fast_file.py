@@ -24,13 +24,8 @@ from gyre_contract.core._validate import EpisodeTracker, validate_step
 from gyre_contract.io._fastfile import bulk_plan
 from gyre_contract.io._validation import validate_file
 
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_paths_on():
-    """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("GYRE_FAST_PATHS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+"""These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
 
 
 SETTINGS = settings(max_examples=120, deadline=None,

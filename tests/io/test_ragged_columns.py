@@ -34,12 +34,8 @@ from gyre_contract.trainer._tokens import collate_token_columns, collate_tokens
 pa = pytest.importorskip("pyarrow")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fast_paths_on():
-    """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("GYRE_FAST_PATHS", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+"""These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
 
 
 @pytest.fixture
