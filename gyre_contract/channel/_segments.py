@@ -7,9 +7,11 @@ record key, a fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, m
 (`SegmentMeta`: its id, writer, fingerprint, counts, policy versions, timestamps). Any Arrow
 reader opens it.
 
-Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
-become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
-modalities, strings) are built per column, ragged arrays concatenated once. Fields that no step
+Encoding takes the columns of a checked block (`io._blocks.CheckedBlock.columnar`): numbers as
+arrays become Arrow buffers with one copy (no Python value per step), ragged lists held as
+values and lengths (`Ragged`) a list column from those two, modalities held as columns
+(`Objects`) a struct of such columns; other columns (strings, lists given per step) are built
+per column, ragged arrays concatenated once. Fields that no step
 of the segment carries are left out of its file (a reader sees no such column, as it would see
 a column of nulls: half the bytes of a CartPole segment).
 
@@ -136,7 +138,40 @@ def _array(f: Any, values: Any, n: int) -> Any:
                         pa.string())
     if isinstance(values, np.ndarray):
         return _from_ndarray(f.type, values, _nan_rows(values) if f.nullable else None)
+    if isinstance(values, contract.Ragged) and pa.types.is_list(f.type) \
+            and not pa.types.is_list(f.type.value_type) and values.values.ndim == 1:
+        null = np.zeros(n, bool) if values.present is None else ~values.present
+        return _ragged_array(f.type, values.lengths, [values.values], null)
+    if isinstance(values, contract.Objects) and pa.types.is_struct(f.type):
+        return _objects(f.type, values, n)
+    if isinstance(values, (contract.Ragged, contract.Objects)):
+        values = values.per_record()
     return _from_values(f.type, list(values))
+
+
+def _objects(arrow_type: Any, objects: Any, n: int) -> Any:
+    """A struct column from modalities held as columns (`Objects`): each child from its own
+    column, null where a step lacks it; the struct null where a step lacks the object."""
+    import pyarrow as pa
+
+    children = []
+    for child in arrow_type:
+        values = objects.children.get(child.name)
+        if values is None:
+            children.append(pa.nulls(n, child.type))
+            continue
+        mask = objects.masks[child.name]
+        null = None if mask.all() else ~mask
+        if isinstance(values, np.ndarray):  # a float NaN, any number, where the step lacks it
+            children.append(_from_ndarray(child.type, values, null))
+            continue
+        array = _array(child, values, n)
+        if null is not None and not array.is_null().to_numpy(zero_copy_only=False)[null].all():
+            raise ValueError(f"modality {child.name}: a value on a step that lacks it")
+        children.append(array)
+    present = objects.present
+    return pa.StructArray.from_arrays(children, fields=list(arrow_type),
+                                      mask=None if present.all() else pa.array(~present))
 
 
 def _nan_rows(array: np.ndarray) -> np.ndarray | None:
