@@ -121,6 +121,7 @@ class RecordBlocks:
     def __init__(self, model: type[RolloutStepV1]) -> None:
         self.model = model
         self._checker = StepChecker(model)
+        self._checker.tracker.remember_ended = False  # `commit` forgets them: never hashed
         self._trial: tuple[StepChecker, CheckedBlock] | None = None
         self._binder = Binder(model) if bulk_plan_for(model) is None and bindable(model) \
             else None
