@@ -144,6 +144,8 @@ def _array(f: Any, values: Any, n: int) -> Any:
         return _ragged_array(f.type, values.lengths, [values.values], null)
     if isinstance(values, contract.Objects) and pa.types.is_struct(f.type):
         return _objects(f.type, values, n)
+    if isinstance(values, contract.CodedIds) and pa.types.is_string(f.type):
+        return pa.array(values.ids, f.type).take(pa.array(values.codes))  # one str per id
     if isinstance(values, (contract.Ragged, contract.Objects)):
         values = values.per_record()
     return _from_values(f.type, list(values))

@@ -76,9 +76,10 @@ class CheckedBlock:
     n: int
     columnar: dict[str, Any]
     """Wire name -> an `[n, ...]` array or a list of n values (module doc), a `Ragged` (a field
-    of lists: their values one after another and each step's length) or `Objects` (modalities,
-    each as such a column), in the model's field order; only the fields some step carries.
-    What a segment is encoded from: no array per step."""
+    of lists: their values one after another and each step's length), `Objects` (modalities,
+    each as such a column) or `CodedIds` (strings as codes into their distinct values), in
+    the model's field order; only the fields some step carries. What a segment is encoded
+    from: no array nor string per step."""
     episode_id: Sequence[str]
     policy_version: np.ndarray
     ended_ids: list[str]
@@ -104,6 +105,8 @@ class CheckedBlock:
 
 
 def _per_record(values: Any) -> Any:
+    if isinstance(values, CodedIds):
+        return list(values)
     return values.per_record() if isinstance(values, (Ragged, Objects)) else values
 
 
@@ -230,7 +233,10 @@ def _block_columns(block: Block) -> CheckedBlock:
         if wire not in block.key_counts:
             continue
         array = block.arrays.get(wire)
-        columns[wire] = array if array is not None else list(block.column(wire))
+        if array is None:
+            column = block.column(wire)
+            array = column if isinstance(column, CodedIds) else list(column)
+        columns[wire] = array
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
     ended = [block.episode_id[i] for i in done.tolist()]
     return CheckedBlock(block.n, columns, block.episode_id,
@@ -244,7 +250,8 @@ def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
 
     def leaf_values(leaf: Leaf) -> Any:
         if leaf.dtype.kind == "U":
-            return list(strings[leaf.path])
+            column = strings[leaf.path]
+            return column if isinstance(column, CodedIds) else list(column)
         if leaf.list:
             return block.ragged[leaf.path]
         values: np.ndarray = block.arrays[leaf.path]  # type: ignore[index, assignment]
