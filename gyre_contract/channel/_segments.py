@@ -124,10 +124,27 @@ def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -
             fields.append(f)
     metadata = {**(schema.metadata or {}), META_KEY: orjson.dumps(meta.to_json())}
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
-    sink = pa.BufferOutputStream()
+    if table.nbytes < EXACT_BUFFER_BYTES:
+        sink = pa.BufferOutputStream()
+        _write_ipc(sink, table)
+        return sink.getvalue()
+    counter = pa.MockOutputStream()  # the file's size, nothing copied: one buffer of it, filled
+    _write_ipc(counter, table)  # once (a growing buffer copies a large segment several times)
+    buffer = pa.allocate_buffer(counter.size())
+    _write_ipc(pa.FixedSizeBufferWriter(buffer), table)
+    return buffer
+
+
+EXACT_BUFFER_BYTES = 2**20
+"""From this many bytes of columns, `encode` counts the file's size first and writes it into
+one buffer of exactly that size."""
+
+
+def _write_ipc(sink: Any, table: Any) -> None:
+    import pyarrow as pa
+
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue()
 
 
 def _array(f: Any, values: Any, n: int) -> Any:
