@@ -116,15 +116,16 @@ def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -
     import pyarrow as pa
 
     arrays, fields = [], []
-    for f in schema:
-        values = columns.get(f.name)
-        array = None if values is None else _array(f, values, n)
+    layout, base = _layout(schema)
+    for f, name, json_text in layout:
+        values = columns.get(name)
+        array = None if values is None else _array(f, values, n, json_text)
         if array is not None and array.null_count < n:
             arrays.append(array)
             fields.append(f)
-    metadata = {**(schema.metadata or {}), META_KEY: orjson.dumps(meta.to_json())}
+    metadata = {**base, META_KEY: orjson.dumps(meta.to_json())}
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
-    if table.nbytes < EXACT_BUFFER_BYTES:
+    if table.get_total_buffer_size() < EXACT_BUFFER_BYTES:
         sink = pa.BufferOutputStream()
         _write_ipc(sink, table)
         return sink.getvalue()
@@ -133,6 +134,25 @@ def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -
     buffer = pa.allocate_buffer(counter.size())
     _write_ipc(pa.FixedSizeBufferWriter(buffer), table)
     return buffer
+
+
+_LAYOUTS: dict[int, tuple[Any, list[tuple[Any, str, bool]], dict[bytes, bytes]]] = {}
+
+
+def _layout(schema: Any) -> tuple[list[tuple[Any, str, bool]], dict[bytes, bytes]]:
+    """(each field, its name, whether it is JSON text; the schema's metadata) of a segment
+    schema, read once per schema (a sampler end puts many segments of one)."""
+    held = _LAYOUTS.get(id(schema))
+    if held is None or held[0] is not schema:
+        if len(_LAYOUTS) >= 16:
+            _LAYOUTS.clear()
+        held = _LAYOUTS[id(schema)] = (schema, [(f, f.name, _is_json(f)) for f in schema],
+                                       dict(schema.metadata or {}))
+    return held[1], held[2]
+
+
+def _is_json(f: Any) -> bool:
+    return bool(f.metadata) and f.metadata.get(b"x-gyre-encoding") == b"json"
 
 
 EXACT_BUFFER_BYTES = 2**20
@@ -147,10 +167,10 @@ def _write_ipc(sink: Any, table: Any) -> None:
         writer.write_table(table)
 
 
-def _array(f: Any, values: Any, n: int) -> Any:
+def _array(f: Any, values: Any, n: int, json_text: bool | None = None) -> Any:
     import pyarrow as pa
 
-    if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
+    if _is_json(f) if json_text is None else json_text:
         return pa.array([None if v is None else orjson.dumps(v).decode() for v in values],
                         pa.string())
     if isinstance(values, np.ndarray):
