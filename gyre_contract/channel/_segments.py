@@ -324,8 +324,9 @@ def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
     meta = SegmentMeta.from_json(facts, where)
     if table.num_rows != meta.steps:
         raise SegmentError(f"{where}: {table.num_rows} rows but the segment says {meta.steps}")
+    names = set(table.column_names)
     for name in ("episode_id", "policy_version", "step", "terminated", "truncated"):
-        if name not in table.column_names:
+        if name not in names:
             raise SegmentError(f"{where}: no {name} column")
     return table, meta
 

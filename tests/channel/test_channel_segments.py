@@ -264,3 +264,15 @@ def test_a_block_encodes_from_its_columns_as_from_its_steps(case):
     if case.endswith("some steps"):
         text = ours.column("observation").combine_chunks().field("text")
         assert text.null_count == 3 and ours.column("ref_logprob").null_count == 5
+
+
+def test_a_large_segment_is_written_into_a_buffer_of_its_size(monkeypatch):
+    """Past `EXACT_BUFFER_BYTES` a segment's file is counted first and written into one buffer
+    of exactly its size: the same bytes as through a growing buffer."""
+    records = completions("c", 9)
+    checked = RecordBlocks(Completion).check(records)
+    schema = to_arrow_schema(Completion, sample=records[0])
+    grown = segments.encode(checked.columnar, checked.n, schema, meta(checked.n))
+    monkeypatch.setattr(segments, "EXACT_BUFFER_BYTES", 0)
+    exact = segments.encode(checked.columnar, checked.n, schema, meta(checked.n))
+    assert exact.size == grown.size and exact.equals(grown)
