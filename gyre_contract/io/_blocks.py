@@ -90,8 +90,9 @@ class CheckedBlock:
 
     @property
     def columns(self) -> dict[str, Any]:
-        """`columnar` with one value per step where it holds a `Ragged` or `Objects` (module
-        doc): an array per step (None where absent), a dict per step. Built when asked."""
+        """`columnar` with one value per step where it holds a `Ragged`, `Objects` or
+        `CodedIds` (module doc): an array per step (None where absent), a dict per step, a
+        str per step. Built when asked."""
         if self._columns is None:
             self._columns = {wire: _per_record(values) for wire, values in self.columnar.items()}
         return self._columns
@@ -233,10 +234,11 @@ def _block_columns(block: Block) -> CheckedBlock:
         if wire not in block.key_counts:
             continue
         array = block.arrays.get(wire)
-        if array is None:
-            column = block.column(wire)
-            array = column if isinstance(column, CodedIds) else list(column)
-        columns[wire] = array
+        if array is not None:
+            columns[wire] = array
+            continue
+        column = block.column(wire)
+        columns[wire] = column if isinstance(column, CodedIds) else list(column)
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
     ended = [block.episode_id[i] for i in done.tolist()]
     return CheckedBlock(block.n, columns, block.episode_id,

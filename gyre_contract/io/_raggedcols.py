@@ -160,7 +160,7 @@ class RaggedPlan:
             found = block.extra.pop("found", None)
             counts = block.extra["array_counts"] = [] if found is None else \
                 self._array_counts(found)
-        return counts  # type: ignore[no-any-return]
+        return counts
 
     def check(self, columns: Sequence[tuple[str, Any]], n: int, *, arrays: bool,
               widened: bool = False) -> Block | None:
