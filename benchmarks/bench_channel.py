@@ -22,6 +22,10 @@ Memory: one process puts, gets and acks many small segments; its resident memory
 the first 10% of segments and at the end (flat: the ratio stays near 1).
 
 Every figure is printed with the load average at its start and end (the machine is shared).
+Each throughput figure also gives the ratio of the process's CPU time (user + system) for
+ours and for the baseline, round by round: what both sides compute, without the waits of a
+shared disk (fsync, unlink), and steadier than wall time on a loaded machine. The target is
+the wall-time ratio.
 
 Run: python benchmarks/bench_channel.py           (full sizes, 5 rounds)
      python benchmarks/bench_channel.py --quick   (a tenth, 3 rounds)
@@ -289,17 +293,19 @@ def throughput(kind: str, segments: list[list[dict[str, Any]]], rounds: int, tmp
     with patch:
         ours(open_ends(tmp / "warm", kind), segments[:2], rows[:2])  # imports, plans
         baseline(tmp / "warm-base", sources[:2], kind)
-        mine, theirs, ratios, opening = [], [], [], []
+        mine, theirs, ratios, opening, cpu = [], [], [], [], []
         for _ in range(rounds):
             start = time.perf_counter()
             ends = open_ends(tmp / "ours", kind)
             opening.append(time.perf_counter() - start)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             delivered = ours(ends, segments, rows)
             mine.append(time.perf_counter() - start)
-            start = time.perf_counter()
+            cpu_mine = time.process_time() - cpu_start
+            start, cpu_start = time.perf_counter(), time.process_time()
             delivered_base = baseline(tmp / "base", sources, kind)
             theirs.append(time.perf_counter() - start)
+            cpu.append(cpu_mine / (time.process_time() - cpu_start))
             assert delivered == delivered_base == sum(rows), (delivered, delivered_base)
             ratios.append(mine[-1] / theirs[-1])
     ratio = statistics.median(ratios)
@@ -308,6 +314,7 @@ def throughput(kind: str, segments: list[list[dict[str, Any]]], rounds: int, tmp
             "ours_s": statistics.median(mine), "baseline_s": statistics.median(theirs),
             "open_s": statistics.median(opening),
             "ratio": ratio, "ratios": ratios, "target": TARGET, "pass": ratio <= TARGET,
+            "cpu_ratio": statistics.median(cpu), "cpu_ratios": cpu,
             "load": [before, load()]}
 
 
@@ -449,7 +456,8 @@ def main() -> None:
                   f"{r['ours_s'] * 1e3:.0f} ms (open {r['open_s'] * 1e3:.0f} ms), Arrow IPC by "
                   f"hand {r['baseline_s'] * 1e3:.0f} ms, {r['ratio']:.2f}x (rounds "
                   f"{', '.join(f'{x:.2f}' for x in r['ratios'])}; target <= {TARGET}: "
-                  f"{'PASS' if r['pass'] else 'FAIL'}), {load_text(r['load'])}")
+                  f"{'PASS' if r['pass'] else 'FAIL'}); CPU time {r['cpu_ratio']:.2f}x (rounds "
+                  f"{', '.join(f'{x:.2f}' for x in r['cpu_ratios'])}), {load_text(r['load'])}")
     if "latency" in results:
         lat = results["latency"]
         print(f"latency put returned -> get returned, two processes, {lat['segments']} "

@@ -2,7 +2,8 @@
 
 The channel depends on the contract through these names only: the step model's documents
 (its JSON Schema, its Arrow layout), validation in bulk of a block of records, a column of
-ragged lists (`Ragged`: values and lengths, what collation takes without an array per step), the field map
+ragged lists (`Ragged`: values and lengths, what collation takes without an array per step)
+and of modalities (`Objects`), strings as codes (`CodedIds`), the field map
 and the trainer's schema, the field map → the trainer's batch, the diff through the map
 (field tables and `compat`), and the fingerprint. A change of the package's internals is a
 change here, nowhere else in `gyre_contract.channel`.
@@ -20,7 +21,8 @@ from gyre_contract.core._models import GyreModel, RolloutStep, RolloutStepV1
 from gyre_contract.core._validate import validate_batch
 from gyre_contract.io._arrowschema import is_pinned, to_arrow_schema
 from gyre_contract.io._atomic import write_bytes_atomic
-from gyre_contract.io._blocks import CheckedBlock, RecordBlocks
+from gyre_contract.io._blocks import CheckedBlock, Objects, RecordBlocks
+from gyre_contract.io._fastfile import CodedIds
 from gyre_contract.io._raggedcols import Ragged
 from gyre_contract.schema._compatibility import CompatReport, compat
 from gyre_contract.schema._export import json_schema
@@ -29,10 +31,11 @@ from gyre_contract.schema._loading import load_schema
 from gyre_contract.trainer._fieldmap import FieldMap, as_field_map
 from gyre_contract.trainer._trainerbatch import TrainerSchema, trainer_schema
 
-__all__ = ["CONTRACT_VERSION", "CheckedBlock", "CompatReport", "FieldMap", "FieldTable",
-           "Ragged", "RecordBlocks", "TrainerSchema", "arrow_layout", "compat", "default_step_model",
-           "field_table", "fingerprint", "fixed_layout", "load_map", "load_trainer",
-           "schema_document", "step_schema", "trainer_batch", "write_atomic"]
+__all__ = ["CONTRACT_VERSION", "CheckedBlock", "CodedIds", "CompatReport", "FieldMap",
+           "FieldTable", "Objects", "Ragged", "RecordBlocks", "TrainerSchema", "arrow_layout",
+           "compat", "default_step_model", "field_table", "fingerprint", "fixed_layout",
+           "load_map", "load_trainer", "schema_document", "step_schema", "trainer_batch",
+           "write_atomic"]
 
 CONTRACT_VERSION = "1.2"
 """The contract version a fingerprint covers (docs/contract.md §12: the channel, v1.2)."""

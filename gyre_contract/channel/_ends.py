@@ -170,7 +170,7 @@ class SamplerEnd(_End):
             started=started, written=time.time(), writer_steps=self.counts.steps + checked.n,
             writer_episodes=self.counts.episodes + episodes, extra=extra)
         layout = self._layout or contract.arrow_layout(self.model, steps[0])
-        data = segments.encode(checked.columns, checked.n, layout, meta)
+        data = segments.encode(checked.columnar, checked.n, layout, meta)
         self.backend.write_segment(segment, data, meta)
         self._blocks.commit()
         self._note(seq, meta)

@@ -7,9 +7,11 @@ record key, a fixed dim a `fixed_size_list`, a symbolic dim a variable `list`, m
 (`SegmentMeta`: its id, writer, fingerprint, counts, policy versions, timestamps). Any Arrow
 reader opens it.
 
-Encoding takes the columns of a checked block (`io._blocks.CheckedBlock`): numbers as arrays
-become Arrow buffers with one copy (no Python value per step); other columns (ragged token ids,
-modalities, strings) are built per column, ragged arrays concatenated once. Fields that no step
+Encoding takes the columns of a checked block (`io._blocks.CheckedBlock.columnar`): numbers as
+arrays become Arrow buffers with one copy (no Python value per step), ragged lists held as
+values and lengths (`Ragged`) a list column from those two, modalities held as columns
+(`Objects`) a struct of such columns; other columns (strings, lists given per step) are built
+per column, ragged arrays concatenated once. Fields that no step
 of the segment carries are left out of its file (a reader sees no such column, as it would see
 a column of nulls: half the bytes of a CartPole segment).
 
@@ -114,29 +116,101 @@ def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -
     import pyarrow as pa
 
     arrays, fields = [], []
-    for f in schema:
-        values = columns.get(f.name)
-        array = None if values is None else _array(f, values, n)
+    layout, base = _layout(schema)
+    for f, name, json_text in layout:
+        values = columns.get(name)
+        array = None if values is None else _array(f, values, n, json_text)
         if array is not None and array.null_count < n:
             arrays.append(array)
             fields.append(f)
-    metadata = {**(schema.metadata or {}), META_KEY: orjson.dumps(meta.to_json())}
+    metadata = {**base, META_KEY: orjson.dumps(meta.to_json())}
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
+    if table.get_total_buffer_size() < EXACT_BUFFER_BYTES:
+        sink = pa.BufferOutputStream()
+        _write_ipc(sink, table)
+        return sink.getvalue()
+    counter = pa.MockOutputStream()  # the file's size, nothing copied: one buffer of it, filled
+    _write_ipc(counter, table)  # once (a growing buffer copies a large segment several times)
+    buffer = pa.allocate_buffer(counter.size())
+    _write_ipc(pa.FixedSizeBufferWriter(buffer), table)
+    return buffer
 
 
-def _array(f: Any, values: Any, n: int) -> Any:
+_LAYOUTS: dict[int, tuple[Any, list[tuple[Any, str, bool]], dict[bytes, bytes]]] = {}
+
+
+def _layout(schema: Any) -> tuple[list[tuple[Any, str, bool]], dict[bytes, bytes]]:
+    """(each field, its name, whether it is JSON text; the schema's metadata) of a segment
+    schema, read once per schema (a sampler end puts many segments of one)."""
+    held = _LAYOUTS.get(id(schema))
+    if held is None or held[0] is not schema:
+        if len(_LAYOUTS) >= 16:
+            _LAYOUTS.clear()
+        held = _LAYOUTS[id(schema)] = (schema, [(f, f.name, _is_json(f)) for f in schema],
+                                       dict(schema.metadata or {}))
+    return held[1], held[2]
+
+
+def _is_json(f: Any) -> bool:
+    return bool(f.metadata) and f.metadata.get(b"x-gyre-encoding") == b"json"
+
+
+EXACT_BUFFER_BYTES = 2**20
+"""From this many bytes of columns, `encode` counts the file's size first and writes it into
+one buffer of exactly that size."""
+
+
+def _write_ipc(sink: Any, table: Any) -> None:
     import pyarrow as pa
 
-    if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _array(f: Any, values: Any, n: int, json_text: bool | None = None) -> Any:
+    import pyarrow as pa
+
+    if _is_json(f) if json_text is None else json_text:
         return pa.array([None if v is None else orjson.dumps(v).decode() for v in values],
                         pa.string())
     if isinstance(values, np.ndarray):
         return _from_ndarray(f.type, values, _nan_rows(values) if f.nullable else None)
+    if isinstance(values, contract.Ragged) and pa.types.is_list(f.type) \
+            and not pa.types.is_list(f.type.value_type) and values.values.ndim == 1:
+        null = np.zeros(n, bool) if values.present is None else ~values.present
+        return _ragged_array(f.type, values.lengths, [values.values], null)
+    if isinstance(values, contract.Objects) and pa.types.is_struct(f.type):
+        return _objects(f.type, values, n)
+    if isinstance(values, contract.CodedIds) and pa.types.is_string(f.type):
+        return pa.array(values.ids, f.type).take(pa.array(values.codes))  # one str per id
+    if isinstance(values, (contract.Ragged, contract.Objects)):
+        values = values.per_record()
     return _from_values(f.type, list(values))
+
+
+def _objects(arrow_type: Any, objects: Any, n: int) -> Any:
+    """A struct column from modalities held as columns (`Objects`): each child from its own
+    column, null where a step lacks it; the struct null where a step lacks the object."""
+    import pyarrow as pa
+
+    children = []
+    for child in arrow_type:
+        values = objects.children.get(child.name)
+        if values is None:
+            children.append(pa.nulls(n, child.type))
+            continue
+        mask = objects.masks[child.name]
+        null = None if mask.all() else ~mask
+        if isinstance(values, np.ndarray):  # a float NaN, any number, where the step lacks it
+            children.append(_from_ndarray(child.type, values, null))
+            continue
+        array = _array(child, values, n)
+        if null is not None and not array.is_null().to_numpy(zero_copy_only=False)[null].all():
+            raise ValueError(f"modality {child.name}: a value on a step that lacks it")
+        children.append(array)
+    present = objects.present
+    return pa.StructArray.from_arrays(children, fields=list(arrow_type),
+                                      mask=None if present.all() else pa.array(~present))
 
 
 def _nan_rows(array: np.ndarray) -> np.ndarray | None:
@@ -250,8 +324,9 @@ def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
     meta = SegmentMeta.from_json(facts, where)
     if table.num_rows != meta.steps:
         raise SegmentError(f"{where}: {table.num_rows} rows but the segment says {meta.steps}")
+    names = set(table.column_names)
     for name in ("episode_id", "policy_version", "step", "terminated", "truncated"):
-        if name not in table.column_names:
+        if name not in names:
             raise SegmentError(f"{where}: no {name} column")
     return table, meta
 

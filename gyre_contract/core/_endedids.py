@@ -146,6 +146,8 @@ class EndedEpisodes:
     def discard_many(self, episode_ids: Sequence[str]) -> None:
         """`discard` of each id, with one vectorised search and one deletion per run (a block
         that ends a thousand episodes forgets them at once)."""
+        if not self._count:
+            return  # none held: nothing to hash
         keys = episode_keys(list(dict.fromkeys(episode_ids)))
         recent, left = self._recent, []
         for i, key in enumerate(_as_bytes(keys)):

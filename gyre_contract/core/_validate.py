@@ -257,6 +257,10 @@ class EpisodeTracker:
     policy_versions: set[int] = field(default_factory=set)
     _open: dict[str, OpenEpisode] = field(default_factory=dict)
     _ended: EndedEpisodes = field(default_factory=EndedEpisodes)
+    remember_ended: bool = True
+    """False: `add_columns` keeps no key of the episodes a run ends, for a caller that forgets
+    them right after (`forget_many`: `io.RecordBlocks`, whose blocks catch a step after the end
+    within the run itself); nothing is hashed then unless some ended id is remembered."""
 
     @property
     def episodes(self) -> int:
@@ -348,11 +352,13 @@ class EpisodeTracker:
             return False
         # the ids' keys, once: those not open must not have ended before this run, and two ids of
         # the run with one key (a collision) leave the run to `add`, which sees the order
-        keys = episode_keys(list(index))
-        if len(np.unique(keys[:, 0])) < len(keys):
-            return False
-        if self._ended.any_keys(keys[[eid not in self._open for eid in index]]):
-            return False
+        keys = None
+        if self.remember_ended or len(self._ended):
+            keys = episode_keys(list(index))
+            if len(np.unique(keys[:, 0])) < len(keys):
+                return False
+            if self._ended.any_keys(keys[[eid not in self._open for eid in index]]):
+                return False
         first_steps, first_versions = step[starts].tolist(), version[starts].tolist()
         opened = self._open
         for eid, first, first_version in zip(index, first_steps, first_versions):
@@ -395,7 +401,7 @@ class EpisodeTracker:
             out.append((state.dims, kinds if not state.kinds else {**kinds, **state.kinds}))
         return out
 
-    def _commit(self, ids: list[str], keys: np.ndarray, ends: np.ndarray, order: np.ndarray,
+    def _commit(self, ids: list[str], keys: np.ndarray | None, ends: np.ndarray, order: np.ndarray,
                 step: np.ndarray, version: np.ndarray, done: np.ndarray, terminated: np.ndarray,
                 truncated: np.ndarray, first_line: int,
                 bound: list[tuple[dict[str, Any], dict[str, str]]] | None) -> None:
@@ -422,7 +428,9 @@ class EpisodeTracker:
         opened = self._open
         for _, _, eid, _ in ended:
             opened.pop(eid, None)
-        self._ended.add_keys(keys[[k for _, k, _, _ in ended]], [line for line, _, _, _ in ended])
+        if self.remember_ended and keys is not None:
+            self._ended.add_keys(keys[[k for _, k, _, _ in ended]],
+                                 [line for line, _, _, _ in ended])
         terms = sum(term for _, _, _, term in ended)
         self.terminated += terms
         self.truncated += len(ended) - terms

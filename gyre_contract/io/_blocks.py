@@ -17,7 +17,10 @@ the tracker is as before it, so the sampler can fix the block and hand it over a
 
 A checked block is handed back as columns (`CheckedBlock`): each field some step carries, as an
 `[n, ...]` array (numbers of one shape; a float field NaN on the steps that lack it) or as a
-list with one value per step (`None` where absent; modalities as dicts).
+list with one value per step (`None` where absent; modalities as dicts). A block of ragged
+lists keeps them as it checked them (`CheckedBlock.columnar`: a `Ragged` per list field,
+`Objects` per field of modalities), what a channel segment is encoded from without an array
+per step; `columns` gives them per step when asked.
 """
 
 from __future__ import annotations
@@ -40,12 +43,30 @@ from gyre_contract.io._checking import ProblemList, StepChecker, bulk_plan_for
 from gyre_contract.io._fastfile import Block, BulkPlan, CodedIds
 from gyre_contract.io._groups import GroupVersions
 from gyre_contract.io._lines import Chunk
-from gyre_contract.io._raggedcols import Leaf, RaggedPlan, ragged_plan
+from gyre_contract.io._raggedcols import Leaf, Ragged, RaggedPlan, ragged_plan
 from gyre_contract.io._recordcols import check_records
 
-__all__ = ["CheckedBlock", "RecordBlocks"]
+__all__ = ["CheckedBlock", "Objects", "RecordBlocks"]
 
 _DUMPS = orjson.OPT_SERIALIZE_NUMPY
+
+
+@dataclass
+class Objects:
+    """A column of modalities held as columns: each modality's values over the steps (a
+    `Ragged`, an array, a list; `masks`: which steps hold it) and which steps hold the object
+    (`present`)."""
+
+    children: dict[str, Any]
+    masks: dict[str, np.ndarray]
+    present: np.ndarray
+
+    def per_record(self) -> list[dict[str, Any] | None]:
+        """One dict per step (None where the object is absent), as the record path gives."""
+        children = [(child, _per_record(values), self.masks[child].tolist())
+                    for child, values in self.children.items()]
+        return [{child: values[i] for child, values, mask in children if mask[i]}
+                if held else None for i, held in enumerate(self.present.tolist())]
 
 
 @dataclass
@@ -53,15 +74,28 @@ class CheckedBlock:
     """The steps of one block that passed every record and episode rule, as columns."""
 
     n: int
-    columns: dict[str, Any]
-    """Wire name -> an `[n, ...]` array or a list of n values (module doc), in the model's
-    field order; only the fields some step carries."""
+    columnar: dict[str, Any]
+    """Wire name -> an `[n, ...]` array or a list of n values (module doc), a `Ragged` (a field
+    of lists: their values one after another and each step's length), `Objects` (modalities,
+    each as such a column) or `CodedIds` (strings as codes into their distinct values), in
+    the model's field order; only the fields some step carries. What a segment is encoded
+    from: no array nor string per step."""
     episode_id: Sequence[str]
     policy_version: np.ndarray
     ended_ids: list[str]
     """The episodes this block ends (a terminated or truncated step), in order."""
     bulk: bool
     """Whether the bulk path took the block whole (else it went record by record)."""
+    _columns: dict[str, Any] | None = None
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """`columnar` with one value per step where it holds a `Ragged`, `Objects` or
+        `CodedIds` (module doc): an array per step (None where absent), a dict per step, a
+        str per step. Built when asked."""
+        if self._columns is None:
+            self._columns = {wire: _per_record(values) for wire, values in self.columnar.items()}
+        return self._columns
 
     @property
     def episodes(self) -> int:
@@ -69,6 +103,12 @@ class CheckedBlock:
         ids, none made row by row)."""
         ids = self.episode_id
         return len(ids.ids) if isinstance(ids, CodedIds) else len(set(ids))
+
+
+def _per_record(values: Any) -> Any:
+    if isinstance(values, CodedIds):
+        return list(values)
+    return values.per_record() if isinstance(values, (Ragged, Objects)) else values
 
 
 class RecordBlocks:
@@ -85,6 +125,7 @@ class RecordBlocks:
     def __init__(self, model: type[RolloutStepV1]) -> None:
         self.model = model
         self._checker = StepChecker(model)
+        self._checker.tracker.remember_ended = False  # `commit` forgets them: never hashed
         self._trial: tuple[StepChecker, CheckedBlock] | None = None
         self._binder = Binder(model) if bulk_plan_for(model) is None and bindable(model) \
             else None
@@ -193,7 +234,11 @@ def _block_columns(block: Block) -> CheckedBlock:
         if wire not in block.key_counts:
             continue
         array = block.arrays.get(wire)
-        columns[wire] = array if array is not None else list(block.column(wire))
+        if array is not None:
+            columns[wire] = array
+            continue
+        column = block.column(wire)
+        columns[wire] = column if isinstance(column, CodedIds) else list(column)
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
     ended = [block.episode_id[i] for i in done.tolist()]
     return CheckedBlock(block.n, columns, block.episode_id,
@@ -201,15 +246,16 @@ def _block_columns(block: Block) -> CheckedBlock:
 
 
 def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
-    """A block checked by a ragged plan as `CheckedBlock` columns: a list field as one array per
-    step, modalities as one dict per step, a float scalar as an array (NaN where absent)."""
+    """A block checked by a ragged plan as `CheckedBlock` columns: a list field as a `Ragged`,
+    modalities as `Objects`, a float scalar as an array (NaN where absent)."""
     strings, masks = block.extra["strings"], block.extra["masks"]
 
-    def leaf_values(leaf: Leaf) -> list[Any] | np.ndarray:
+    def leaf_values(leaf: Leaf) -> Any:
         if leaf.dtype.kind == "U":
-            return list(strings[leaf.path])
+            column = strings[leaf.path]
+            return column if isinstance(column, CodedIds) else list(column)
         if leaf.list:
-            return block.ragged[leaf.path].per_record()
+            return block.ragged[leaf.path]
         values: np.ndarray = block.arrays[leaf.path]  # type: ignore[index, assignment]
         mask = masks[leaf.path]
         if values.dtype.kind == "f" or mask.all():
@@ -223,11 +269,10 @@ def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
         if leaves[0].child is None:
             columns[wire] = leaf_values(leaves[0])
             continue
-        present = masks[wire].tolist()
-        children = [(leaf.child, leaf_values(leaf), masks[leaf.path].tolist())
-                    for leaf in leaves if leaf.path in masks]
-        columns[wire] = [{child: values[i] for child, values, mask in children if mask[i]}
-                         if present[i] else None for i in range(block.n)]
+        held = [leaf for leaf in leaves if leaf.path in masks]
+        columns[wire] = Objects({leaf.child: leaf_values(leaf) for leaf in held},  # type: ignore[misc]
+                                {leaf.child: masks[leaf.path] for leaf in held},  # type: ignore[misc]
+                                masks[wire])
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
     ended = [block.episode_id[i] for i in done.tolist()]
     return CheckedBlock(block.n, columns, block.episode_id,

@@ -156,9 +156,8 @@ def narrowed(flat: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
         limit = FLOAT_EXACT_INT.get(dtype.name)
         if limit is None:
             return None
-        with np.errstate(invalid="ignore"):
-            if flat.size and not (np.abs(flat) < limit).all():  # NaN and inf fail too
-                return None
+        if flat.size and not (flat.min() > -limit and flat.max() < limit):
+            return None  # NaN (the min and max are NaN then) and inf fail too
         return flat if flat.dtype == dtype else flat.astype(dtype)
     if dtype.kind in "iu":
         if flat.dtype.kind not in "iu":
@@ -177,8 +176,9 @@ def as_dtype(flat: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     floats finite. Else (another dtype, NaN or inf) None."""
     if flat.dtype != dtype:
         return None
-    if dtype.kind == "f" and flat.size and not np.isfinite(flat).all():
-        return None
+    if dtype.kind == "f" and flat.size and not (np.isfinite(flat.min())
+                                                and np.isfinite(flat.max())):
+        return None  # a NaN makes both NaN, an inf one of them
     return flat
 
 

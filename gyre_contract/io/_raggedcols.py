@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -152,8 +153,13 @@ class RaggedPlan:
 
     def array_counts(self, block: Block) -> list[tuple[str, Any, tuple[int, ...], int]]:
         """(path, dtype, shape, records) of each tensor the block's records carry, in the order
-        a record-by-record check first sees them (`report.FieldStats`)."""
-        counts: list[tuple[str, Any, tuple[int, ...], int]] = block.extra.get("array_counts", [])
+        a record-by-record check first sees them (`report.FieldStats`); counted when first asked
+        (a channel's `put` keeps no field table)."""
+        counts = block.extra.get("array_counts")
+        if counts is None:
+            found = block.extra.pop("found", None)
+            counts = block.extra["array_counts"] = [] if found is None else \
+                self._array_counts(found)
         return counts
 
     def check(self, columns: Sequence[tuple[str, Any]], n: int, *, arrays: bool,
@@ -215,13 +221,24 @@ class RaggedPlan:
         if n == 0 or not fast_paths_enabled() or not RAGGED_FAST_PATH.usable():
             return None
         by_wire = self.by_wire()
-        if any(r.__class__ is not dict or not r.keys() <= by_wire.keys() for r in records):
-            return None  # a model, or a key the plan does not know (`info`, a typo)
+        if {dict} != set(map(type, records)):
+            return None  # a model: the record path reads it
+        carried = set().union(*records)
+        if not carried <= by_wire.keys():
+            return None  # a key the plan does not know (`info`, a typo)
         found = _Found(n)
         for wire, leaves in by_wire.items():
-            values = [r.get(wire, _ABSENT) for r in records]
-            present = np.fromiter((v is not _ABSENT for v in values), bool, n)
-            count = int(present.sum())
+            if wire not in carried:  # no record holds it
+                if wire in self.required:
+                    return None
+                continue
+            try:  # every record holds it (a required field): no mark of absence to look for
+                values = list(map(itemgetter(wire), records))
+                present, count = np.ones(n, bool), n
+            except KeyError:
+                values = [r.get(wire, _ABSENT) for r in records]
+                present = np.fromiter((v is not _ABSENT for v in values), bool, n)
+                count = int(present.sum())
             if not count:
                 if wire in self.required:
                     return None
@@ -234,23 +251,32 @@ class RaggedPlan:
                 if not _record_leaf(found, leaves[0], held, present):
                     return None
                 continue
-            if any(v.__class__ is not dict for v in held):
+            if {dict} != set(map(type, held)):
                 return None
             found.masks[wire] = present
             names = {leaf.child for leaf in leaves}
-            if any(not v.keys() <= names for v in held):
+            inside = set().union(*held)
+            if not inside <= names:
                 return None
             for leaf in leaves:
-                inner = [v.get(leaf.child, _ABSENT) for v in held]
-                mask = np.fromiter((v is not _ABSENT for v in inner), bool, count)
+                if leaf.child not in inside:  # no object holds it
+                    if leaf.required:
+                        return None
+                    continue
+                try:
+                    inner = list(map(itemgetter(leaf.child), held))
+                    mask = np.ones(count, bool)
+                except KeyError:
+                    inner = [v.get(leaf.child, _ABSENT) for v in held]
+                    mask = np.fromiter((v is not _ABSENT for v in inner), bool, count)
                 if leaf.required and not mask.all():
                     return None
                 if not mask.any():
                     continue
                 child_present = present.copy()
                 child_present[present] = mask
-                if not _record_leaf(found, leaf, [v for v in inner if v is not _ABSENT],
-                                    child_present):
+                if not _record_leaf(found, leaf, inner if mask.all()
+                                    else [v for v in inner if v is not _ABSENT], child_present):
                     return None
         return self._block(found, arrays) if self._holds(found) else None
 
@@ -338,7 +364,10 @@ class RaggedPlan:
                       terminated=values["terminated"], truncated=values["truncated"],
                       key_counts=found.counts, lines=[], plan=self)  # type: ignore[arg-type]
         block.lists = {p: v for p, v in found.strings.items() if "." not in p}
-        block.extra["array_counts"] = self._array_counts(found)
+        if arrays:
+            block.extra["found"] = found  # `array_counts`, when asked
+        else:
+            block.extra["array_counts"] = self._array_counts(found)
         if arrays:
             block.arrays = dict(values)
             block.ragged = found.ragged
@@ -418,11 +447,11 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
         found.masks[leaf.path] = present
         return True
     accepted = _ARRAYS[leaf.dtype.kind]
-    if any(v.__class__ is not np.ndarray or v.ndim != 1 or v.dtype.kind not in accepted
-           for v in held):
+    if {np.ndarray} != set(map(type, held)) or {1} != set(map(_NDIM, held)) \
+            or any(d.kind not in accepted for d in set(map(_DTYPE, held))):
         return False
     lengths = np.zeros(n, np.int64)
-    lengths[present] = [len(v) for v in held]
+    lengths[present] = list(map(len, held))
     if leaf.size is not None and np.any(lengths[present] != leaf.size):
         return False
     joined = np.concatenate(held) if held else np.zeros(0, leaf.dtype)
@@ -437,6 +466,7 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
     return True
 
 
+_NDIM, _DTYPE = attrgetter("ndim"), attrgetter("dtype")
 _ARRAYS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
 """The numpy dtype kinds an array of a dtype kind is taken as (integers into floats: the
 record path decides, as for a bool anywhere but a bool field)."""

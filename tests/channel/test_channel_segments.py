@@ -219,3 +219,60 @@ def test_a_problem_in_token_lists_is_explained_by_the_per_step_path(monkeypatch)
         per_step_path(fmap, columns, monkeypatch)
     assert str(fast.value) == str(slow.value) and "episode 'c-1' step 0" in str(fast.value)
     assert "episodes[0].steps[1].ref_logprob" in str(fast.value)
+
+
+# -- a segment encoded from a checked block's own columns ---------------------------------------
+
+def encoded(columns, checked, model, sample):
+    data = segments.encode(columns, checked.n, to_arrow_schema(model, sample=sample),
+                           meta(checked.n))
+    return pa.ipc.open_file(data).read_all()
+
+
+def with_text_and_refs(records):
+    """Completions where some prompts carry their text and some steps a ref_logprob."""
+    for i, r in enumerate(records):
+        if i % 3:
+            r["observation"]["text"] = f"prompt {i}"
+        if i % 2:
+            r["ref_logprob"] = r["logprob"] - 0.1
+    return records
+
+
+CASES = {
+    "cartpole": lambda: (CartStep, episodes("e", 4, length=6)),
+    "completions": lambda: (Completion, completions("c", 9)),
+    "completions, optional parts on some steps": lambda: (
+        LLMStep, with_text_and_refs([{**r, "logprob": r["logprob"]} for r in completions("c", 9)])),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_block_encodes_from_its_columns_as_from_its_steps(case):
+    """`put` encodes a checked block from the columns it was checked on (token lists as values
+    and lengths, modalities as columns, episode ids as codes): the very table its per-step
+    columns give."""
+    model, records = CASES[case]()
+    checked = RecordBlocks(model).check(records)
+    assert checked.bulk
+    kinds = {type(v).__name__ for v in checked.columnar.values()}
+    assert "CodedIds" in kinds and (case == "cartpole" or {"Ragged", "Objects"} <= kinds)
+    ours = encoded(checked.columnar, checked, model, records[0])
+    theirs = encoded(checked.columns, checked, model, records[0])
+    assert ours.schema.equals(theirs.schema, check_metadata=True)
+    assert ours.equals(theirs)
+    if case.endswith("some steps"):
+        text = ours.column("observation").combine_chunks().field("text")
+        assert text.null_count == 3 and ours.column("ref_logprob").null_count == 5
+
+
+def test_a_large_segment_is_written_into_a_buffer_of_its_size(monkeypatch):
+    """Past `EXACT_BUFFER_BYTES` a segment's file is counted first and written into one buffer
+    of exactly its size: the same bytes as through a growing buffer."""
+    records = completions("c", 9)
+    checked = RecordBlocks(Completion).check(records)
+    schema = to_arrow_schema(Completion, sample=records[0])
+    grown = segments.encode(checked.columnar, checked.n, schema, meta(checked.n))
+    monkeypatch.setattr(segments, "EXACT_BUFFER_BYTES", 0)
+    exact = segments.encode(checked.columnar, checked.n, schema, meta(checked.n))
+    assert exact.size == grown.size and exact.equals(grown)

@@ -95,6 +95,32 @@ def test_ended_ids_are_forgotten_after_their_block_but_caught_within_one():
         blocks.check(twice)
 
 
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_block_hashes_no_id_of_the_episodes_it_ends(monkeypatch, fast):
+    """Ended ids are forgotten at `commit`: a bulk block keeps (and hashes) none of them, and
+    forgetting from an empty set hashes nothing; a step after the end is caught all the same."""
+    from gyre_contract.core import _endedids, _validate
+
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    hashed: list[int] = []
+    real = _endedids.episode_keys
+
+    def counting(ids):
+        hashed.append(len(ids))
+        return real(ids)
+
+    monkeypatch.setattr(_endedids, "episode_keys", counting)
+    monkeypatch.setattr(_validate, "episode_keys", counting)
+    blocks = RecordBlocks(CartPoleStep)
+    for prefix in "ab":
+        assert blocks.check(steps(prefix, n=3)).bulk is (fast == "1")
+        blocks.commit()
+    assert (sum(hashed) == 0) is (fast == "1")  # record by record: `add` keeps them in-block
+    assert blocks._checker.tracker.episodes == 0
+    with pytest.raises(ContractError, match="step after the episode ended"):
+        blocks.check(steps("c", n=1) + steps("c", n=1))
+
+
 def completions(n: int = 6, lists: bool = False) -> list[dict]:
     """LLM steps as a sampler hands them over: numpy arrays (or, with `lists`, JSON lists)."""
     rng = np.random.default_rng(1)
