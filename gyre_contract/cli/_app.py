@@ -46,7 +46,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of the command `only` alone (its parsing, help and
+    errors are the same: each command's parser is its own)."""
     parser = _Parser(
         prog="gyre-contract",
         description="Check the contract between an RL sampler and its trainer.",
@@ -57,13 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gyre-contract {__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = _command(name)
         if module is not None:
             module.add_parser(sub)
     for name, command_parser in sub.choices.items():
         finish_parser(name, command_parser)
     return parser
+
+
+def named_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs when nothing before it but `--debug` concerns the whole program
+    (`-h` there lists every command), else None: then every command's parser is built."""
+    for arg in argv:
+        if arg != "--debug":
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def _command(name: str) -> ModuleType | None:
@@ -85,7 +96,8 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     args = None
     try:
         with contextlib.redirect_stdout(out):  # argparse prints --help to sys.stdout
-            args = build_parser().parse_args(argv)
+            # only the command named is built: the others' parsers cost more than its parsing
+            args = build_parser(named_command(argv)).parse_args(argv)
         if args.command is None:
             build_parser().print_help(out)
             return EXIT_INPUT

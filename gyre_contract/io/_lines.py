@@ -95,8 +95,8 @@ class Chunk(Sequence[bytes]):
     followed by its newline), split into lines only when a reader asks for them (`lines`).
 
     A reader that takes the bytes whole (the Arrow JSON reader, `arrowlines`) never splits
-    them; `newlines` (the offset of each newline, found when first asked, on the thread that
-    reads the chunk) lets it check where each line starts and ends. Indexing and iterating
+    them; `newlines` (the offset of each newline, found with the count of lines) lets it check
+    where each line starts and ends. Indexing and iterating
     give the lines, as the list `LineSource` yields otherwise holds them (without their
     newline).
     """
@@ -105,15 +105,14 @@ class Chunk(Sequence[bytes]):
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
-        self.n = int(np.count_nonzero(np.frombuffer(raw, np.uint8) == _NEWLINE))
+        # the offsets cost little more than the count, which needs the same pass over the bytes
+        self._newlines = np.flatnonzero(np.frombuffer(raw, np.uint8) == _NEWLINE)
+        self.n = len(self._newlines)
         """How many lines."""
-        self._newlines: np.ndarray | None = None
         self._lines: list[bytes] | None = None
 
     @property
     def newlines(self) -> np.ndarray:
-        if self._newlines is None:
-            self._newlines = np.flatnonzero(np.frombuffer(self.raw, np.uint8) == _NEWLINE)
         return self._newlines
 
     @property
@@ -176,8 +175,11 @@ class LineSource:
                 cut = block.rfind(b"\n") + 1
                 if cut and pending.size + block.find(b"\n") <= MAX_LINE_VALUES:
                     # every line of this read is within the limits: its bytes as they are
-                    head = block[:cut] if cut < len(block) else block
-                    yield Chunk(pending.take(head) if pending.size else head)
+                    if pending.size:  # one copy: the line's start, then the read up to `cut`
+                        head = pending.take(memoryview(block)[:cut])
+                    else:
+                        head = block[:cut] if cut < len(block) else block
+                    yield Chunk(head)
                     pending = _Pending()
                     if cut < len(block):
                         pending.add(block[cut:])
@@ -235,10 +237,10 @@ class _Pending:
             self.piece = b""
         self.buffer.write(piece)
 
-    def take(self, end: bytes = b"") -> bytes:
+    def take(self, end: bytes | memoryview = b"") -> bytes:
         """The line: what was added, then `end`."""
         if self.buffer is None:
-            return self.piece + end if end else self.piece
+            return b"".join((self.piece, end)) if len(end) else self.piece
         self.buffer.write(end)
         return self.buffer.getvalue()
 

@@ -9,9 +9,11 @@ a JSON Lines file (`checking.StepChecker`). pyarrow is imported inside the funct
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -439,18 +441,25 @@ class ParquetRows:
         self.plan: Any = _UNSET  # made from the first batch (`decode_block`)
 
     def blocks(self) -> Iterator[tuple[int, Any]]:
-        """(number of the first row, the record batch) of each batch, rows numbered from 1."""
+        """(number of the first row, the record batch) of each batch, rows numbered from 1.
+
+        The next batch is decoded on a helper thread while the caller checks this one (pyarrow
+        lets go of the GIL): one batch ahead, never more; an error reading it is raised when
+        the caller asks for it, after the rows before it, as without the read-ahead."""
         import pyarrow as pa
 
         row = 0
-        try:
-            for batch in self.handle.iter_batches(batch_size=self.batch_rows,
-                                                  use_threads=True):
-                yield row + 1, batch
-                row += batch.num_rows
-        except (pa.ArrowInvalid, OSError) as err:
-            raise InputError(f"cannot read {os.fspath(self.path)} after row {row}: "
-                             f"{str(err).splitlines()[0]}") from None
+        batches = self.handle.iter_batches(batch_size=self.batch_rows, use_threads=True)
+        with ThreadPoolExecutor(1, thread_name_prefix="gyre-parquet-ahead") as ahead:
+            try:
+                pending = ahead.submit(contextvars.copy_context().run, next, batches, None)
+                while (batch := pending.result()) is not None:
+                    pending = ahead.submit(contextvars.copy_context().run, next, batches, None)
+                    yield row + 1, batch
+                    row += batch.num_rows
+            except (pa.ArrowInvalid, OSError) as err:
+                raise InputError(f"cannot read {os.fspath(self.path)} after row {row}: "
+                                 f"{str(err).splitlines()[0]}") from None
 
     def parse(self, first: int, batch: Any) -> Iterator[Any]:
         hidden = hidden_json_problems(batch, self.json_columns)

@@ -136,15 +136,18 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     if b * nt * cell > limit:
         return None  # `collate` raises BatchTooLargeError with its remedy
     out: dict[str, np.ndarray] = {}
+    if n and (int(t.min()) < 0 or int(t.max()) >= nt):
+        return None  # a place beyond its row (never from a checked file): `collate` decides
+    cell_of = row * nt + t  # each step's cell of [B * T], once (numpy would redo it per field)
     for name in names:
         column = columns[name]
-        array = np.zeros((b, nt, *column.shape[1:]), column.dtype)
-        array[row, t] = column  # one scatter
-        out[name] = array
+        array = np.zeros((b * nt, *column.shape[1:]), column.dtype)
+        array[cell_of] = column  # one scatter
+        out[name] = array.reshape(b, nt, *column.shape[1:])
     for name in groups or ():
-        present = np.zeros((b, nt), bool)
-        present[row, t] = _carried(columns[name], n)
-        out[f"{name}_present"] = present
+        present = np.zeros(b * nt, bool)
+        present[cell_of] = _carried(columns[name], n)
+        out[f"{name}_present"] = present.reshape(b, nt)
     out["mask"] = np.arange(nt)[None, :] < row_lengths[:, None]
     row_episode = np.repeat(found.episodes, per_episode)
     out["episode_id"] = found.episode_ids[row_episode]

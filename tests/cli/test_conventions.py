@@ -166,3 +166,17 @@ def test_what_the_parsers_spell_is_what_the_library_takes():
     assert _compat.MODES == MODES
     assert _diff.FORMATS == FORMATS
     assert _conventions.BATCH_DIMS_SPELLINGS == BATCH_DIMS_SPELLINGS
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_a_command_parsed_alone_is_the_command_of_the_whole_parser(name):
+    """`run` builds only the parser of the command it is given (`named_command`): its help and
+    usage are those of the same command in the parser of every command."""
+    from gyre_contract.cli._app import named_command
+
+    assert named_command([name, "x"]) == named_command(["--debug", name]) == name
+    assert named_command(["-h", name]) is None and named_command([name[:-1]]) is None
+    alone = build_parser(name)
+    only = next(a for a in alone._actions if a.dest == "command").choices
+    assert list(only) == [name]
+    assert only[name].format_help() == commands()[name].format_help()

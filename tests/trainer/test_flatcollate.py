@@ -166,3 +166,22 @@ def test_v11_fields_collate_from_columns_as_episodes(cartpole_record, tmp_path, 
     assert found is not None
     same(found[0], collate(list(read_episodes(path, RolloutStep)), fields=fields,
                            max_len=max_len))
+
+
+def test_a_place_beyond_its_row_is_left_to_episodes():
+    """The [B, T] scatter takes each step's cell as row * T + place: a place outside [0, T)
+    (never from a checked file, whose steps count 0, 1, ...; a caller's own columns) would land
+    in another row, so the columns step aside (None) instead (once: IndexError)."""
+    from gyre_contract.io._columnar import FileColumns
+    from gyre_contract.trainer._flatcollate import collate_columns
+
+    def found(step: list[int]) -> FileColumns:
+        n = len(step)
+        return FileColumns({"reward": np.ones(n, np.float32), "step": np.array(step, np.int64)},
+                           np.array(["a", "b"]), np.array([0, 0, 1, 1]), np.array([0, 1]),
+                           np.array([2, 2]))
+
+    ok = collate_columns(found([0, 1, 0, 1]))
+    assert ok is not None and ok["reward"].shape == (2, 2) and ok["mask"].all()
+    assert collate_columns(found([0, 1, 1, 2])) is None
+    assert collate_columns(found([0, 1, -1, 0])) is None
