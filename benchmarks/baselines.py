@@ -113,6 +113,12 @@ class BestStep(BaseModel):
     info: dict[str, Scalar] = None  # type: ignore[assignment]
 
 
+def with_array_observation(step: BestStep) -> BestStep:
+    """The observation as the float32 array the package returns (the models keep a list)."""
+    step.observation = np.asarray(step.observation, dtype=np.float32)  # type: ignore[assignment]
+    return step
+
+
 class BestCartPoleStep(BestStep):
     """Pinned CartPole: four observation floats, an integer action, logprob <= 0."""
 

@@ -141,6 +141,16 @@ def bench_validate_step(s: Sizes) -> list[Figure]:
         figures.append(interleaved(
             f"validate_step {label} / msgspec Struct", ours, typed, struct.__name__,
             rounds=s.step_rounds, number=number))
+    # the same output: the package returns the observation as a float32 array (documented),
+    # the pydantic models above return a list; a user who wants the array converts it
+    for label, model, best in (("default model", default, baselines.BestStep),
+                               ("pinned CartPoleStep", CartPoleStep, baselines.BestCartPoleStep)):
+        figures.append(interleaved(
+            f"validate_step CartPole, {label} / best pydantic + float32 observation",
+            lambda m=model: gyre_contract.validate_step(cart, m),
+            lambda b=best: baselines.with_array_observation(b.model_validate(cart)),
+            f"{best.__name__} + np.asarray(observation, float32)",
+            rounds=s.step_rounds, number=s.step_calls))
     figures.append(interleaved(
         "validate_step CartPole, default model / jsonschema-rs", lambda: gyre_contract.validate_step(
             cart, default), lambda: schema.record(cart), "jsonschema-rs is_valid (schema only)",
