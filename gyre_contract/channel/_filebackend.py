@@ -112,7 +112,16 @@ class FileBackend(Backend):
 
     def manifest(self) -> dict[str, Any]:
         """The manifest, read again only when the file was replaced (or changed in place) since
-        this end last read it; the result is shared: callers never change it."""
+        this end last read it; the result is shared: callers never change it. The file read
+        last is held open (its inode number cannot be taken by a new file), so one `lstat` of
+        the path that finds its identity unchanged is that file: no open per look."""
+        if self._manifest is not None:
+            with contextlib.suppress(OSError):  # gone or unreadable: the open below says so
+                info = os.lstat(self._manifest_path())
+                ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
+                         info.st_ctime_ns)
+                if self._manifest[0] == ident and "manifest" in self._fds:
+                    return self._manifest[1]
         fd = self._open_manifest()
         try:
             info = os.fstat(fd)

@@ -70,6 +70,16 @@ class EndedEpisodes:
     def __len__(self) -> int:
         return self._count
 
+    def copy(self) -> EndedEpisodes:
+        """An independent copy: the held runs' arrays are shared (no method changes an array in
+        place; `discard` and `_push` put new ones in their place), the rest is copied."""
+        other = EndedEpisodes.__new__(EndedEpisodes)
+        other._recent = dict(self._recent)
+        other._runs = list(self._runs)
+        other._count = self._count
+        other._last = self._last
+        return other
+
     def __contains__(self, episode_id: object) -> bool:
         return isinstance(episode_id, str) and self._find(self._key(episode_id)) is not None
 

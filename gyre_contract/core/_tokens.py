@@ -83,12 +83,23 @@ def _response_within_length(view: BatchView) -> list[Problem]:
                                 f"{int(length[outside][0])} in {rows_text(outside)}",
                                 "response_length out of range"))
     # a row whose length is out of range has that one problem: every position is "past" -1
-    late = (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1) & ~outside
+    late = _true_past(mask, length) & ~outside
     if late.any():
         problems.append(Problem("response_mask", "False at positions >= response_length",
                                 f"True past the response in {rows_text(late)}",
                                 "response_mask True past response_length"))
     return problems
+
+
+def _true_past(mask: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Per row, whether `mask` is True at some position >= `length`. For a bool mask, from
+    each row's last True (`argmax` of the row reversed stops at it: no `[B, R]` temporary);
+    otherwise position by position."""
+    b, r = mask.shape
+    if mask.dtype != np.bool_ or not r or not b:
+        return (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1)
+    last = r - 1 - np.argmax(mask[:, ::-1], axis=1)
+    return mask[np.arange(b), last] & (last >= length)
 
 
 def _finite(view: BatchView) -> list[Problem]:

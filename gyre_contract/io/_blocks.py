@@ -25,7 +25,6 @@ per step; `columns` gives them per step when asked.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -139,7 +138,7 @@ class RecordBlocks:
             [_record(step, i) for i, step in enumerate(steps)]
         if not records:
             raise ValueError("an empty block: give at least one step")
-        trial = copy.deepcopy(self._checker)
+        trial = self._checker.copy()
         checked = self._bulk(trial, records)
         if checked is None:
             checked = self._one_by_one(trial, records)

@@ -12,6 +12,7 @@ checking a file share this one loop whatever the source.
 from __future__ import annotations
 
 import contextvars
+import copy
 import gc
 import os
 from collections import deque
@@ -89,6 +90,19 @@ class StepChecker:
         self.group_versions = GroupVersions()
         self.records = 0
         self.steps = 0
+
+    def copy(self) -> StepChecker:
+        """An independent copy of this checker's state (`io.RecordBlocks` checks each block on
+        one and keeps it only when the block is stored); its sinks, when it has any, are
+        deep-copied."""
+        other = copy.copy(self)
+        other.tracker = self.tracker.copy()
+        other.group_versions = self.group_versions.copy()
+        for name in ("groups", "stats", "episode_ids"):
+            sink = getattr(self, name)
+            if sink is not None:
+                setattr(other, name, copy.deepcopy(sink))
+        return other
 
     def problems(self, problems: Iterable[Problem]) -> None:
         """Collect `problems`, or raise them when this checker collects nothing."""

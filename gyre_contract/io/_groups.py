@@ -45,6 +45,13 @@ class GroupVersions:
         self.first: dict[str, int] = {}
         self.mixed: dict[str, set[int]] = {}
 
+    def copy(self) -> GroupVersions:
+        """An independent copy."""
+        other = GroupVersions()
+        other.first = dict(self.first)
+        other.mixed = {k: set(v) for k, v in self.mixed.items()}
+        return other
+
     def add(self, group_id: str, version: int) -> None:
         first = self.first.setdefault(group_id, version)
         if first != version:

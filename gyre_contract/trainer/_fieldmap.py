@@ -83,6 +83,7 @@ from gyre_contract.trainer._ops import (
     get_op,
     known_ops,
     number_text,
+    ops_generation,
     register_op,
     run_op,
     step_ops,
@@ -265,19 +266,38 @@ class FieldMap:
     def sources(self) -> list[str]:
         """Every source name the map reads, in first-use order, including the columns its ops
         read besides their sources (`mask`; `response_mask`, `prompt_mask`, ... for token ops)."""
-        return list(dict.fromkeys(name for spec in self.fields.values()
-                                  for name in _reads(spec)))
+        return list(self._derived()[0])
 
     def reads(self) -> dict[str, tuple[str, ...]]:
         """Per target, the columns its entry reads (its sources and what its ops read besides):
         what the row layout checks and lays the results out by."""
-        return {target: _reads(spec) for target, spec in self.fields.items()}
+        return dict(self._derived()[1])
 
     def sparse_sources(self) -> list[str]:
         """The sources only some steps carry that the map may read (the final observation of
         `next`): read by no entry as a whole column, and not part of (or containing) a group
         another entry reads. Collation gives each a `<name>_present` mask and requires every
         other source on every step (a step without one is `MissingFieldError`)."""
+        return list(self._derived()[2])
+
+    def _derived(self) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
+        """(`sources`, `reads`, `sparse_sources`), worked out once per state of the map's
+        entries and of the op registry (a batch per `get` reads them every time): cached under
+        the entries themselves (`FieldSpec` is frozen: an entry added, removed or replaced
+        changes the key, which holds the entries by identity and keeps them alive) and
+        `ops_generation` (an op registered, replaced or removed)."""
+        specs = tuple(self.fields.values())
+        key = (ops_generation(), tuple(self.fields), tuple(map(id, specs)))
+        held = getattr(self, "_held", None)
+        if held is not None and held[0] == key:
+            return held[2]
+        reads = {target: _reads(spec) for target, spec in self.fields.items()}
+        sources = tuple(dict.fromkeys(name for names in reads.values() for name in names))
+        found = (sources, reads, tuple(self._sparse(sources)))
+        self._held = (key, specs, found)
+        return found
+
+    def _sparse(self, sources: tuple[str, ...]) -> list[str]:
         sparse: list[str] = []
         for spec in self.fields.values():
             op = get_op(spec.op)
@@ -288,7 +308,7 @@ class FieldMap:
             op = get_op(spec.op)
             full.update(name for i, name in enumerate(spec.sources)
                         if op is None or i not in op.sparse)
-        full.update(name for name in self.sources() if name not in sparse)
+        full.update(name for name in sources if name not in sparse)
         return [name for name in dict.fromkeys(sparse)
                 if not any(_overlaps(name, other) for other in full)]
 

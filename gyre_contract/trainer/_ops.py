@@ -513,6 +513,16 @@ _REGISTRY: dict[str, Op] = {
 }
 
 
+_GENERATION = [0]
+"""Bumped by every `register_op` and `unregister_op`: what a map's derived reads are cached
+under (`FieldMap.sources`), with the map's own entries."""
+
+
+def ops_generation() -> int:
+    """A number that changes whenever an op is registered, replaced or removed."""
+    return _GENERATION[0]
+
+
 def known_ops() -> list[str]:
     """Names of every op a map may use, sorted."""
     return sorted(_REGISTRY)
@@ -572,6 +582,7 @@ def register_op(
         read = lambda _sources: names  # noqa: E731
     _REGISTRY[name] = Op(name, fn, sources, checks, tuple(required), describe=describe,
                          reads=read)
+    _GENERATION[0] += 1
 
 
 def unregister_op(name: str) -> None:
@@ -580,6 +591,7 @@ def unregister_op(name: str) -> None:
     if op is None or op.builtin:
         raise ValueError(f"no custom op named {name!r}")
     del _REGISTRY[name]
+    _GENERATION[0] += 1
 
 
 # -- casting -------------------------------------------------------------------------------

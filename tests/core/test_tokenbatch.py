@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gyre_contract
 from gyre_contract.core import _registry as registry
@@ -187,3 +189,18 @@ def test_a_row_from_the_future_names_the_upper_bound_only():
     assert "policy version from the future: expected at most 2 (current 2, max_staleness 5), " \
            "got 3" in text
     assert "-3" not in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6), st.integers(0, 9), st.data())
+def test_true_past_the_length_is_judged_as_position_by_position(b, r, data):
+    """`response_mask True past response_length` from each row's last True gives the rows the
+    plain position-by-position comparison gives (any mask, lengths in and out of range)."""
+    from gyre_contract.core._tokens import _true_past
+
+    mask = np.array(data.draw(st.lists(st.lists(st.booleans(), min_size=r, max_size=r),
+                                       min_size=b, max_size=b)), bool).reshape(b, r)
+    length = np.array(data.draw(st.lists(st.integers(-2, r + 2), min_size=b, max_size=b)),
+                      np.int64)
+    plain = (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1)
+    assert np.array_equal(_true_past(mask, length), plain)

@@ -3,6 +3,8 @@ all or nothing, the same verdicts and messages with the fast paths on or off."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,57 @@ def test_a_failed_block_changes_nothing():
     blocks.commit()
     assert blocks.steps == 3
 
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_failed_block_leaves_the_open_episodes_as_they_were(monkeypatch, fast):
+    """The trial checker's open episodes are its own: the record path advances an episode past
+    a step that fails (`EpisodeTracker.skip`, in place), which must not reach the committed
+    state (a trial copy sharing the entries would make the next block look like a gap)."""
+    monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+    blocks = RecordBlocks(CartPoleStep)
+    blocks.check(steps("e", n=1, length=3, end=False))  # steps 0-2, open
+    blocks.commit()
+    bad = steps("e", n=1, length=2, start=3)
+    bad[0]["reward"] = "x"  # step 3 fails: the trial skips past it
+    with pytest.raises(ContractError):
+        blocks.check(bad)
+    blocks.check(steps("e", n=1, length=2, start=3))  # steps 3, 4 follow step 2
+    blocks.commit()
+    assert blocks.steps == 5
+
+
+def test_a_trial_copy_of_the_checker_is_independent_and_equal_to_a_deep_copy():
+    """`StepChecker.copy` (the per-block trial copy) gives what `copy.deepcopy` gives, and
+    changing either side leaves the other as it was."""
+    blocks = RecordBlocks(CartPoleStep)
+    blocks.check(steps("a", n=3, length=3, end=False) + steps("b", n=2))
+    blocks.commit()
+    checker = blocks._checker
+    checker.tracker._ended.add_many([f"x{i}" for i in range(5000)], list(range(5000)))
+    checker.tracker._ended.add("y", 7)  # held in a run and among the recent ones
+    checker.tracker.skip("a0", 3, 9)
+    checker.group_versions.add("g", 1)
+    checker.group_versions.add("g", 2)
+
+    def state(c):
+        t = c.tracker
+        return (c.records, c.steps, t.steps, t.terminated, t.truncated, set(t.policy_versions),
+                {k: copy.copy(v) for k, v in t._open.items()}, t._ended.items(), len(t._ended),
+                dict(c.group_versions.first), {k: set(v) for k, v in c.group_versions.mixed.items()})
+
+    deep = copy.deepcopy(checker)
+    trial = checker.copy()
+    assert state(trial) == state(deep) == state(checker)
+    trial.tracker.skip("a0", 4, 10)
+    trial.tracker.skip("new", 0, 11)
+    trial.tracker.forget_many(["x1", "y"])
+    trial.tracker._ended.add("z", 12)
+    trial.tracker.policy_versions.add(99)
+    trial.group_versions.add("g", 3)
+    trial.group_versions.add("h", 1)
+    assert state(checker) == state(deep)
+    assert state(trial) != state(deep)
 
 def test_ended_ids_are_forgotten_after_their_block_but_caught_within_one():
     blocks = RecordBlocks(CartPoleStep)

@@ -10,6 +10,7 @@ from gyre_contract.core._dims import DTYPES
 from gyre_contract.core._errors import ContractError
 from gyre_contract.trainer import _fieldmap as fieldmap
 from gyre_contract.trainer import _ops as ops
+from gyre_contract.trainer._fieldmap import FieldMap
 
 
 def test_the_field_map_re_exports_the_ops_public_names():
@@ -68,3 +69,34 @@ def test_check_dtype_names_the_dtypes_a_map_may_cast_to():
     assert ops.check_dtype("float32") is None
     castable = ", ".join(d for d in DTYPES if d != "bfloat16")
     assert ops.check_dtype("bfloat16") == f'one of {castable}, got "bfloat16"'
+
+
+def test_a_maps_reads_follow_its_entries_and_the_op_registry_after_first_use():
+    """`FieldMap.sources`/`reads`/`sparse_sources` are cached (a trainer end reads them each
+    `get`); an op registered, replaced or removed, or an entry added, replaced or removed after
+    they were first worked out, shows at once."""
+    ops.register_op("plus_extra", lambda inputs, columns: inputs[0], reads=("extra_a",))
+    try:
+        fmap = FieldMap.from_dict({"gyre_field_map": 1, "fields": {
+            "x": {"op": "plus_extra", "from": "reward"}, "next_obs": {"op": "next",
+                                                                     "from": ["step", "final"]}}})
+        assert fmap.sources() == ["reward", "extra_a", "step", "final", "mask"]
+        assert fmap.sparse_sources() == ["final"]
+        ops.register_op("plus_extra", lambda inputs, columns: inputs[0], reads=("extra_b",))
+        assert fmap.sources() == ["reward", "extra_b", "step", "final", "mask"]
+        assert fmap.reads()["x"] == ("reward", "extra_b")
+        ops.unregister_op("plus_extra")
+        assert fmap.sources() == ["reward", "step", "final", "mask"]
+    finally:
+        if "plus_extra" in ops.known_ops():
+            ops.unregister_op("plus_extra")
+    fmap.fields["x"] = FieldMap.from_dict({"gyre_field_map": 1, "fields": {
+        "x": {"from": "value"}}}).fields["x"]
+    assert fmap.sources() == ["value", "step", "final", "mask"]
+    fmap.fields["y"] = FieldMap.from_dict({"gyre_field_map": 1, "fields": {
+        "y": {"from": "final"}}}).fields["y"]
+    assert fmap.sparse_sources() == []  # read whole by `y`: no longer sparse
+    del fmap.fields["y"], fmap.fields["next_obs"]
+    assert fmap.sources() == ["value"] and fmap.reads() == {"x": ("value",)}
+    fmap.sources().append("not kept")  # the cached lists are the map's own
+    assert fmap.sources() == ["value"]
