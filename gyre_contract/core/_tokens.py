@@ -99,6 +99,8 @@ def _finite(view: BatchView) -> list[Problem]:
         if not isinstance(spec, TensorSpec) or not isinstance(value, np.ndarray) \
                 or value.dtype.kind != "f":
             continue
+        if value.size and np.isfinite(value.min()) and np.isfinite(value.max()):
+            continue  # every value finite (NaN or inf would make one of them so): two passes
         finite = np.isfinite(value)
         if value.shape == mask.shape:
             bad = (mask & ~finite).any(axis=1)
@@ -122,6 +124,8 @@ def _logprob_sign(view: BatchView) -> list[Problem]:
         value = view.arrays.get(name)
         if not isinstance(value, np.ndarray) or value.shape != mask.shape:
             continue
+        if value.size and value.max() <= 0:
+            continue  # no value is positive anywhere (NaN makes the max NaN: the full look)
         positive = mask & (value > 0) & np.isfinite(value)  # inf: `not finite` says it
         if positive.any():
             top = str(value[positive].max())  # its own dtype: float32 0.3 reads 0.3

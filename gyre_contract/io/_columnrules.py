@@ -156,9 +156,9 @@ def narrowed(flat: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
         limit = FLOAT_EXACT_INT.get(dtype.name)
         if limit is None:
             return None
-        with np.errstate(invalid="ignore"):
-            if flat.size and not (np.abs(flat) < limit).all():  # NaN and inf fail too
-                return None
+        # two reductions, no temporary array: NaN (either gives NaN) and inf fail too
+        if flat.size and not (-limit < flat.min() and flat.max() < limit):
+            return None
         return flat if flat.dtype == dtype else flat.astype(dtype)
     if dtype.kind in "iu":
         if flat.dtype.kind not in "iu":

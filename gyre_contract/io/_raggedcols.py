@@ -153,7 +153,12 @@ class RaggedPlan:
     def array_counts(self, block: Block) -> list[tuple[str, Any, tuple[int, ...], int]]:
         """(path, dtype, shape, records) of each tensor the block's records carry, in the order
         a record-by-record check first sees them (`report.FieldStats`)."""
-        counts: list[tuple[str, Any, tuple[int, ...], int]] = block.extra.get("array_counts", [])
+        counts: list[tuple[str, Any, tuple[int, ...], int]] | None = \
+            block.extra.get("array_counts")
+        if counts is None:
+            found = block.extra.pop("found", None)
+            counts = [] if found is None else self._array_counts(found)
+            block.extra["array_counts"] = counts  # made when asked: only a report asks
         return counts
 
     def check(self, columns: Sequence[tuple[str, Any]], n: int, *, arrays: bool,
@@ -338,7 +343,7 @@ class RaggedPlan:
                       terminated=values["terminated"], truncated=values["truncated"],
                       key_counts=found.counts, lines=[], plan=self)  # type: ignore[arg-type]
         block.lists = {p: v for p, v in found.strings.items() if "." not in p}
-        block.extra["array_counts"] = self._array_counts(found)
+        block.extra["found"] = found  # `array_counts` reads it when a report asks
         if arrays:
             block.arrays = dict(values)
             block.ragged = found.ragged

@@ -158,14 +158,16 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
     _check_size(b, p, r, prompts[1], responses[1], per_token, max_bytes)
     prompt_mask = np.arange(p)[None, :] >= (p - prompts[1])[:, None]
     real = np.arange(r)[None, :] < responses[1][:, None]
+    fills: list[_Fill] = []
     out: dict[str, np.ndarray] = {
-        "prompt_ids": _scatter(prompt_name, prompts[0], prompt_mask, "int64", pad_id),
+        "prompt_ids": _scatter(prompt_name, prompts[0], prompt_mask, "int64", pad_id, fills),
         "prompt_mask": prompt_mask,
-        "response_ids": _scatter(RESPONSE_SOURCE, responses[0], real, "int64", pad_id),
+        "response_ids": _scatter(RESPONSE_SOURCE, responses[0], real, "int64", pad_id, fills),
         "response_length": responses[1],
     }
     for name, (flat, _) in per_token.items():
-        out[name] = _scatter(name, flat, real, _DTYPES.get(name), 0)
+        out[name] = _scatter(name, flat, real, _DTYPES.get(name), 0, fills)
+    fill_all(fills)
     loss_mask = out.get("loss_mask")
     out["response_mask"] = real if loss_mask is None else real & loss_mask
     for name in scalar_names:
@@ -522,9 +524,15 @@ def _locate(inputs: list[_Input], row: int) -> tuple[_Input, int]:
     raise IndexError(row)
 
 
+_Fill = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""(out, where, values): `out[where] = values`, one boolean-mask assignment (`fill_all`)."""
+
+
 def _scatter(name: str, flat: np.ndarray, where: np.ndarray, dtype: str | None,
-             pad: Any) -> np.ndarray:
-    """`flat` laid into an array shaped like `where`, in row-major order; `pad` elsewhere."""
+             pad: Any, fills: list[_Fill]) -> np.ndarray:
+    """An array shaped like `where`, `pad` everywhere, that `fill_all(fills)` lays `flat` into
+    where `where` is True (row-major order). The cast (which may refuse) happens here, in
+    order: the fills themselves cannot fail."""
     if dtype is not None and flat.size:
         try:
             flat = cast_array(flat, dtype)
@@ -533,8 +541,35 @@ def _scatter(name: str, flat: np.ndarray, where: np.ndarray, dtype: str | None,
     elif dtype is not None:
         flat = flat.astype(dtype)
     out = np.zeros(where.shape, flat.dtype) if pad == 0 else np.full(where.shape, pad, flat.dtype)
-    out[where] = flat
+    fills.append((out, where, flat))
     return out
+
+
+PARALLEL_CELLS = 1 << 22
+"""Cells (all fills together) from which `fill_all` runs the fills on two threads: below
+it, starting them costs more than it saves."""
+
+
+def fill_all(fills: Sequence[_Fill]) -> None:
+    """Run every fill: one after another, or for large ones on two threads at once. numpy's
+    boolean-mask assignment runs without the GIL, and the first write to each freshly
+    allocated page (what most of a padded array's time goes to) is paid by the thread that
+    writes it: two threads halve the wall time on two free cores. Each fill writes its own
+    array, so the order does not matter."""
+    if len(fills) < 2 or sum(f[1].size for f in fills) < PARALLEL_CELLS:
+        for out, where, values in fills:
+            out[where] = values
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(fill: _Fill) -> None:
+        out, where, values = fill
+        out[where] = values
+
+    by_size = sorted(fills, key=lambda f: -f[1].size)  # the largest first: even halves
+    with ThreadPoolExecutor(2, thread_name_prefix="gyre-fill") as pool:
+        for future in [pool.submit(run, f) for f in by_size]:
+            future.result()
 
 
 def _check_size(b: int, p: int, r: int, prompt_lengths: np.ndarray, lengths: np.ndarray,

@@ -100,6 +100,8 @@ def test_a_missing_required_field_is_a_field_problem():
     ("batch.response_mask_within_length", edited("response_length", 2, 5)),
     ("batch.response_mask_within_length", edited("response_length", 2, -1)),
     ("batch.finite_under_response_mask", edited("logprob", (1, 1), np.inf)),
+    ("batch.finite_under_response_mask", edited("logprob", (1, 1), -np.inf)),  # min, not max
+    ("batch.finite_under_response_mask", edited("ref_logprob", (0, 0), np.nan)),
     ("batch.finite_under_response_mask", edited("reward", 2, np.nan)),         # [B]: everywhere
     ("batch.finite_under_response_mask", edited("advantage", 2, np.nan)),
     ("batch.token_logprob_nonpositive", edited("logprob", (0, 1), 0.1)),
