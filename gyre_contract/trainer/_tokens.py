@@ -113,11 +113,14 @@ def collate_tokens(
 
 def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id: int = 0,
                           max_bytes: int | None = None, pad_to: Mapping[str, int] | None = None,
-                          token_budget: int | None = None) -> dict[str, np.ndarray] | None:
+                          token_budget: int | None = None,
+                          flats: dict[str, np.ndarray] | None = None
+                          ) -> dict[str, np.ndarray] | None:
     """`collate_tokens` of a file's steps read as columns (`io._tokencolumns`), the same
     columns (and messages, with each step's line) as of its step objects: lists as flat values
     and lengths (`Ragged`), no array per step. None when `fields` names a field of modalities
-    itself (only objects say it)."""
+    itself (only objects say it). `flats`, when given, gets the real tokens of `prompt_ids`
+    and `response_ids` in row order (what packing reads: no gather from the padded arrays)."""
     wanted = [f for f in fields if f not in (*LAYOUT_FIELDS,)]
     if any(name in found.objects for name in wanted):
         return None
@@ -129,7 +132,7 @@ def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id:
         raise MissingFieldError(RESPONSE_SOURCE, columns.keys())
     inputs = [_Input("steps", columns, found.steps, columns.get("episode_id"),
                      found.lines.tolist())]
-    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
+    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget, flats)
 
 
 _OBJECT = object()
@@ -139,7 +142,8 @@ collation too, never read unless a map names it (then `collate_token_columns` gi
 
 def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
              max_bytes: int | None, pad_to: Mapping[str, int] | None,
-             token_budget: int | None) -> dict[str, np.ndarray]:
+             token_budget: int | None, flats: dict[str, np.ndarray] | None = None
+             ) -> dict[str, np.ndarray]:
     prompt_name = _prompt_source(inputs)
     prompts = _ragged(inputs, prompt_name)
     responses = _ragged(inputs, RESPONSE_SOURCE)
@@ -168,6 +172,8 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
     for name, (flat, _) in per_token.items():
         out[name] = _scatter(name, flat, real, _DTYPES.get(name), 0, fills)
     fill_all(fills)
+    if flats is not None:  # the int64 values laid into prompt_ids and response_ids
+        flats.update(prompt_ids=fills[0][2], response_ids=fills[1][2])
     loss_mask = out.get("loss_mask")
     out["response_mask"] = real if loss_mask is None else real & loss_mask
     for name in scalar_names:

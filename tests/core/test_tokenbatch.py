@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gyre_contract
 from gyre_contract.core import _registry as registry
@@ -189,3 +191,27 @@ def test_a_row_from_the_future_names_the_upper_bound_only():
     assert "policy version from the future: expected at most 2 (current 2, max_staleness 5), " \
            "got 3" in text
     assert "-3" not in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**16), rows=st.integers(1, 4), width=st.integers(1, 9),
+       spread=st.sampled_from([2, 9, 2**62]))
+def test_moved_positions_flag_the_rows_the_running_count_does(seed, rows, width, spread):
+    """The cell-by-cell look (0 at a run's start, one more than the cell before elsewhere) flags
+    exactly the rows whose positions differ from each run's count, also beyond 0..S-1."""
+    from gyre_contract.core._tokens import moved_positions
+
+    rng = np.random.default_rng(seed)
+    starts = rng.random((rows, width)) < 0.3
+    starts[:, 0] = True
+    cell = np.arange(rows * width).reshape(rows, width)
+    within = cell - np.maximum.accumulate(np.where(starts, cell, 0).reshape(-1)).reshape(
+        rows, width)
+    position = within.copy()
+    hits = rng.random((rows, width)) < 0.2
+    position[hits] = rng.integers(-spread, spread, int(hits.sum()))
+    if spread > 9 and position.size > 1:  # a wrap-around: MAX then MIN differ by 1 mod 2**64
+        position.reshape(-1)[:2] = [2**63 - 1, -(2**63)]
+    expected = position != within
+    got = moved_positions(position, starts)
+    assert got.any(axis=1).tolist() == expected.any(axis=1).tolist()
