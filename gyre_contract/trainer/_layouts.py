@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -393,11 +393,11 @@ class TokenRows(RowLayout):
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
                      max_len: int | None = None, sparse: list[str] | None = None,
-                     flats: dict[str, np.ndarray] | None = None
-                     ) -> tuple[dict[str, Any], int] | None:
+                     flats: dict[str, np.ndarray] | None = None,
+                     flat_only: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
         """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
         and lengths, no step object), collated as their objects would be (`collate`);
-        `flats`: see `collate_token_columns`."""
+        `flats`, `flat_only`: see `collate_token_columns`."""
         if max_len is not None:
             return None  # `collate` explains
         found = read_token_columns(path, model)
@@ -405,7 +405,7 @@ class TokenRows(RowLayout):
             return None
         columns = collate_token_columns(
             found, fields=[n for n in fields if n not in self.made_here], pad_to=self.pad_to,
-            flats=flats, **self._limits())
+            flats=flats, flat_only=flat_only, **self._limits())
         return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
@@ -513,11 +513,14 @@ class PackedRows(TokenRows):
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
                      max_len: int | None = None, sparse: list[str] | None = None,
-                     flats: dict[str, np.ndarray] | None = None
-                     ) -> tuple[dict[str, Any], int] | None:
+                     flats: dict[str, np.ndarray] | None = None,
+                     flat_only: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
         flats = {} if flats is None else flats
+        # the token ids go into the packed rows from their flat values: padded only when read
         found = super().collate_file(path, model, fields=fields, max_len=max_len,
-                                     sparse=sparse, flats=flats)
+                                     sparse=sparse, flats=flats,
+                                     flat_only={*flat_only,
+                                                *({"prompt_ids", "response_ids"} - set(fields))})
         if found is None:
             return None
         columns, episodes = found

@@ -281,12 +281,15 @@ def test_a_packed_file_on_two_threads_gives_the_batch_of_its_records(tmp_path, m
     real_pack = _packing.pack_columns
 
     def pack_columns(columns, budget, **options):
-        kept.append(dict(options.get("flats") or {}))
+        kept.append({**(options.get("flats") or {}), "padded": {
+            k for k in ("prompt_ids", "response_ids") if k in columns}})
         return real_pack(columns, budget, **options)
 
     monkeypatch.setattr("gyre_contract.trainer._layouts.pack_columns", pack_columns)
     threaded = fmap.batch(path)
-    assert kept and set(kept[0]) == {"prompt_ids", "response_ids"}  # no gather from [B, R]
+    # no gather from [B, R]: the ids are never padded, as the map reads neither
+    assert kept and set(kept[0]) == {"prompt_ids", "response_ids", "padded"}
+    assert kept[0]["padded"] == set()
     assert serial.keys() == threaded.keys()
     for key, value in serial.items():
         assert np.array_equal(value, threaded[key]), key
@@ -302,3 +305,15 @@ def test_positions_that_do_not_restart_name_their_micro_batch_rows():
     with pytest.raises(ContractError, match=r"position_ids: position_ids do not restart at each "
                                             r"sample: .* got other positions in rows \[1\]"):
         validate_batch({**batch, "position_ids": position}, PackedBatch)
+
+
+def test_a_packed_map_that_reads_the_response_ids_gets_them_padded_and_packed(tmp_path):
+    fmap = packed_map(16, **PACKED_FIELDS, tokens={"from": "response_ids"})
+    path = tmp_path / "rows.jsonl"
+    write_steps(path, records())
+    from_file, from_records = fmap.batch(path), fmap.batch(records())
+    for key, value in from_records.items():
+        assert np.array_equal(value, from_file[key]), key
+    for i, r in enumerate(records()):  # each response token at its packed place
+        p = len(r["observation"]["token_ids"])
+        assert unpack(from_file, "tokens", i)[p:].tolist() == r["action"]
