@@ -289,7 +289,7 @@ def moved_positions(position: np.ndarray, starts: np.ndarray) -> np.ndarray:
             and position.max() < width:
         # within 0..S-1 (no difference overflows): 0 at a start, elsewhere one more than the
         # cell before, cell by cell; a row holds its runs' counts exactly when each cell does
-        moved = position != 0
+        moved = np.not_equal(position, 0)
         step = np.diff(position, axis=1)
         step -= 1
         np.copyto(moved[:, 1:], step.astype(bool), where=~starts[:, 1:])
@@ -297,7 +297,7 @@ def moved_positions(position: np.ndarray, starts: np.ndarray) -> np.ndarray:
     cell = np.arange(position.size).reshape(position.shape)
     within = cell - np.maximum.accumulate(np.where(starts, cell, 0).reshape(-1)).reshape(
         position.shape)
-    return position != within
+    return np.not_equal(position, within)
 
 
 def _packed_rows(view: BatchView) -> list[Problem]:
