@@ -312,7 +312,7 @@ def _packed_rows(view: BatchView) -> list[Problem]:
     problems = []
     starts = np.ones(index.shape, bool)  # a run begins at column 0 and where the sample changes
     starts[:, 1:] = index[:, 1:] != index[:, :-1]
-    moved = moved_positions(arrays["position_ids"], starts)
+    moved: Any = moved_positions(arrays["position_ids"], starts)
     if moved.any():
         problems.append(Problem("position_ids", "0 at each sample's first token (and at the tail "
                                 "padding), then +1 along it", f"other positions in "
