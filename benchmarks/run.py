@@ -238,7 +238,8 @@ def bench_tokens(s: Sizes, tmp: Path) -> list[Figure]:
             lambda: cli("batch", file, "--map", packed_map, "--format", "json"),
             lambda: baselines.packed_batch(path),
             "pyarrow.json list columns + checks + FFD + index scatter", target="<= 1.2",
-            rounds=s.file_rounds)]
+            rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
+            typed=lambda: baselines.typed_decode(path, baselines.LLMStruct))]
 
 
 # -- start-up -------------------------------------------------------------------------------------
