@@ -18,8 +18,8 @@ per-response-token column `[B, R, ...]` (what the map's ops give: `per_token` ad
 `logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere.
 
 Vectorised: one boolean selection per column gives every real token in sample order, one
-`np.repeat` gives each token's destination, one assignment writes them; the runs of
-`position_ids` and `sample_index` come from their start cells by `np.maximum.accumulate`. Only
+`np.repeat` gives each token's destination, one assignment writes them; `position_ids` and
+`sample_index` are one `np.repeat` each over the runs (samples and tails) in cell order. Only
 the placement loops over samples in Python (one numpy search over the open rows per sample).
 """
 
@@ -178,16 +178,16 @@ def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,
     ids[destinations(first + prompt, response)] = response_ids
     used = plan.used
     tails = (np.arange(plan.rows) * budget + used)[used < budget]
-    label = np.empty(cells, np.int64)  # at each run's first cell: its sample, or -1 (padding)
-    label[first] = np.arange(first.size)
-    label[tails] = -1
-    run_start = np.zeros(cells, np.int64)
-    run_start[first] = first
-    run_start[tails] = tails
-    np.maximum.accumulate(run_start, out=run_start)
-    sample_index = label[run_start]
+    # the runs (each sample, each row's tail padding) tile the rows end to end: in cell order,
+    # one `np.repeat` of each run's label (its sample, or -1) and of its first cell
+    starts = np.concatenate([first, tails])
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    labels = np.concatenate([np.arange(first.size), np.full(tails.size, -1)])[order]
+    runs = np.diff(starts, append=cells)
+    sample_index = np.repeat(labels, runs)
     position = np.arange(cells, dtype=np.int64)
-    position -= run_start
+    position -= np.repeat(starts, runs)
     shape = (plan.rows, budget)
     return {"input_ids": ids.reshape(shape), "position_ids": position.reshape(shape),
             "pad_mask": (sample_index >= 0).reshape(shape),
