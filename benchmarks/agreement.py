@@ -381,12 +381,19 @@ def token_cases(path: Path) -> dict[str, list[bytes]]:
             "episode id repeated": edit(episode_id=orjson.loads(lines[2])["episode_id"])}
 
 
-def check_tokens(path: Path, map_path: Path, tmp: Path) -> tuple[list[str], Rows]:
+def check_tokens(path: Path, map_path: Path, tmp: Path,
+                 packed_map: Path | None = None) -> tuple[list[str], Rows]:
+    """The planted token cases under the padded map and (given) the packed one."""
     paths = {}
     for i, (case, content) in enumerate(token_cases(path).items()):
         paths[case] = tmp / f"tokens-{i}.jsonl"
         paths[case].write_bytes(b"\n".join(content) + b"\n")
-    return check_batches("pyarrow.json tokens", paths, map_path, baselines.token_batch)
+    problems, rows = check_batches("pyarrow.json tokens", paths, map_path, baselines.token_batch)
+    if packed_map is not None:
+        more, more_rows = check_batches("pyarrow.json packed", paths, packed_map,
+                                        baselines.packed_batch)
+        problems, rows = problems + more, rows + more_rows
+    return problems, rows
 
 
 # -- arrays ------------------------------------------------------------------------------------
@@ -412,7 +419,8 @@ def compare(ours: dict[str, Any], theirs: dict[str, Any], label: str) -> list[st
     return problems
 
 
-def check_arrays(jsonl: Path, parquet: Path, tokens: Path, token_map: Path) -> list[str]:
+def check_arrays(jsonl: Path, parquet: Path, tokens: Path, token_map: Path,
+                 packed_map: Path | None = None) -> list[str]:
     ours = gyre_contract.half_way(jsonl, baselines.CARTPOLE_MAP).batch
     problems = compare(ours, baselines.batch_jsonl(jsonl), "pyarrow.json batch")
     problems += compare(ours, baselines.batch_parquet(parquet), "pq.read_table batch")
@@ -420,6 +428,9 @@ def check_arrays(jsonl: Path, parquet: Path, tokens: Path, token_map: Path) -> l
                         "package Parquet vs JSON Lines")
     problems += compare(gyre_contract.half_way(tokens, token_map).batch,
                         baselines.token_batch(tokens), "pyarrow.json tokens")
+    if packed_map is not None:
+        problems += compare(gyre_contract.half_way(tokens, packed_map).batch,
+                            baselines.packed_batch(tokens), "pyarrow.json packed")
     b = baselines.batch_jsonl(jsonl)  # the baseline GAE against the package's gae
     lengths = b["mask"].sum(1)
     with open(jsonl, "rb") as f:
@@ -444,6 +455,12 @@ def write_token_map(folder: Path) -> Path:
     return path
 
 
+def write_packed_map(folder: Path) -> Path:
+    path = folder / "packed_map.json"
+    path.write_bytes(orjson.dumps(baselines.PACKED_MAP))
+    return path
+
+
 def check_all(lines: int = CHECK_LINES, completions: int = CHECK_COMPLETIONS
               ) -> tuple[list[str], Rows]:
     """Every agreement check: (problems, rows of (baseline, case, package refuses, baseline
@@ -455,11 +472,12 @@ def check_all(lines: int = CHECK_LINES, completions: int = CHECK_COMPLETIONS
     with tempfile.TemporaryDirectory(prefix="gyre-agree-") as tmp_dir:
         tmp = Path(tmp_dir)
         token_map = write_token_map(tmp)
+        packed_map = write_packed_map(tmp)
         for found, more in (check_files(jsonl, tmp), check_parquet(jsonl, tmp),
-                            check_tokens(tokens, token_map, tmp)):
+                            check_tokens(tokens, token_map, tmp, packed_map)):
             problems += found
             rows += more
-        problems += check_arrays(jsonl, parquet, tokens, token_map)
+        problems += check_arrays(jsonl, parquet, tokens, token_map, packed_map)
     return problems, rows
 
 

@@ -25,6 +25,10 @@ Per file:
 - `token_batch(path)`: `pyarrow.json.read_json` of LLM completions (list columns), the token
   checks in numpy, then one boolean-mask scatter per padded field (prompt left-padded,
   response right-padded): the `TokenBatch` of `TOKEN_MAP`.
+- `packed_batch(path)`: the same read and checks, then the packed rows of `PACKED_MAP` straight
+  from the flat token lists: first-fit-decreasing placement (a stable argsort, one `np.argmax`
+  per sample), every token's cell by index arithmetic, one scatter per `[M, S]` array,
+  group_norm advantages in numpy.
 - `JsonSchemaRs`: jsonschema-rs compiled from the exported `schemas/rollout_step.v1.json`, one
   `orjson.loads` + `is_valid` per line: the schema-only baseline (no episode rules).
 - The limits: `raw_read(path)` (one `read()` of the file) and `typed_decode(path, struct)`
@@ -71,6 +75,18 @@ TOKEN_MAP = {"gyre_field_map": 1, "rows": "step", "fields": {
                                 "episode_id", "group_id", "policy_version", "step")},
     "advantage": {"from": "reward"}}}
 """The token map of the token-batch figure (docs/llm.md §2 plus `ref_logprob` and `group_id`)."""
+PACKED_BUDGET = 4096
+PACKED_MAP = {"gyre_field_map": 1, "rows": "step", "layout": "packed",
+              "token_budget": PACKED_BUDGET, "fields": {
+                  **{k: {"from": k} for k in ("input_ids", "position_ids", "pad_mask",
+                                              "sample_index", "reward", "episode_id",
+                                              "group_id", "policy_version", "step")},
+                  "loss_mask": {"from": "response_mask"}, "logprobs": {"from": "logprob"},
+                  "ref_logprobs": {"from": "ref_logprob"},
+                  "advantages": {"op": "group_norm", "from": ["reward", "group_id"],
+                                 "then": [{"op": "per_token"}]}}}
+"""The packed map of the packed token-batch figure: the `PackedBatch` of GRPO (group_norm
+advantages on each response token) in micro-batch rows of 4,096 tokens."""
 
 
 class Refused(Exception):
@@ -585,9 +601,9 @@ def _scatter(values: Any, mask: np.ndarray, dtype: Any) -> np.ndarray:
     return out
 
 
-def token_batch(path: str | Path, check: bool = True) -> dict[str, np.ndarray]:
-    """Completions (JSON Lines) → the padded token batch of `TOKEN_MAP`: prompt left-padded,
-    response right-padded, one boolean-mask scatter per field."""
+def _token_columns(path: str | Path, check: bool) -> tuple[Any, Any, Any, np.ndarray, np.ndarray]:
+    """(table, prompt lists, action lists, prompt lengths, action lengths) of completions read by
+    `pyarrow.json` (explicit schema, unknown keys refused) and checked (`token_problems`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
@@ -606,6 +622,15 @@ def token_batch(path: str | Path, check: bool = True) -> dict[str, np.ndarray]:
         problems = token_problems(table, prompt, a_len)
         if problems:
             raise Refused(", ".join(problems))
+    return table, prompt, action, p_len, a_len
+
+
+def token_batch(path: str | Path, check: bool = True) -> dict[str, np.ndarray]:
+    """Completions (JSON Lines) → the padded token batch of `TOKEN_MAP`: prompt left-padded,
+    response right-padded, one boolean-mask scatter per field."""
+    import pyarrow.compute as pc
+
+    table, prompt, action, p_len, a_len = _token_columns(path, check)
     p, r = int(p_len.max()), int(a_len.max())
     prompt_mask = np.arange(p) >= (p - p_len)[:, None]
     response_mask = np.arange(r) < a_len[:, None]
@@ -622,6 +647,103 @@ def token_batch(path: str | Path, check: bool = True) -> dict[str, np.ndarray]:
                group_id=table.column("group_id").to_numpy(zero_copy_only=False).astype(str),
                policy_version=table.column("policy_version").to_numpy(),
                step=table.column("step").to_numpy())
+    return out
+
+
+
+# -- completions -> packed token rows ------------------------------------------------------------
+
+def first_fit_decreasing(lengths: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(row, first column) of each sample placed first-fit-decreasing (longest first, ties in
+    input order) into rows of `budget` tokens, and the number of rows. First fit has no
+    vectorised form: one `np.argmax` over the open rows' room per sample."""
+    row = np.empty(lengths.size, np.int64)
+    col = np.empty(lengths.size, np.int64)
+    room = np.empty(lengths.size, np.int64)
+    rows = 0
+    for i in np.argsort(-lengths, kind="stable").tolist():
+        size = int(lengths[i])
+        at = int(np.argmax(room[:rows] >= size)) if rows else 0
+        if rows == 0 or room[at] < size:
+            at = rows
+            room[at] = budget
+            rows += 1
+        row[i], col[i] = at, budget - room[at]
+        room[at] -= size
+    return row, col, rows
+
+
+def group_norm(reward: np.ndarray, group_id: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """GRPO's advantage: (r - its group's mean) / (the group's unbiased std + eps), exactly 0
+    in a group of equal rewards; a group of one row is refused (no baseline)."""
+    _, index = np.unique(group_id, return_inverse=True)
+    counts = np.bincount(index)
+    if np.any(counts == 1):
+        raise Refused("group_norm: a group of one row")
+    r = reward.astype(np.float64)
+    dev = r - (np.bincount(index, weights=r) / counts)[index]
+    top = np.full(counts.size, -np.inf)
+    low = np.full(counts.size, np.inf)
+    np.maximum.at(top, index, r)
+    np.minimum.at(low, index, r)
+    dev[(top == low)[index]] = 0.0
+    sd = np.sqrt(np.bincount(index, weights=dev * dev) / (counts - 1))[index]
+    return (dev / (sd + eps)).astype(np.float32)
+
+
+def packed_batch(path: str | Path, budget: int = PACKED_BUDGET, check: bool = True
+                 ) -> dict[str, np.ndarray]:
+    """Completions (JSON Lines) → the packed token batch of `PACKED_MAP`, from the flat token
+    lists straight into `[M, S]` (no padded `[B, R]` on the way): each sample's prompt then
+    response placed first-fit-decreasing, every token's cell by index arithmetic (`np.repeat`
+    of each sample's first cell plus its offset), one scatter per array; group_norm
+    advantages spread over each response's tokens by one `np.repeat`."""
+    import pyarrow.compute as pc
+
+    table, prompt, action, p_len, a_len = _token_columns(path, check)
+    length = p_len + a_len
+    if check and (np.any(length > budget) or np.any(length == 0)):
+        raise Refused("a sample does not fit the token budget")
+    group_id = table.column("group_id").to_numpy(zero_copy_only=False).astype(str)
+    reward = table.column("reward").to_numpy()
+    advantage = group_norm(reward, group_id)
+    row, col, m = first_fit_decreasing(length, budget)
+    cells = m * budget
+    b = length.size
+    first = row * budget + col
+    samples = np.arange(b)
+    p_start = np.cumsum(p_len) - p_len
+    a_start = np.cumsum(a_len) - a_len
+    p_off = np.arange(int(p_len.sum())) - np.repeat(p_start, p_len)
+    a_off = np.arange(int(a_len.sum())) - np.repeat(a_start, a_len)
+    p_dest = np.repeat(first, p_len) + p_off
+    a_dest = np.repeat(first + p_len, a_len) + a_off
+    ids = np.zeros(cells, np.int64)
+    ids[p_dest] = pc.list_flatten(prompt).to_numpy()
+    ids[a_dest] = pc.list_flatten(action).to_numpy()
+    sample_index = np.full(cells, -1, np.int64)
+    sample_index[p_dest] = np.repeat(samples, p_len)
+    sample_index[a_dest] = np.repeat(samples, a_len)
+    used = np.bincount(row, weights=length, minlength=m).astype(np.int64)
+    position = np.tile(np.arange(budget, dtype=np.int64), m)
+    position -= np.repeat(used, budget)  # the tail: one more run from 0 after the last sample
+    position[p_dest] = p_off
+    position[a_dest] = np.repeat(p_len, a_len) + a_off
+    loss_mask = np.zeros(cells, bool)
+    loss_mask[a_dest] = True
+    out = {"input_ids": ids, "position_ids": position, "pad_mask": sample_index >= 0,
+           "sample_index": sample_index, "loss_mask": loss_mask}
+    per_token = {"logprobs": pc.list_flatten(table.column("logprob").combine_chunks()),
+                 "ref_logprobs": pc.list_flatten(table.column("ref_logprob").combine_chunks())}
+    for name, values in per_token.items():
+        out[name] = np.zeros(cells, np.float32)
+        out[name][a_dest] = values.to_numpy()
+    out["advantages"] = np.zeros(cells, np.float32)
+    out["advantages"][a_dest] = np.repeat(advantage, a_len)
+    out = {k: v.reshape(m, budget) for k, v in out.items()}
+    out.update(reward=reward, group_id=group_id, policy_version=table.column(
+        "policy_version").to_numpy(), step=table.column("step").to_numpy(),
+        episode_id=table.column("episode_id").to_numpy(zero_copy_only=False).astype(str))
     return out
 
 

@@ -44,6 +44,7 @@ for _p in (str(HERE.parent), str(HERE)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+from baselines import first_fit_decreasing  # noqa: E402
 from bench_tokens import records  # noqa: E402
 from measure import Figure, interleaved  # noqa: E402
 
@@ -102,24 +103,6 @@ def ours(rows: dict[str, np.ndarray], budget: int) -> dict[str, np.ndarray]:
 
 
 # -- the baseline: vectorised numpy, written for this output ----------------------------------------
-
-def first_fit_decreasing(lengths: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(row, first column) of each sample and the number of rows."""
-    row = np.empty(lengths.size, np.int64)
-    col = np.empty(lengths.size, np.int64)
-    room = np.empty(lengths.size, np.int64)
-    rows = 0
-    for i in np.argsort(-lengths, kind="stable").tolist():
-        size = int(lengths[i])
-        at = int(np.argmax(room[:rows] >= size)) if rows else 0
-        if rows == 0 or room[at] < size:
-            at = rows
-            room[at] = budget
-            rows += 1
-        row[i], col[i] = at, budget - room[at]
-        room[at] -= size
-    return row, col, rows
-
 
 def baseline(rows: dict[str, np.ndarray], budget: int) -> dict[str, np.ndarray]:
     prompt_mask = rows["prompt_mask"]

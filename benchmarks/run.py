@@ -228,17 +228,28 @@ def bench_parquet(s: Sizes) -> list[Figure]:
 # -- completions -> token batch -------------------------------------------------------------------
 
 def bench_tokens(s: Sizes, tmp: Path) -> list[Figure]:
+    """Token rows from completions, padded (`baselines.TOKEN_MAP`) and packed
+    (`baselines.PACKED_MAP`: micro-batch rows of 4,096 tokens, group_norm advantages)."""
     path = corpus.llm_corpus(s.completions)
     print(f"      corpus {corpus_note(path)}", flush=True)
     token_map = str(agreement.write_token_map(tmp))
+    packed_map = str(agreement.write_packed_map(tmp))
     file = str(path)
-    return [interleaved(
-        f"JSONL {s.completions:,} completions -> token batch (padded) / pyarrow.json",
-        lambda: cli("batch", file, "--map", token_map, "--format", "json"),
-        lambda: baselines.token_batch(path), "pyarrow.json list columns + checks + mask scatter",
-        target="<= 1.2", rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
-        typed=lambda: baselines.typed_decode(path, baselines.LLMStruct),
-        note="packed layout: not measured, the package has none yet")]
+    return [
+        interleaved(
+            f"JSONL {s.completions:,} completions -> token batch (padded) / pyarrow.json",
+            lambda: cli("batch", file, "--map", token_map, "--format", "json"),
+            lambda: baselines.token_batch(path),
+            "pyarrow.json list columns + checks + mask scatter", target="<= 1.2",
+            rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
+            typed=lambda: baselines.typed_decode(path, baselines.LLMStruct)),
+        interleaved(
+            f"JSONL {s.completions:,} completions -> token batch (packed) / pyarrow.json",
+            lambda: cli("batch", file, "--map", packed_map, "--format", "json"),
+            lambda: baselines.packed_batch(path),
+            "pyarrow.json list columns + checks + FFD + index scatter", target="<= 1.2",
+            rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
+            typed=lambda: baselines.typed_decode(path, baselines.LLMStruct))]
 
 
 # -- start-up -------------------------------------------------------------------------------------

@@ -292,6 +292,25 @@ TokenBatch = TokenBatchV1
 PACKED_KIND = "packed_batch"
 
 
+def moved_positions(position: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """`[M, S]`: True where `position` is not the count of its cell from its run's start
+    (`starts`: True at each run's first cell, and at column 0)."""
+    width = position.shape[1]
+    if position.size and position.dtype.kind in "iu" and position.min() >= 0 \
+            and position.max() < width:
+        # within 0..S-1 (no difference overflows): 0 at a start, elsewhere one more than the
+        # cell before, cell by cell; a row holds its runs' counts exactly when each cell does
+        moved = np.not_equal(position, 0)
+        step = np.diff(position, axis=1)
+        step -= 1
+        np.copyto(moved[:, 1:], step.astype(bool), where=~starts[:, 1:])
+        return moved
+    cell = np.arange(position.size).reshape(position.shape)
+    within = cell - np.maximum.accumulate(np.where(starts, cell, 0).reshape(-1)).reshape(
+        position.shape)
+    return np.not_equal(position, within)
+
+
 def _packed_rows(view: BatchView) -> list[Problem]:
     arrays = view.arrays
     index, real = arrays["sample_index"], arrays["pad_mask"]
@@ -304,10 +323,7 @@ def _packed_rows(view: BatchView) -> list[Problem]:
     problems = []
     starts = np.ones(index.shape, bool)  # a run begins at column 0 and where the sample changes
     starts[:, 1:] = index[:, 1:] != index[:, :-1]
-    cell = np.arange(index.size).reshape(index.shape)
-    within = cell - np.maximum.accumulate(np.where(starts, cell, 0).reshape(-1)).reshape(
-        index.shape)
-    moved = arrays["position_ids"] != within
+    moved: Any = moved_positions(arrays["position_ids"], starts)
     if moved.any():
         problems.append(Problem("position_ids", "0 at each sample's first token (and at the tail "
                                 "padding), then +1 along it", f"other positions in "

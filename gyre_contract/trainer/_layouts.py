@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -392,10 +392,12 @@ class TokenRows(RowLayout):
         return {}
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
-                     max_len: int | None = None, sparse: list[str] | None = None
-                     ) -> tuple[dict[str, Any], int] | None:
+                     max_len: int | None = None, sparse: list[str] | None = None,
+                     flats: dict[str, np.ndarray] | None = None,
+                     flat_only: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
         """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
-        and lengths, no step object), collated as their objects would be (`collate`)."""
+        and lengths, no step object), collated as their objects would be (`collate`);
+        `flats`, `flat_only`: see `collate_token_columns`."""
         if max_len is not None:
             return None  # `collate` explains
         found = read_token_columns(path, model)
@@ -403,7 +405,7 @@ class TokenRows(RowLayout):
             return None
         columns = collate_token_columns(
             found, fields=[n for n in fields if n not in self.made_here], pad_to=self.pad_to,
-            **self._limits())
+            flats=flats, flat_only=flat_only, **self._limits())
         return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
@@ -510,14 +512,19 @@ class PackedRows(TokenRows):
         return columns
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
-                     max_len: int | None = None, sparse: list[str] | None = None
-                     ) -> tuple[dict[str, Any], int] | None:
+                     max_len: int | None = None, sparse: list[str] | None = None,
+                     flats: dict[str, np.ndarray] | None = None,
+                     flat_only: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
+        flats = {} if flats is None else flats
+        # the token ids go into the packed rows from their flat values: padded only when read
         found = super().collate_file(path, model, fields=fields, max_len=max_len,
-                                     sparse=sparse)
+                                     sparse=sparse, flats=flats,
+                                     flat_only={*flat_only,
+                                                *({"prompt_ids", "response_ids"} - set(fields))})
         if found is None:
             return None
         columns, episodes = found
-        columns.update(pack_columns(columns, self.token_budget))
+        columns.update(pack_columns(columns, self.token_budget, flats=flats))
         return columns, episodes
 
     def collate_block(self, columns: Mapping[str, Any], *, fields: list[str],
@@ -562,12 +569,15 @@ class PackedRows(TokenRows):
         tokens = ResponseTokens(columns)
         out: dict[str, Any] = {}
         problems = []
+        per_token = [t for t, v in built.items() if tokens.fits(v) and not (
+            reads.get(t) and all(n in PACKED_COLUMNS for n in reads[t]))]
+        scattered = dict(zip(per_token, tokens.scatter_all([built[t] for t in per_token])))
         for target, value in built.items():
             names = reads.get(target, ())
             if names and all(n in PACKED_COLUMNS for n in names):
                 out[target] = value  # the layout's own columns, renamed or cast
-            elif tokens.fits(value):
-                out[target] = tokens.scatter(value)
+            elif target in scattered:
+                out[target] = scattered[target]
             elif np.ndim(value) >= 1 and np.shape(value)[0] == tokens.rows:
                 out[target] = value  # one per sample: sample_index indexes it
             else:

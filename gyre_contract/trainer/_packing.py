@@ -18,8 +18,8 @@ per-response-token column `[B, R, ...]` (what the map's ops give: `per_token` ad
 `logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere.
 
 Vectorised: one boolean selection per column gives every real token in sample order, one
-`np.repeat` gives each token's destination, one assignment writes them; the runs of
-`position_ids` and `sample_index` come from their start cells by `np.maximum.accumulate`. Only
+`np.repeat` gives each token's destination, one assignment writes them; `position_ids` and
+`sample_index` are one `np.repeat` each over the runs (samples and tails) in cell order. Only
 the placement loops over samples in Python (one numpy search over the open rows per sample).
 """
 
@@ -38,6 +38,9 @@ PACKED_TOKEN_COLUMNS: tuple[str, ...] = ("input_ids", "position_ids", "pad_mask"
 PACKED_SAMPLE_COLUMNS: tuple[str, ...] = ("sample_row", "sample_start", "sample_length")
 """The `[B]` columns packing makes: where each sample lies in the packed rows."""
 PACKED_COLUMNS = PACKED_TOKEN_COLUMNS + PACKED_SAMPLE_COLUMNS
+PARALLEL_CELLS = 1 << 22
+"""`[B, R]` cells (all columns together) from which `ResponseTokens.scatter_all` runs on two
+threads: below it, starting them costs more than it saves."""
 _PACKED_CELL_BYTES = 8 + 8 + 8 + 1
 """Bytes per packed cell of the columns packing makes (input_ids, position_ids, sample_index,
 pad_mask), for the size check before allocating."""
@@ -83,7 +86,7 @@ def plan_packing(lengths: Any, budget: int) -> PackPlan:
     start = np.empty(n, np.int64)
     rows = 0
     for i, size in zip(order.tolist(), length[order].tolist(), strict=True):
-        at = int(np.argmax(room[:rows] >= size)) if rows else 0
+        at = int((room[:rows] >= size).argmax()) if rows else 0  # the method: no wrapper
         if not rows or room[at] < size:
             at, rows = rows, rows + 1
             room[at] = budget
@@ -125,17 +128,38 @@ class ResponseTokens:
 
     def scatter(self, value: Any) -> np.ndarray:
         """`value` `[B, R, ...]` at its tokens' packed positions `[M, S, ...]`, 0 elsewhere."""
-        value = np.asarray(value)
-        out = np.zeros((self.cells, *value.shape[2:]), value.dtype)
-        out[self.where] = value[self.real]
-        return out.reshape(self.shape + value.shape[2:])
+        return self.scatter_all([value])[0]
+
+    def scatter_all(self, values: list[Any]) -> list[np.ndarray]:
+        """`scatter` of each of `values`; many large ones on two threads at once (numpy's
+        selection and assignment run without the GIL; each writes its own array)."""
+        arrays = [np.asarray(v) for v in values]
+        outs = [np.zeros((self.cells, *a.shape[2:]), a.dtype) for a in arrays]
+
+        def run(i: int) -> None:
+            outs[i][self.where] = arrays[i][self.real]
+
+        if len(arrays) < 2 or self.real.size * len(arrays) < PARALLEL_CELLS:
+            for i in range(len(arrays)):
+                run(i)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(2, thread_name_prefix="gyre-pack") as pool:
+                for future in [pool.submit(run, i) for i in range(len(arrays))]:
+                    future.result()
+        return [out.reshape(self.shape + a.shape[2:]) for out, a in zip(outs, arrays)]
 
 
 def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,
-                 max_bytes: int | None = None) -> dict[str, np.ndarray]:
+                 max_bytes: int | None = None,
+                 flats: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """The packed columns (`PACKED_COLUMNS`) of collated token rows, every row placed by
     `plan_packing`. Raises `BatchTooLargeError` when the packed rows would exceed `max_bytes`
-    (default `collation.MAX_BATCH_BYTES`)."""
+    (default `collation.MAX_BATCH_BYTES`). `flats`: the real tokens of `prompt_ids` and
+    `response_ids` in row order, when the collation kept them (else they are selected from
+    the padded arrays)."""
+    flats = flats or {}
     prompt_mask = np.asarray(columns["prompt_mask"])
     prompt = prompt_mask.sum(axis=1, dtype=np.int64)
     response = np.asarray(columns["response_length"], dtype=np.int64)
@@ -144,21 +168,26 @@ def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,
     cells = plan.rows * budget
     first = plan.row * budget + plan.start
     ids = np.zeros(cells, np.int64) if pad_id == 0 else np.full(cells, pad_id, np.int64)
-    ids[destinations(first, prompt)] = np.asarray(columns["prompt_ids"])[prompt_mask]
-    real = np.arange(np.shape(columns["response_ids"])[1]) < response[:, None]
-    ids[destinations(first + prompt, response)] = np.asarray(columns["response_ids"])[real]
+    prompt_ids = flats.get("prompt_ids")
+    ids[destinations(first, prompt)] = np.asarray(columns["prompt_ids"])[prompt_mask] \
+        if prompt_ids is None else prompt_ids
+    response_ids = flats.get("response_ids")
+    if response_ids is None:
+        real = np.arange(np.shape(columns["response_ids"])[1]) < response[:, None]
+        response_ids = np.asarray(columns["response_ids"])[real]
+    ids[destinations(first + prompt, response)] = response_ids
     used = plan.used
     tails = (np.arange(plan.rows) * budget + used)[used < budget]
-    label = np.empty(cells, np.int64)  # at each run's first cell: its sample, or -1 (padding)
-    label[first] = np.arange(first.size)
-    label[tails] = -1
-    run_start = np.zeros(cells, np.int64)
-    run_start[first] = first
-    run_start[tails] = tails
-    np.maximum.accumulate(run_start, out=run_start)
-    sample_index = label[run_start]
+    # the runs (each sample, each row's tail padding) tile the rows end to end: in cell order,
+    # one `np.repeat` of each run's label (its sample, or -1) and of its first cell
+    starts = np.concatenate([first, tails])
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    labels = np.concatenate([np.arange(first.size), np.full(tails.size, -1)])[order]
+    runs = np.diff(starts, append=cells)
+    sample_index = np.repeat(labels, runs)
     position = np.arange(cells, dtype=np.int64)
-    position -= run_start
+    position -= np.repeat(starts, runs)
     shape = (plan.rows, budget)
     return {"input_ids": ids.reshape(shape), "position_ids": position.reshape(shape),
             "pad_mask": (sample_index >= 0).reshape(shape),

@@ -34,7 +34,7 @@ anything padded is allocated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,11 +113,15 @@ def collate_tokens(
 
 def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id: int = 0,
                           max_bytes: int | None = None, pad_to: Mapping[str, int] | None = None,
-                          token_budget: int | None = None) -> dict[str, np.ndarray] | None:
+                          token_budget: int | None = None,
+                          flats: dict[str, np.ndarray] | None = None,
+                          flat_only: Collection[str] = ()) -> dict[str, np.ndarray] | None:
     """`collate_tokens` of a file's steps read as columns (`io._tokencolumns`), the same
     columns (and messages, with each step's line) as of its step objects: lists as flat values
     and lengths (`Ragged`), no array per step. None when `fields` names a field of modalities
-    itself (only objects say it)."""
+    itself (only objects say it). `flats`, when given, gets the real tokens of `prompt_ids`
+    and `response_ids` in row order (what packing reads: no gather from the padded arrays);
+    those of them named in `flat_only` are not padded at all (packing reads them only so)."""
     wanted = [f for f in fields if f not in (*LAYOUT_FIELDS,)]
     if any(name in found.objects for name in wanted):
         return None
@@ -129,7 +133,7 @@ def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id:
         raise MissingFieldError(RESPONSE_SOURCE, columns.keys())
     inputs = [_Input("steps", columns, found.steps, columns.get("episode_id"),
                      found.lines.tolist())]
-    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
+    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget, flats, flat_only)
 
 
 _OBJECT = object()
@@ -139,7 +143,8 @@ collation too, never read unless a map names it (then `collate_token_columns` gi
 
 def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
              max_bytes: int | None, pad_to: Mapping[str, int] | None,
-             token_budget: int | None) -> dict[str, np.ndarray]:
+             token_budget: int | None, flats: dict[str, np.ndarray] | None = None,
+             flat_only: Collection[str] = ()) -> dict[str, np.ndarray]:
     prompt_name = _prompt_source(inputs)
     prompts = _ragged(inputs, prompt_name)
     responses = _ragged(inputs, RESPONSE_SOURCE)
@@ -158,14 +163,21 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
     _check_size(b, p, r, prompts[1], responses[1], per_token, max_bytes)
     prompt_mask = np.arange(p)[None, :] >= (p - prompts[1])[:, None]
     real = np.arange(r)[None, :] < responses[1][:, None]
-    out: dict[str, np.ndarray] = {
-        "prompt_ids": _scatter(prompt_name, prompts[0], prompt_mask, "int64", pad_id),
-        "prompt_mask": prompt_mask,
-        "response_ids": _scatter(RESPONSE_SOURCE, responses[0], real, "int64", pad_id),
-        "response_length": responses[1],
-    }
+    fills: list[_Fill] = []
+    out: dict[str, np.ndarray] = {}
+    sides = (("prompt_ids", prompt_name, prompts[0], prompt_mask, "prompt_mask", prompt_mask),
+             ("response_ids", RESPONSE_SOURCE, responses[0], real, "response_length",
+              responses[1]))
+    for key, name, flat, where, beside, value in sides:
+        ids = _cast(name, flat, "int64")
+        if flats is not None:
+            flats[key] = ids  # the real tokens in row order
+        if key not in flat_only:
+            out[key] = _padded(ids, where, pad_id, fills)
+        out[beside] = value
     for name, (flat, _) in per_token.items():
-        out[name] = _scatter(name, flat, real, _DTYPES.get(name), 0)
+        out[name] = _padded(_cast(name, flat, _DTYPES.get(name)), real, 0, fills)
+    fill_all(fills)
     loss_mask = out.get("loss_mask")
     out["response_mask"] = real if loss_mask is None else real & loss_mask
     for name in scalar_names:
@@ -522,19 +534,55 @@ def _locate(inputs: list[_Input], row: int) -> tuple[_Input, int]:
     raise IndexError(row)
 
 
-def _scatter(name: str, flat: np.ndarray, where: np.ndarray, dtype: str | None,
-             pad: Any) -> np.ndarray:
-    """`flat` laid into an array shaped like `where`, in row-major order; `pad` elsewhere."""
+_Fill = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""(out, where, values): `out[where] = values`, one boolean-mask assignment (`fill_all`)."""
+
+
+def _cast(name: str, flat: np.ndarray, dtype: str | None) -> np.ndarray:
+    """`flat` as `dtype` (None: as it is), refused under `name` when that loses information.
+    Casts happen before any fill, in order: the fills themselves cannot fail."""
     if dtype is not None and flat.size:
         try:
-            flat = cast_array(flat, dtype)
+            cast: np.ndarray = cast_array(flat, dtype)
         except ContractError as err:
             raise err.under(name) from None
-    elif dtype is not None:
-        flat = flat.astype(dtype)
+        return cast
+    return flat.astype(dtype) if dtype is not None else flat
+
+
+def _padded(flat: np.ndarray, where: np.ndarray, pad: Any, fills: list[_Fill]) -> np.ndarray:
+    """An array shaped like `where`, `pad` everywhere, that `fill_all(fills)` lays `flat` into
+    where `where` is True (row-major order)."""
     out = np.zeros(where.shape, flat.dtype) if pad == 0 else np.full(where.shape, pad, flat.dtype)
-    out[where] = flat
+    fills.append((out, where, flat))
     return out
+
+
+PARALLEL_CELLS = 1 << 22
+"""Cells (all fills together) from which `fill_all` runs the fills on two threads: below
+it, starting them costs more than it saves."""
+
+
+def fill_all(fills: Sequence[_Fill]) -> None:
+    """Run every fill: one after another, or for large ones on two threads at once. numpy's
+    boolean-mask assignment runs without the GIL, and the first write to each freshly
+    allocated page (what most of a padded array's time goes to) is paid by the thread that
+    writes it: two threads halve the wall time on two free cores. Each fill writes its own
+    array, so the order does not matter."""
+    if len(fills) < 2 or sum(f[1].size for f in fills) < PARALLEL_CELLS:
+        for out, where, values in fills:
+            out[where] = values
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(fill: _Fill) -> None:
+        out, where, values = fill
+        out[where] = values
+
+    by_size = sorted(fills, key=lambda f: -f[1].size)  # the largest first: even halves
+    with ThreadPoolExecutor(2, thread_name_prefix="gyre-fill") as pool:
+        for future in [pool.submit(run, f) for f in by_size]:
+            future.result()
 
 
 def _check_size(b: int, p: int, r: int, prompt_lengths: np.ndarray, lengths: np.ndarray,

@@ -102,6 +102,8 @@ def test_a_missing_required_field_is_a_field_problem():
     ("batch.response_mask_within_length", edited("response_length", 2, 5)),
     ("batch.response_mask_within_length", edited("response_length", 2, -1)),
     ("batch.finite_under_response_mask", edited("logprob", (1, 1), np.inf)),
+    ("batch.finite_under_response_mask", edited("logprob", (1, 1), -np.inf)),  # min, not max
+    ("batch.finite_under_response_mask", edited("ref_logprob", (0, 0), np.nan)),
     ("batch.finite_under_response_mask", edited("reward", 2, np.nan)),         # [B]: everywhere
     ("batch.finite_under_response_mask", edited("advantage", 2, np.nan)),
     ("batch.token_logprob_nonpositive", edited("logprob", (0, 1), 0.1)),
@@ -204,3 +206,27 @@ def test_true_past_the_length_is_judged_as_position_by_position(b, r, data):
                       np.int64)
     plain = (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1)
     assert np.array_equal(_true_past(mask, length), plain)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**16), rows=st.integers(1, 4), width=st.integers(1, 9),
+       spread=st.sampled_from([2, 9, 2**62]))
+def test_moved_positions_flag_the_rows_the_running_count_does(seed, rows, width, spread):
+    """The cell-by-cell look (0 at a run's start, one more than the cell before elsewhere) flags
+    exactly the rows whose positions differ from each run's count, also beyond 0..S-1."""
+    from gyre_contract.core._tokens import moved_positions
+
+    rng = np.random.default_rng(seed)
+    starts = rng.random((rows, width)) < 0.3
+    starts[:, 0] = True
+    cell = np.arange(rows * width).reshape(rows, width)
+    within = cell - np.maximum.accumulate(np.where(starts, cell, 0).reshape(-1)).reshape(
+        rows, width)
+    position = within.copy()
+    hits = rng.random((rows, width)) < 0.2
+    position[hits] = rng.integers(-spread, spread, int(hits.sum()))
+    if spread > 9 and position.size > 1:  # a wrap-around: MAX then MIN differ by 1 mod 2**64
+        position.reshape(-1)[:2] = [2**63 - 1, -(2**63)]
+    expected = position != within
+    got = moved_positions(position, starts)
+    assert got.any(axis=1).tolist() == expected.any(axis=1).tolist()

@@ -219,3 +219,20 @@ def edited_files(draw: Any) -> list[bytes]:
 @given(lines=edited_files(), pinned=st.booleans())
 def test_bytes_edited_anywhere_get_the_line_paths_report(tmp_path, lines, pinned):
     both_ways(write(tmp_path, lines), CartPoleStep if pinned else RolloutStep)
+
+
+@pytest.mark.parametrize(("values", "taken"), [
+    ([0.5, -16777215.0], True),          # within the range where float32 holds every integer
+    ([16777216.0], False), ([-16777216.0], False),  # at its edge: 2**24 + 1 reads as 2**24
+    ([-0.5, float("nan")], False), ([float("-inf"), 0.5], False), ([0.5, float("inf")], False),
+    ([], True),
+])
+def test_floats_read_as_float64_narrow_only_when_the_line_path_reads_them_alike(values, taken):
+    import numpy as np
+
+    from gyre_contract.io._columnrules import narrowed
+
+    got = narrowed(np.array(values, np.float64), np.dtype(np.float32))
+    assert (got is not None) is taken
+    if got is not None:
+        assert got.dtype == np.float32 and got.tolist() == values

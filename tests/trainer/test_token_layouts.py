@@ -257,3 +257,63 @@ def test_packed_rows_over_the_batch_limit_are_refused_before_they_are_allocated(
     with pytest.raises(BatchTooLargeError, match=r"packed token batch \[M=1, S=1000000000000\] "
                                                  r"would take 22.7 TiB .* a smaller token_budget"):
         packed_map(budget=10**12).batch(records())
+
+
+def test_a_packed_file_on_two_threads_gives_the_batch_of_its_records(tmp_path, monkeypatch):
+    """A file takes its own way (the tokens kept flat by the collation, the fills and the
+    per-token scatters on two threads); the batch is the records' one, array for array."""
+    from gyre_contract.trainer import _packing, _tokens
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(24):
+        action = rng.integers(100, 200, rng.integers(1, 8)).tolist()
+        rows.append(step(f"e{i}", rng.integers(1, 100, rng.integers(1, 6)).tolist(), action,
+                         reward=float(rng.random()), group=f"g{i % 4}",
+                         loss_mask=(rng.random(len(action)) < 0.7).tolist()))
+    fmap = packed_map(16, **PACKED_FIELDS, ref_logprobs={"from": "logprob"})
+    serial = fmap.batch(rows)
+    path = tmp_path / "rows.jsonl"
+    write_steps(path, rows)
+    monkeypatch.setattr(_tokens, "PARALLEL_CELLS", 0)
+    monkeypatch.setattr(_packing, "PARALLEL_CELLS", 0)
+    kept: list[dict[str, Any]] = []
+    real_pack = _packing.pack_columns
+
+    def pack_columns(columns, budget, **options):
+        kept.append({**(options.get("flats") or {}), "padded": {
+            k for k in ("prompt_ids", "response_ids") if k in columns}})
+        return real_pack(columns, budget, **options)
+
+    monkeypatch.setattr("gyre_contract.trainer._layouts.pack_columns", pack_columns)
+    threaded = fmap.batch(path)
+    # no gather from [B, R]: the ids are never padded, as the map reads neither
+    assert kept and set(kept[0]) == {"prompt_ids", "response_ids", "padded"}
+    assert kept[0]["padded"] == set()
+    assert serial.keys() == threaded.keys()
+    for key, value in serial.items():
+        assert np.array_equal(value, threaded[key]), key
+
+
+def test_positions_that_do_not_restart_name_their_micro_batch_rows():
+    from gyre_contract.core._tokens import PackedBatch
+    from gyre_contract.core._validate import validate_batch
+
+    batch = dict(packed_map().batch(records()))
+    position = np.array(batch["position_ids"])
+    position[1, 1] += 1  # the second token of row 1 counts on from 2
+    with pytest.raises(ContractError, match=r"position_ids: position_ids do not restart at each "
+                                            r"sample: .* got other positions in rows \[1\]"):
+        validate_batch({**batch, "position_ids": position}, PackedBatch)
+
+
+def test_a_packed_map_that_reads_the_response_ids_gets_them_padded_and_packed(tmp_path):
+    fmap = packed_map(16, **PACKED_FIELDS, tokens={"from": "response_ids"})
+    path = tmp_path / "rows.jsonl"
+    write_steps(path, records())
+    from_file, from_records = fmap.batch(path), fmap.batch(records())
+    for key, value in from_records.items():
+        assert np.array_equal(value, from_file[key]), key
+    for i, r in enumerate(records()):  # each response token at its packed place
+        p = len(r["observation"]["token_ids"])
+        assert unpack(from_file, "tokens", i)[p:].tolist() == r["action"]
