@@ -235,21 +235,17 @@ def bench_tokens(s: Sizes, tmp: Path) -> list[Figure]:
     token_map = str(agreement.write_token_map(tmp))
     packed_map = str(agreement.write_packed_map(tmp))
     file = str(path)
-    return [
-        interleaved(
-            f"JSONL {s.completions:,} completions -> token batch (padded) / pyarrow.json",
-            lambda: cli("batch", file, "--map", token_map, "--format", "json"),
-            lambda: baselines.token_batch(path),
-            "pyarrow.json list columns + checks + mask scatter", target="<= 1.2",
-            rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
-            typed=lambda: baselines.typed_decode(path, baselines.LLMStruct)),
-        interleaved(
-            f"JSONL {s.completions:,} completions -> token batch (packed) / pyarrow.json",
-            lambda: cli("batch", file, "--map", packed_map, "--format", "json"),
-            lambda: baselines.packed_batch(path),
-            "pyarrow.json list columns + checks + FFD + index scatter", target="<= 1.2",
-            rounds=s.file_rounds, raw=lambda: baselines.raw_read(path),
-            typed=lambda: baselines.typed_decode(path, baselines.LLMStruct))]
+    layouts = (("padded", token_map, baselines.token_batch,
+                "pyarrow.json list columns + checks + mask scatter"),
+               ("packed", packed_map, baselines.packed_batch,
+                "pyarrow.json list columns + checks + FFD + index scatter"))
+    return [interleaved(
+        f"JSONL {s.completions:,} completions -> token batch ({layout}) / pyarrow.json",
+        lambda m=map_file: cli("batch", file, "--map", m, "--format", "json"),
+        lambda b=base: b(path), name, target="<= 1.2", rounds=s.file_rounds,
+        raw=lambda: baselines.raw_read(path),
+        typed=lambda: baselines.typed_decode(path, baselines.LLMStruct))
+        for layout, map_file, base, name in layouts]
 
 
 # -- start-up -------------------------------------------------------------------------------------
