@@ -97,7 +97,7 @@ def _true_past(mask: np.ndarray, length: np.ndarray) -> np.ndarray:
     otherwise position by position."""
     b, r = mask.shape
     if mask.dtype != np.bool_ or not r or not b:
-        return (mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1)
+        return np.asarray((mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1))
     last = r - 1 - np.argmax(mask[:, ::-1], axis=1)
     return mask[np.arange(b), last] & (last >= length)
 

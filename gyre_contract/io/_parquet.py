@@ -452,9 +452,12 @@ class ParquetRows:
         batches = self.handle.iter_batches(batch_size=self.batch_rows, use_threads=True)
         with ThreadPoolExecutor(1, thread_name_prefix="gyre-parquet-ahead") as ahead:
             try:
-                pending = ahead.submit(contextvars.copy_context().run, next, batches, None)
+                def read_ahead() -> Any:
+                    return ahead.submit(contextvars.copy_context().run, next_or_none, batches)
+
+                pending = read_ahead()
                 while (batch := pending.result()) is not None:
-                    pending = ahead.submit(contextvars.copy_context().run, next, batches, None)
+                    pending = read_ahead()
                     yield row + 1, batch
                     row += batch.num_rows
             except (pa.ArrowInvalid, OSError) as err:
@@ -747,3 +750,8 @@ def parquet_report(
                        require_complete=require_complete,
                        max_examples_per_group=max_examples_per_group, lines=rows,
                        episode_ids=episode_ids)
+
+
+def next_or_none(items: Iterator[Any]) -> Any:
+    """The next item, or None at the end (what the read-ahead thread runs)."""
+    return next(items, None)
