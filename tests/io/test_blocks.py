@@ -247,6 +247,10 @@ BROKEN = {
     "an unknown key": lambda r: r.update(trunctaed=True),
     "info": lambda r: r.update(info={"seed": 1}),
     "a step after the end": lambda r: r.update(episode_id="c0"),
+    "a 0-D array of token ids": lambda r: r.update(action=np.array(7)),
+    "a 2-D array of token ids": lambda r: r.update(action=r["action"][None, :]),
+    "a 2-D array of prompt ids": lambda r: r["observation"].update(
+        token_ids=r["observation"]["token_ids"].reshape(1, -1)),
 }
 
 
@@ -264,3 +268,19 @@ def test_a_broken_llm_block_gives_the_record_paths_problems(monkeypatch, case):
         else:
             messages.append(("holds", checked.bulk))
     assert messages[0] == messages[1] or messages == [("holds", True), ("holds", False)], case
+
+
+@pytest.mark.parametrize("shape", [(1, -1), (-1, 1)], ids=["one row", "one column"])
+def test_every_step_with_a_2d_array_gives_the_record_paths_problems(monkeypatch, shape):
+    """Arrays of one ndim join without complaint: a block of only 2-D ones is still refused on
+    columns and explained by the record path."""
+    messages = []
+    for fast in ("1", "0"):
+        monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+        records = completions()
+        for record in records:
+            record["action"] = record["action"].reshape(shape)
+        with pytest.raises(ContractError) as err:
+            RecordBlocks(LLMStep).check(records)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
