@@ -424,7 +424,7 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
     n = found.n
     every = bool(present.all())
     if leaf.dtype.kind == "U":
-        if any(v.__class__ is not str for v in held) or leaf.nonempty and not all(held):
+        if {str} != set(map(type, held)) or leaf.nonempty and not all(held):
             return False
         if leaf.path == "episode_id":
             found.strings[leaf.path] = coded_ids(held)
