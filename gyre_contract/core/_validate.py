@@ -226,6 +226,10 @@ class ColumnShapes(Protocol):
     """Every named dim any step of the run binds (varying dims left out) -> its size; None when
     the steps of the run bind different sizes (a run continuing an open episode is refused)."""
 
+    binds_nothing: bool
+    """True: no step binds a dim or a kind (`per_episode` would give empty dicts only), so each
+    episode keeps what it holds and the per-episode walk is skipped."""
+
     def per_episode(self, order: np.ndarray, starts: np.ndarray
                     ) -> tuple[list[dict[str, Any]], list[dict[str, str]]] | None:
         """For each episode of the run (its rows `order[starts[k]:starts[k + 1]]`): the named
@@ -379,9 +383,11 @@ class EpisodeTracker:
                     return False
             elif first != state.step + 1 or first_version < state.policy_version:
                 return False
-        bound = None if shapes is None else self._bound(list(index), starts, order, shapes)
-        if shapes is not None and bound is None:
-            return False
+        bound = None
+        if shapes is not None and not (shapes.binds_nothing and not tracks_dims(self.model)):
+            bound = self._bound(list(index), starts, order, shapes)
+            if bound is None:
+                return False
         self._commit(list(index), keys, ends, order, step, version, done, terminated, truncated,
                      first_line, bound)
         return True
@@ -419,30 +425,29 @@ class EpisodeTracker:
         self.steps += len(order)
         self.policy_versions.update(np.unique(version).tolist())
         rows = order[ends]
-        lines = (rows + first_line).tolist()
-        ended = []
-        for k, (eid, line, last_step, last_version, row, is_done) in enumerate(zip(
-                ids, lines, step[ends].tolist(), version[ends].tolist(), rows.tolist(),
-                done[ends].tolist())):
-            if is_done:
-                ended.append((line, k, eid, bool(terminated[row])))
-                continue
+        lines = rows + first_line
+        ending = done[ends]
+        opened = self._open
+        still = np.flatnonzero(~ending)  # episodes left open: one state each
+        for k, line, last_step, last_version in zip(
+                still.tolist(), lines[still].tolist(), step[ends][still].tolist(),
+                version[ends][still].tolist()):
+            eid = ids[k]
             if bound is not None:
                 dims, kinds = bound[k]
             else:
-                state = self._open.get(eid)
+                state = opened.get(eid)
                 dims, kinds = (state.dims, state.kinds) if state else ({}, {})
-            self._open[eid] = OpenEpisode(last_step, last_version, line, dims, kinds)
-        if not ended:
+            opened[eid] = OpenEpisode(last_step, last_version, line, dims, kinds)
+        ended = np.flatnonzero(ending)
+        if not len(ended):
             return
-        ended.sort()
-        opened = self._open
-        for _, _, eid, _ in ended:
-            opened.pop(eid, None)
+        ended = ended[np.argsort(lines[ended], kind="stable")]  # in the order of their lines
+        for k in ended.tolist():
+            opened.pop(ids[k], None)
         if self.remember_ended and keys is not None:
-            self._ended.add_keys(keys[[k for _, k, _, _ in ended]],
-                                 [line for line, _, _, _ in ended])
-        terms = sum(term for _, _, _, term in ended)
+            self._ended.add_keys(keys[ended], lines[ended].tolist())
+        terms = int(np.count_nonzero(np.asarray(terminated)[rows[ended]]))
         self.terminated += terms
         self.truncated += len(ended) - terms
 

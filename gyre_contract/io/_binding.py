@@ -320,6 +320,7 @@ class BlockShapes:
     def __init__(self, binding: Binding, block: Block) -> None:
         self.binding = binding
         self.sizes = binding.sizes
+        self.binds_nothing = False
         code = np.zeros(block.n, np.int64)  # bit i: the line carries presence[i]
         for i, wire in enumerate(binding.presence):
             code |= block.present[wire].astype(np.int64) << i

@@ -239,9 +239,17 @@ def _block_columns(block: Block) -> CheckedBlock:
         column = block.column(wire)
         columns[wire] = column if isinstance(column, CodedIds) else list(column)
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
-    ended = [block.episode_id[i] for i in done.tolist()]
+    ended = _ids_at(block.episode_id, done)
     return CheckedBlock(block.n, columns, block.episode_id,
                         np.asarray(block.policy_version, np.int64), ended, True)
+
+
+def _ids_at(ids: Sequence[str], rows: np.ndarray) -> list[str]:
+    """The ids of `rows` (coded ids: looked up by code, not row by row)."""
+    if isinstance(ids, CodedIds):
+        distinct = ids.ids
+        return [distinct[c] for c in ids.codes[rows].tolist()]
+    return [ids[i] for i in rows.tolist()]
 
 
 def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
@@ -273,7 +281,7 @@ def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
                                 {leaf.child: masks[leaf.path] for leaf in held},  # type: ignore[misc]
                                 masks[wire])
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
-    ended = [block.episode_id[i] for i in done.tolist()]
+    ended = _ids_at(block.episode_id, done)
     return CheckedBlock(block.n, columns, block.episode_id,
                         np.asarray(block.policy_version, np.int64), ended, True)
 

@@ -184,6 +184,7 @@ class RaggedShapes:
     opened before it is left to `EpisodeTracker.add`."""
 
     sizes = None
+    binds_nothing = False
 
     def __init__(self, model: type[RolloutStepV1], modalities: tuple[tuple[str, str], ...]
                  ) -> None:

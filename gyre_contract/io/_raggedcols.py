@@ -95,6 +95,7 @@ class NoDims:
     """`ColumnShapes` of a model whose named dims all vary: a step binds none to compare."""
 
     sizes: dict[str, Any] = {}
+    binds_nothing = True
 
     def for_block(self, block: Block) -> NoDims:
         return self
@@ -423,7 +424,7 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
     n = found.n
     every = bool(present.all())
     if leaf.dtype.kind == "U":
-        if any(v.__class__ is not str for v in held) or leaf.nonempty and not all(held):
+        if {str} != set(map(type, held)) or leaf.nonempty and not all(held):
             return False
         if leaf.path == "episode_id":
             found.strings[leaf.path] = coded_ids(held)
@@ -447,14 +448,19 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
         found.masks[leaf.path] = present
         return True
     accepted = _ARRAYS[leaf.dtype.kind]
-    if {np.ndarray} != set(map(type, held)) or {1} != set(map(_NDIM, held)) \
+    if {np.ndarray} != set(map(type, held)) \
             or any(d.kind not in accepted for d in set(map(_DTYPE, held))):
         return False
+    try:  # one pass for the values; 1-D each: a 0-D array or mixed ndims raise, 2-D ones stay 2-D
+        joined = np.concatenate(held) if held else np.zeros(0, leaf.dtype)
+    except ValueError:
+        return False
+    if joined.ndim != 1:
+        return False
     lengths = np.zeros(n, np.int64)
-    lengths[present] = list(map(len, held))
+    lengths[present] = np.fromiter(map(len, held), np.int64, len(held))
     if leaf.size is not None and np.any(lengths[present] != leaf.size):
         return False
-    joined = np.concatenate(held) if held else np.zeros(0, leaf.dtype)
     if joined.dtype.kind == "u" and joined.size and int(joined.max()) > INT_RANGES["int64"][1]:
         return False
     flat = narrowed(joined if joined.dtype.kind != "u" else joined.astype(np.int64),
@@ -466,7 +472,7 @@ def _record_leaf(found: _Found, leaf: Leaf, held: list[Any], present: np.ndarray
     return True
 
 
-_NDIM, _DTYPE = attrgetter("ndim"), attrgetter("dtype")
+_DTYPE = attrgetter("dtype")
 _ARRAYS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
 """The numpy dtype kinds an array of a dtype kind is taken as (integers into floats: the
 record path decides, as for a bool anywhere but a bool field)."""

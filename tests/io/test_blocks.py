@@ -233,6 +233,10 @@ def test_llm_steps_are_checked_on_columns(monkeypatch, lists):
     assert list(observation) == ["token_ids", "text"] and observation["token_ids"].dtype == np.int64
 
 
+class Name(str):
+    """A str subclass: the record path decides what it is."""
+
+
 BROKEN = {
     "a logprob per token but one": lambda r: r.update(logprob=r["logprob"][:-1]),
     "a positive logprob": lambda r: r.update(logprob=np.abs(r["logprob"])),
@@ -247,6 +251,12 @@ BROKEN = {
     "an unknown key": lambda r: r.update(trunctaed=True),
     "info": lambda r: r.update(info={"seed": 1}),
     "a step after the end": lambda r: r.update(episode_id="c0"),
+    "an episode id of a str subclass": lambda r: r.update(episode_id=Name("c4")),
+    "a numpy str group id": lambda r: r.update(group_id=np.str_("g2")),
+    "a 0-D array of token ids": lambda r: r.update(action=np.array(7)),
+    "a 2-D array of token ids": lambda r: r.update(action=r["action"][None, :]),
+    "a 2-D array of prompt ids": lambda r: r["observation"].update(
+        token_ids=r["observation"]["token_ids"].reshape(1, -1)),
 }
 
 
@@ -264,3 +274,19 @@ def test_a_broken_llm_block_gives_the_record_paths_problems(monkeypatch, case):
         else:
             messages.append(("holds", checked.bulk))
     assert messages[0] == messages[1] or messages == [("holds", True), ("holds", False)], case
+
+
+@pytest.mark.parametrize("shape", [(1, -1), (-1, 1)], ids=["one row", "one column"])
+def test_every_step_with_a_2d_array_gives_the_record_paths_problems(monkeypatch, shape):
+    """Arrays of one ndim join without complaint: a block of only 2-D ones is still refused on
+    columns and explained by the record path."""
+    messages = []
+    for fast in ("1", "0"):
+        monkeypatch.setenv("GYRE_FAST_PATHS", fast)
+        records = completions()
+        for record in records:
+            record["action"] = record["action"].reshape(shape)
+        with pytest.raises(ContractError) as err:
+            RecordBlocks(LLMStep).check(records)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]

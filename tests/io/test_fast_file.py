@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gyre_contract.core._errors import ContractError
 from gyre_contract.core._models import RolloutStep
 from gyre_contract.core._validate import EpisodeTracker, validate_step
 from gyre_contract.io._fastfile import bulk_plan
+from gyre_contract.io._raggedcols import NoDims
 from gyre_contract.io._validation import validate_file
 
 pytestmark = pytest.mark.usefixtures("fast_paths_on")
@@ -98,6 +99,39 @@ def test_add_columns_accepts_well_formed_blocks(cartpole_record, cartpole_model,
     one_by_one(tracker, records[:7], 1)
     check_columns(tracker, records[7:], 8)
     assert tracker.steps == 23
+
+
+class Walked(NoDims):
+    """`NoDims` that does not say so: `add_columns` walks every episode (`_bound`)."""
+
+    binds_nothing = False
+
+
+def add_spec(tracker: EpisodeTracker, spec: list[tuple[str, int, int, str]], first_line: int,
+             shapes: Any) -> bool:
+    ends = [e for _, _, _, e in spec]
+    return tracker.add_columns(
+        [eid for eid, _, _, _ in spec], np.array([s for _, s, _, _ in spec], np.int64),
+        np.array([v for _, _, v, _ in spec], np.int64),
+        np.array([e in ("terminated", "both") for e in ends], bool),
+        np.array([e in ("truncated", "both") for e in ends], bool), first_line, shapes)
+
+
+@SETTINGS
+@given(blocks=st.lists(st.lists(steps, min_size=1, max_size=10), min_size=1, max_size=4))
+@example(blocks=[[("a", 0, 0, ""), ("b", 0, 0, "")], [("a", 1, 0, ""), ("b", 1, 1, "terminated")],
+                 [("a", 2, 1, "truncated"), ("c", 0, 1, "")]])
+def test_a_run_that_binds_nothing_skips_the_walk_and_ends_the_same(llm_model, blocks):
+    """A ragged model's runs (`NoDims`: no dim or kind to keep) skip the per-episode walk: the
+    same verdicts and the same tracker (dims and kinds included) as walking it."""
+    skipped, walked = EpisodeTracker(llm_model), EpisodeTracker(llm_model)
+    line = 1
+    for spec in blocks:
+        assert add_spec(skipped, spec, line, NoDims()) == add_spec(walked, spec, line, Walked())
+        assert tracker_state(skipped) == tracker_state(walked)
+        assert [v.kinds for v in skipped._open.values()] == \
+            [v.kinds for v in walked._open.values()]
+        line += len(spec)
 
 
 def test_add_columns_refuses_models_with_named_dims(llm_model):
