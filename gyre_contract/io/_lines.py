@@ -92,7 +92,8 @@ def bounded(line: bytes) -> bytes | Crowded:
 
 class Chunk(Sequence[bytes]):
     """Complete lines read at once, kept as the bytes they were read as (`raw`: each line
-    followed by its newline), split into lines only when a reader asks for them (`lines`).
+    followed by its newline; a bytearray when read straight into it, `LineSource`), split into
+    lines (bytes) only when a reader asks for them (`lines`).
 
     A reader that takes the bytes whole (the Arrow JSON reader, `arrowlines`) never splits
     them; `newlines` (the offset of each newline, found with the count of lines) lets it check
