@@ -157,7 +157,7 @@ class ArrowLines:
             return None  # a `null`, a key written twice, or a ':' inside a string
         return table
 
-    def _more_fields(self, raw: bytes, fields: frozenset[str]) -> frozenset[str]:
+    def _more_fields(self, raw: bytes | bytearray, fields: frozenset[str]) -> frozenset[str]:
         """`fields` and the plan's other fields whose quoted name `raw` holds."""
         return fields | {w for w in self.types
                          if w not in fields and b'"' + w.encode() + b'"' in raw}

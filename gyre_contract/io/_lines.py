@@ -92,7 +92,8 @@ def bounded(line: bytes) -> bytes | Crowded:
 
 class Chunk(Sequence[bytes]):
     """Complete lines read at once, kept as the bytes they were read as (`raw`: each line
-    followed by its newline), split into lines only when a reader asks for them (`lines`).
+    followed by its newline; a bytearray when read straight into it, `LineSource`), split into
+    lines (bytes) only when a reader asks for them (`lines`).
 
     A reader that takes the bytes whole (the Arrow JSON reader, `arrowlines`) never splits
     them; `newlines` (the offset of each newline, found with the count of lines) lets it check
@@ -103,10 +104,9 @@ class Chunk(Sequence[bytes]):
 
     __slots__ = ("raw", "n", "_newlines", "_lines")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes | bytearray) -> None:
         self.raw = raw
-        # the offsets cost little more than the count, which needs the same pass over the bytes
-        self._newlines = np.flatnonzero(np.frombuffer(raw, np.uint8) == _NEWLINE)
+        self._newlines = newline_offsets(raw)
         self.n = len(self._newlines)
         """How many lines."""
         self._lines: list[bytes] | None = None
@@ -118,7 +118,8 @@ class Chunk(Sequence[bytes]):
     @property
     def lines(self) -> list[bytes]:
         if self._lines is None:
-            self._lines = self.raw.split(b"\n")
+            raw = self.raw
+            self._lines = (raw if raw.__class__ is bytes else bytes(raw)).split(b"\n")
             self._lines.pop()  # the empty piece after the last newline
         return self._lines
 
@@ -138,6 +139,24 @@ class Chunk(Sequence[bytes]):
 
 
 _NEWLINE = ord("\n")
+_FOUND_ONE_BY_ONE = 256
+"""Newlines `newline_offsets` finds with `find` before it hands the rest to numpy."""
+
+
+def newline_offsets(raw: bytes | bytearray) -> np.ndarray:
+    """The offset of each newline in `raw`. Why two ways: long lines (LLM completions, a few
+    hundred to a 2 MiB chunk) are found one `find` (memchr) at a time in a tenth of the time of
+    numpy's compare-and-nonzero over every byte; short lines (CartPole steps, thousands a chunk)
+    would cost a Python call each, so after `_FOUND_ONE_BY_ONE` of them numpy does the rest."""
+    find, found = raw.find, []
+    at = find(b"\n")
+    while at >= 0:
+        found.append(at)
+        if len(found) == _FOUND_ONE_BY_ONE:
+            rest = np.flatnonzero(np.frombuffer(raw, np.uint8, offset=at + 1) == _NEWLINE)
+            return np.concatenate((np.array(found, np.int64), rest + (at + 1)))
+        at = find(b"\n", at + 1)
+    return np.array(found, np.int64)
 
 
 class Readable(Protocol):
@@ -168,22 +187,51 @@ class LineSource:
         observer = reading_observer()
         size = self._chunk_bytes or CHUNK_BYTES
         whole = self._chunk_bytes is not None and size <= min(MAX_LINE_BYTES, MAX_LINE_VALUES)
-        while block := read(size):
-            if observer is not None:
-                observer(len(block))
-            if whole and skipped < 0:
-                cut = block.rfind(b"\n") + 1
-                if cut and pending.size + block.find(b"\n") <= MAX_LINE_VALUES:
+        readinto = getattr(self._handle, "readinto", None) if whole else None
+        while True:
+            if readinto is not None and skipped < 0 and pending.size <= size:
+                # the line's start, then the read, straight into the chunk's own buffer (a
+                # longer start is not copied at every read: the line goes on by `read` below)
+                start = pending.size
+                buffer = bytearray(start + size)
+                if start:
+                    buffer[:start] = pending.take()
+                with memoryview(buffer) as view, view[start:] as free:
+                    got = readinto(free)
+                if not got:
+                    break
+                if observer is not None:
+                    observer(got)
+                end = start + got
+                cut = buffer.rfind(b"\n", start, end) + 1
+                if cut and buffer.find(b"\n", start, end) <= MAX_LINE_VALUES:
                     # every line of this read is within the limits: its bytes as they are
-                    if pending.size:  # one copy: the line's start, then the read up to `cut`
-                        head = pending.take(memoryview(block)[:cut])
-                    else:
-                        head = block[:cut] if cut < len(block) else block
-                    yield Chunk(head)
                     pending = _Pending()
-                    if cut < len(block):
-                        pending.add(block[cut:])
+                    if cut < end:
+                        pending.add(bytes(buffer[cut:end]))
+                    del buffer[cut:]  # in place: the bytes past `cut` are only dropped
+                    yield Chunk(buffer)
                     continue
+                block = bytes(buffer[start:end])  # no newline, or a first line too long
+            else:
+                block = read(size)
+                if not block:
+                    break
+                if observer is not None:
+                    observer(len(block))
+                if whole and skipped < 0:
+                    cut = block.rfind(b"\n") + 1
+                    if cut and pending.size + block.find(b"\n") <= MAX_LINE_VALUES:
+                        # every line of this read is within the limits: its bytes as they are
+                        if pending.size:  # one copy: the line's start, then the read up to `cut`
+                            head = pending.take(memoryview(block)[:cut])
+                        else:
+                            head = block[:cut] if cut < len(block) else block
+                        yield Chunk(head)
+                        pending = _Pending()
+                        if cut < len(block):
+                            pending.add(block[cut:])
+                        continue
             parts: list[Any] = block.split(b"\n")
             last = parts.pop()
             if parts:
@@ -197,8 +245,8 @@ class LineSource:
                     lines[0] = Overlong(skipped + len(first))
                     skipped = -1
                 elif pending.size:
-                    size = pending.size + len(first)
-                    lines[0] = Overlong(size) if size > MAX_LINE_BYTES else \
+                    length = pending.size + len(first)
+                    lines[0] = Overlong(length) if length > MAX_LINE_BYTES else \
                         bounded(pending.take(first))
                     pending = _Pending()
                 yield lines

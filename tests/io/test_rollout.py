@@ -238,6 +238,46 @@ def test_line_splitting_matches_split_on_newline(data: bytes, chunk: int, limit:
     assert tail_got == (None if not last else len(last) if len(last) > limit else last)
 
 
+class _ReadOnly:
+    """A handle with `read` and no `readinto` (as `LineSource` may be given)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.read = handle.read
+
+
+@SETTINGS
+@given(data=st.lists(st.sampled_from([b"\n", b"\r\n", b"a", b'{"k": 1}', b"\xe9"]),
+                     max_size=120).map(b"".join),
+       chunk=st.integers(1, 50), limit=st.integers(1, 60), found=st.integers(1, 4),
+       into=st.booleans())
+def test_chunked_reads_split_as_split_on_newline(data: bytes, chunk: int, limit: int, found: int,
+                                                 into: bool, monkeypatch,
+                                                 tmp_path: Path) -> None:
+    """Read in chunks (`chunk_bytes`, straight into each chunk's buffer with `readinto` or by
+    `read`): the lines (bytes, with any CR), their newline offsets and the tail are those of
+    bytes.split(b"\\n"), a line cut across reads, one longer than a read, or none at all."""
+    monkeypatch.setattr(line_reader, "MAX_LINE_BYTES", limit)
+    monkeypatch.setattr(line_reader, "MAX_LINE_VALUES", limit)
+    monkeypatch.setattr(line_reader, "_FOUND_ONE_BY_ONE", found)
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(data)
+    with open(path, "rb", buffering=0) as handle:
+        source = line_reader.LineSource(handle if into else _ReadOnly(handle), chunk)
+        got: list[Any] = []
+        for block in source:
+            if isinstance(block, line_reader.Chunk):
+                raw = bytes(block.raw)
+                assert block.newlines.tolist() == [i for i, c in enumerate(raw) if c == 10]
+            got += [x.size if isinstance(x, line_reader.Overlong) else x for x in block]
+        tail = source.tail
+    assert all(x.__class__ is not bytearray for x in got)
+    *lines, last = data.split(b"\n")
+    assert got == [len(x) if len(x) > limit else x for x in lines]
+    tail_got = tail.size if isinstance(tail, line_reader.Overlong) else tail
+    assert tail_got == (None if not last else len(last) if len(last) > limit else last)
+    assert tail_got is None or tail_got.__class__ is not bytearray
+
+
 @SETTINGS
 @given(data=st.binary(max_size=300))
 def test_any_bytes_give_problems_never_a_crash(data: bytes, tmp_path: Path) -> None:
