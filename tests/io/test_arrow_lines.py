@@ -17,13 +17,12 @@ from typing import Any
 
 import orjson
 import pytest
-from fastpaths import fast_paths
+from fastpaths import report_both_ways
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gyre_contract.core._models import RolloutStep
 from gyre_contract.io import _arrowlines as arrowlines
-from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleStep
 
 pytest.importorskip("pyarrow")
@@ -57,21 +56,6 @@ def step(t: int, eid: str = "ep-0", last: int = 79, **fields: Any) -> dict[str, 
 CLEAN = [orjson.dumps(step(t)) for t in range(80)]
 AT = 70
 """Where the broken line goes: after the lines an unpinned model is bound from (`binding`)."""
-
-
-def report(path: Path, model: type) -> dict[str, Any]:
-    found = validate_file(path, model, max_examples_per_group=100).to_dict()
-    found.pop("path")
-    return found
-
-
-def both_ways(path: Path, model: type) -> dict[str, Any]:
-    with fast_paths(True):
-        fast = report(path, model)
-    with fast_paths(False):
-        normal = report(path, model)
-    assert fast == normal
-    return fast
 
 
 def write(tmp_path: Path, lines: list[bytes], name: str = "r.jsonl", end: bytes = b"\n") -> Path:
@@ -138,21 +122,21 @@ CASES = {
 
 @pytest.mark.parametrize("model", [RolloutStep, CartPoleStep], ids=["unpinned", "pinned"])
 def test_the_reader_takes_the_clean_file(tmp_path, model, taken):
-    assert both_ways(write(tmp_path, CLEAN), model)["holds"]
+    assert report_both_ways(write(tmp_path, CLEAN), model)["holds"]
     assert taken == [True]
 
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("model", [RolloutStep, CartPoleStep], ids=["unpinned", "pinned"])
 def test_a_chunk_it_cannot_read_exactly_steps_aside(tmp_path, model, case, taken):
-    both_ways(write(tmp_path, with_line(CASES[case])), model)
+    report_both_ways(write(tmp_path, with_line(CASES[case])), model)
     assert taken == [False], case  # the line path's report, every problem on its line
 
 
 def test_a_file_without_its_last_newline(tmp_path, taken):
     """The bytes after the last newline are the line path's (a record, or a truncated line)."""
     for end, holds in ((b"", True), (b"\n" + CLEAN[0][:20], False)):
-        found = both_ways(write(tmp_path, CLEAN, end=end), RolloutStep)
+        found = report_both_ways(write(tmp_path, CLEAN, end=end), RolloutStep)
         assert found["holds"] is holds
     assert taken and all(taken)
 
@@ -165,7 +149,7 @@ def test_the_next_chunk_is_read_after_one_steps_aside(tmp_path, monkeypatch, tak
     monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)
     records = [as_text(step(t, eid=f"ep-{e}", last=3)) for e in range(8) for t in range(4)]
     records[9] = records[9].replace(b'"value":0.5', b'"value":null')
-    found = both_ways(write(tmp_path, records), RolloutStep)
+    found = report_both_ways(write(tmp_path, records), RolloutStep)
     assert [p["line"] for g in found["problems"]["groups"] for p in g["examples"]] == [10]
     assert False in taken and taken.count(True) >= 2
 
@@ -218,7 +202,7 @@ def edited_files(draw: Any) -> list[bytes]:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=edited_files(), pinned=st.booleans())
 def test_bytes_edited_anywhere_get_the_line_paths_report(tmp_path, lines, pinned):
-    both_ways(write(tmp_path, lines), CartPoleStep if pinned else RolloutStep)
+    report_both_ways(write(tmp_path, lines), CartPoleStep if pinned else RolloutStep)
 
 
 @pytest.mark.parametrize(("values", "taken"), [

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fastpaths import fast_paths
+from fastpaths import fast_paths, report_both_ways
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +27,6 @@ from gyre_contract.io import _raggedcols as raggedcols
 from gyre_contract.io._raggedcols import ragged_plan
 from gyre_contract.io._reading import numbered_steps, read_steps
 from gyre_contract.io._tokencolumns import read_token_columns
-from gyre_contract.io._validation import validate_file
 from gyre_contract.pinned import CartPoleStep, LLMStep
 from gyre_contract.trainer._tokens import collate_token_columns, collate_tokens
 
@@ -75,19 +74,8 @@ def write(tmp_path: Path, lines: list[bytes], name: str = "llm.jsonl") -> Path:
     return path
 
 
-def report(path: Path, model: type) -> dict[str, Any]:
-    found = validate_file(path, model, max_examples_per_group=100).to_dict()
-    found.pop("path")
-    return found
-
-
 def both_ways(path: Path, model: type = LLMStep) -> dict[str, Any]:
-    with fast_paths(True):
-        fast = report(path, model)
-    with fast_paths(False):
-        normal = report(path, model)
-    assert fast == normal
-    return fast
+    return report_both_ways(path, model)
 
 
 def test_a_plan_for_ragged_models_only():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fastpaths import same_arrays
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,14 +24,6 @@ from gyre_contract.trainer._flatcollate import collate_block
 @pytest.fixture(autouse=True)
 def fast_paths_on(monkeypatch):
     monkeypatch.setenv("GYRE_FAST_PATHS", "1")
-
-
-def same(a: dict, b: dict) -> None:
-    assert list(a) == list(b)
-    for key in a:
-        assert a[key].dtype == b[key].dtype, key
-        assert a[key].shape == b[key].shape, key
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def block(lengths: list[int], firsts: list[int], seed: int, *, value: str = "all",
@@ -97,7 +90,7 @@ def test_a_block_collates_as_its_episodes(lengths, seed, firsts, max_len, fields
     expected = collate(episodes_of(columns, columns["episode_id"]), fields=wanted,
                        max_len=max_len)
     assert found is not None
-    same(found, expected)
+    same_arrays(found, expected)
 
 
 @settings(max_examples=30, deadline=None)
@@ -115,7 +108,7 @@ def test_sparse_columns_collate_as_episodes(lengths, seed):
     expected = collate(episodes_of(columns, columns["episode_id"]), fields=fields,
                        sparse=["bonus"])
     assert found is not None
-    same(found, expected)
+    same_arrays(found, expected)
 
 
 def test_what_columns_cannot_say_goes_to_episodes():
@@ -151,4 +144,4 @@ def test_a_map_collates_a_block_as_its_episodes(monkeypatch):
     fast = fmap.apply(fmap.collated_block(columns))
     monkeypatch.setenv("GYRE_FAST_PATHS", "0")
     slow = fmap.apply(fmap.collated_block(columns))
-    same(fast, slow)
+    same_arrays(fast, slow)

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "io"))
+from fastpaths import same_arrays
 from test_fast_file import cartpole_lines
 
 from gyre_contract.core._errors import ContractError
@@ -47,14 +48,6 @@ def colons(lines: list[bytes], every: int = 7) -> list[bytes]:
     return out
 
 
-def same(a: dict, b: dict) -> None:
-    assert list(a) == list(b)
-    for key in a:
-        assert a[key].dtype == b[key].dtype, key
-        assert a[key].shape == b[key].shape, key
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
 FIELDS = [None, ["observation", "action", "reward", "terminated", "truncated", "value",
                  "policy_version", "step"], ["reward", "value", "mask", "logprob"]]
 
@@ -82,7 +75,7 @@ def test_columns_collate_as_episodes(cartpole_record, cartpole_model, tmp_path, 
         return
     batch, n_episodes = found
     assert n_episodes == 15
-    same(batch, expected)
+    same_arrays(batch, expected)
 
 
 def test_a_colon_in_a_string_sends_the_block_to_the_line_path(cartpole_record, cartpole_model):
@@ -103,7 +96,7 @@ def test_open_episodes_come_last_in_first_appearance_order(cartpole_record, tmp_
     fields = ["reward", "step"]
     batch, _ = collate_file(path, RolloutStep, fields=fields)
     expected = collate(list(read_episodes(path, RolloutStep)), fields=fields)
-    same(batch, expected)
+    same_arrays(batch, expected)
     assert list(batch["episode_id"][-2:]) == ["ep-1", "ep-4"]
 
 
@@ -144,7 +137,7 @@ def test_ids_kept_once_per_run_collate_as_episodes(cartpole_record, tmp_path, sm
     path.write_bytes(b"\n".join(lines) + b"\n")
     found = collate_file(path, RolloutStep)
     assert found is not None
-    same(found[0], collate(list(read_episodes(path, RolloutStep))))
+    same_arrays(found[0], collate(list(read_episodes(path, RolloutStep))))
     assert found[1] == 12
     record = {**cartpole_record, "step": 0, "terminated": True, "truncated": False}
     path.write_bytes(orjson.dumps({**record, "episode_id": "a"}) + b"\n"
@@ -164,7 +157,7 @@ def test_v11_fields_collate_from_columns_as_episodes(cartpole_record, tmp_path, 
     fields = ["action", "ref_logprob", "loss_mask", "token_reward", "group_id", "reward"]
     found = collate_file(path, RolloutStep, fields=fields, max_len=max_len)
     assert found is not None
-    same(found[0], collate(list(read_episodes(path, RolloutStep)), fields=fields,
+    same_arrays(found[0], collate(list(read_episodes(path, RolloutStep)), fields=fields,
                            max_len=max_len))
 
 
