@@ -238,6 +238,11 @@ def _block_columns(block: Block) -> CheckedBlock:
             continue
         column = block.column(wire)
         columns[wire] = column if isinstance(column, CodedIds) else list(column)
+    return _bulk_checked(block, columns)
+
+
+def _bulk_checked(block: Block, columns: dict[str, Any]) -> CheckedBlock:
+    """The block the bulk path took whole, with its columns and the episodes it ends."""
     done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
     ended = _ids_at(block.episode_id, done)
     return CheckedBlock(block.n, columns, block.episode_id,
@@ -280,10 +285,7 @@ def _ragged_columns(plan: RaggedPlan, block: Block) -> CheckedBlock:
         columns[wire] = Objects({leaf.child: leaf_values(leaf) for leaf in held},  # type: ignore[misc]
                                 {leaf.child: masks[leaf.path] for leaf in held},  # type: ignore[misc]
                                 masks[wire])
-    done = np.flatnonzero(np.asarray(block.terminated) | np.asarray(block.truncated))
-    ended = _ids_at(block.episode_id, done)
-    return CheckedBlock(block.n, columns, block.episode_id,
-                        np.asarray(block.policy_version, np.int64), ended, True)
+    return _bulk_checked(block, columns)
 
 
 def _step_columns(steps: list[Any], model: type[RolloutStepV1]) -> CheckedBlock:
