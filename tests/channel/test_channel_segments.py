@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from fastpaths import fast_paths
 from procs import CARTPOLE_MAP, TOKEN_MAP, CartStep, Completion, completions, episodes
 
 from gyre_contract.channel import _segments as segments
@@ -251,9 +252,11 @@ CASES = {
 def test_a_block_encodes_from_its_columns_as_from_its_steps(case):
     """`put` encodes a checked block from the columns it was checked on (token lists as values
     and lengths, modalities as columns, episode ids as codes): the very table its per-step
-    columns give."""
+    columns give. The fast paths are on whatever GYRE_FAST_PATHS says: with them off a block is
+    checked step by step, not in bulk, which is not what this test is about."""
     model, records = CASES[case]()
-    checked = RecordBlocks(model).check(records)
+    with fast_paths(True):
+        checked = RecordBlocks(model).check(records)
     assert checked.bulk
     kinds = {type(v).__name__ for v in checked.columnar.values()}
     assert "CodedIds" in kinds and (case == "cartpole" or {"Ragged", "Objects"} <= kinds)
