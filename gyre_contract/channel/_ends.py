@@ -162,11 +162,10 @@ class SamplerEnd(_End):
         seq = self._seq + 1
         segment = f"{time.time_ns():020d}-{self.writer}-{seq:08d}"
         episodes = checked.episodes
-        versions, counts = np.unique(checked.policy_version, return_counts=True)
         meta = segments.SegmentMeta(
             segment=segment, writer=self.writer, seq=seq, fingerprint=self.fingerprint,
             steps=checked.n, episodes=episodes, ended=len(checked.ended_ids),
-            policy_versions={str(k): v for k, v in zip(versions.tolist(), counts.tolist())},
+            policy_versions=_version_counts(checked.policy_version),
             started=started, written=time.time(), writer_steps=self.counts.steps + checked.n,
             writer_episodes=self.counts.episodes + episodes, extra=extra)
         layout = self._layout or contract.arrow_layout(self.model, steps[0])
@@ -227,6 +226,15 @@ def open_sampler(uri: str | os.PathLike[str], model: type[RolloutStepV1] | None 
         warnings.warn(f"{backend.uri}: {text}", ChannelWarning, stacklevel=2)
     return SamplerEnd(backend, model, docs["fingerprint"], max_pending=max_pending,
                       timeout=timeout, writer=writer)
+
+
+def _version_counts(versions: np.ndarray) -> dict[str, int]:
+    """Steps per policy version, JSON keys, in increasing order: a block of one version (the
+    usual put) by its min and max, else `np.unique` (a sort of the block)."""
+    if len(versions) and versions.min() == versions.max():
+        return {str(int(versions[0])): len(versions)}
+    found, counts = np.unique(versions, return_counts=True)
+    return {str(k): v for k, v in zip(found.tolist(), counts.tolist())}
 
 
 MAX_NOTE_BYTES = 65536

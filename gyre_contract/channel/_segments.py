@@ -288,7 +288,8 @@ def _ragged_array(arrow_type: Any, lengths: np.ndarray, arrays: list[np.ndarray]
                          "at a time (Arrow lists hold fewer than 2**31)")
     inner = arrow_type.value_type
     flat = _from_values(inner, [x for a in arrays for x in a]) if pa.types.is_list(inner) \
-        else _from_ndarray(inner, np.concatenate(arrays))
+        else _from_ndarray(inner, arrays[0] if len(arrays) == 1 else np.concatenate(arrays))
+    # one array (a `Ragged`'s values): Arrow takes its buffer as it is, no copy
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat, type=arrow_type,
                                     mask=pa.array(null) if null.any() else None)
 

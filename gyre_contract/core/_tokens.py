@@ -92,14 +92,20 @@ def _response_within_length(view: BatchView) -> list[Problem]:
 
 
 def _true_past(mask: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Per row, whether `mask` is True at some position >= `length`. For a bool mask, from
-    each row's last True (`argmax` of the row reversed stops at it: no `[B, R]` temporary);
-    otherwise position by position."""
+    """Per row, whether `mask` is True at some position >= `length`. For a bool mask, one
+    `logical_or.reduceat` over the rows laid end to end, each row's tail `[length, R)` one
+    span (one pass, no `[B, R]` temporary; a row's reversed `argmax` walks memory backwards,
+    several times slower); otherwise position by position."""
     b, r = mask.shape
     if mask.dtype != np.bool_ or not r or not b:
         return np.asarray((mask & (np.arange(r)[None, :] >= length[:, None])).any(axis=1))
-    last = r - 1 - np.argmax(mask[:, ::-1], axis=1)
-    return mask[np.arange(b), last] & (last >= length)
+    rows = np.arange(b, dtype=np.intp) * r
+    start = rows + np.clip(length, 0, r)  # a tail's first cell; a row's end when it has none
+    bounds = np.empty(2 * b - 1, np.intp)  # tail i spans [start[i], next row's first cell)
+    bounds[0::2] = np.minimum(start, b * r - 1)  # in range: an empty last tail is masked below
+    bounds[1::2] = rows[1:]
+    spans = np.logical_or.reduceat(mask.reshape(-1), bounds)[0::2]
+    return spans & (length < r)  # a tail of no cell: reduceat gave the cell at its start
 
 
 def _finite(view: BatchView) -> list[Problem]:

@@ -22,7 +22,7 @@ path, then the record path, which decides and explains.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,6 @@ RECORDS_FAST_PATH = declare_fast_path("record_columns", kinds=("field", "step"),
 path, then record by record."""
 
 _ABSENT = object()
-_DTYPE, _SHAPE = attrgetter("dtype"), attrgetter("shape")
 
 
 def check_records(plan: BulkPlan, records: Sequence[Any]) -> Block | None:
@@ -104,8 +103,13 @@ def _numbers(held: list[Any], dtype: np.dtype, shape: tuple[int, ...], floats_on
     by `columnrules.scalars`, tensors as numpy arrays of exactly `dtype` and `shape`."""
     if not shape:
         return scalars(held, dtype, floats_only)
-    if {np.ndarray} != set(map(type, held)) or {dtype} != set(map(_DTYPE, held)):
-        return None  # a list, a subclass, another dtype: the JSON path reads it
-    if {shape} != set(map(_SHAPE, held)):
+    if {np.ndarray} != set(map(type, held)):
+        return None  # a list, a subclass: the JSON path reads it
+    try:  # one pass: casting "no" refuses any array not of exactly `dtype` (byte order too);
+        # arrays of another number of dims, or other trailing dims, do not concatenate
+        joined = np.concatenate(held, dtype=dtype, casting="no")
+    except (TypeError, ValueError):
+        return None  # another dtype or rank (field.shape): the JSON or record path decides
+    if joined.shape[1:] != shape[1:] or {shape[0]} != set(map(len, held)):
         return None  # another shape (field.shape): the record path reports it
-    return as_dtype(np.concatenate(held).reshape(len(held), *shape), dtype)
+    return as_dtype(joined.reshape(len(held), *shape), dtype)

@@ -298,3 +298,15 @@ def test_packed_token_rows_are_delivered_packed(tmp_path):
     for key, value in expected.items():
         np.testing.assert_array_equal(got.batch[key], value, err_msg=key)
     assert got.batch["input_ids"].shape[1] == 32
+
+
+def test_a_segment_counts_its_steps_per_policy_version(uri):
+    """A put of one version and a put of several: each segment's facts count the steps of
+    each version (what `channel status` adds up), in increasing order."""
+    sampler = open_sampler(uri, model=CartStep)
+    one = sampler.put(episodes("a", 2, length=3, version=4))
+    mixed = episodes("b", 1, length=2, version=7) + episodes("c", 2, length=3, version=2)
+    several = sampler.put(mixed + episodes("d", 1, length=1, version=7))
+    assert one.policy_versions == {"4": 6}
+    assert several.policy_versions == {"2": 6, "7": 3}
+    assert list(several.policy_versions) == ["2", "7"]

@@ -279,3 +279,23 @@ def test_a_large_segment_is_written_into_a_buffer_of_its_size(monkeypatch):
     monkeypatch.setattr(segments, "EXACT_BUFFER_BYTES", 0)
     exact = segments.encode(checked.columnar, checked.n, schema, meta(checked.n))
     assert exact.size == grown.size and exact.equals(grown)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "a slice from an offset", "strided",
+                                    "float32 strided"])
+def test_ragged_values_are_encoded_as_they_are_whatever_their_memory_layout(layout):
+    """A token list column from one `Ragged` goes to Arrow without a copy of its values: the
+    column holds each step's list, whether the values are a slice, a strided view or
+    contiguous (and a step with none, and an absent one, stay so)."""
+    from gyre_contract.channel._contract import Ragged
+
+    base = np.arange(60, dtype=np.int64)
+    values = {"contiguous": base[:12].copy(), "a slice from an offset": base[7:19],
+              "strided": base[::4][:12],
+              "float32 strided": base.astype(np.float32)[1::3][:12]}[layout]
+    lengths = np.array([5, 0, 7, 0], np.int64)
+    present = np.array([True, True, True, False])
+    kind = pa.float32() if values.dtype == np.float32 else pa.int64()
+    field = pa.field("action", pa.list_(kind))
+    column = segments._array(field, Ragged(values, lengths, present), 4)
+    assert column.to_pylist() == [values[:5].tolist(), [], values[5:].tolist(), None]

@@ -107,6 +107,9 @@ GIVE_UP = {
     "a big-endian observation": lambda r: r.update(observation=r["observation"].astype(">f4")),
     "an observation of 5": lambda r: r.update(observation=np.zeros(5, np.float32)),
     "an observation [1, 4]": lambda r: r.update(observation=np.zeros((1, 4), np.float32)),
+    "an observation [4, 1]": lambda r: r.update(observation=np.zeros((4, 1), np.float32)),
+    "a 0-d observation": lambda r: r.update(observation=np.float32(0.5).reshape(())),
+    "a float16 observation": lambda r: r.update(observation=r["observation"].astype(np.float16)),
     "an observation as a list": lambda r: r.update(observation=[0.0, 0.0, 0.0, 0.0]),
     "a masked observation": lambda r: r.update(observation=np.ma.masked_array(
         np.zeros(4, np.float32))),
@@ -130,6 +133,16 @@ def test_each_value_it_is_not_sure_of_gives_up(case):
     records = steps()
     GIVE_UP[case](records[5])
     assert check_records(bulk_plan(CartPoleStep), records) is None, case
+    assert_like_the_record_path(CartPoleStep, records)
+
+
+def test_tensors_whose_sizes_only_add_up_give_up():
+    """Observations of 3 and 5 values hold the 8 of two steps of 4: each step's shape is
+    checked, not the block's total."""
+    records = steps()
+    records[4]["observation"] = np.zeros(3, np.float32)
+    records[5]["observation"] = np.zeros(5, np.float32)
+    assert check_records(bulk_plan(CartPoleStep), records) is None
     assert_like_the_record_path(CartPoleStep, records)
 
 
