@@ -388,7 +388,8 @@ class FieldMap:
         """`collated` of a rollout file straight from its columns, with the number of
         episodes; None when only episodes can say (and for token rows)."""
         return self.layout.collate_file(path, model, fields=self.sources(), max_len=max_len,
-                                        sparse=self.sparse_sources())
+                                        sparse=self.sparse_sources(),
+                                        flat_tokens=flat_tokens(self.fields.values()))
 
 
 def as_field_map(source: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
@@ -432,6 +433,31 @@ def _reads(spec: FieldSpec) -> tuple[str, ...]:
             if (found := get_op(op)) is not None
             for name in found.columns_read(names)]
     return tuple(dict.fromkeys((*spec.sources, *implicit, *read)))
+
+
+FLAT_READERS = frozenset({"per_token"})
+"""The ops that take `response_mask` as its real tokens alone (`tokenops.ResponseValues`)."""
+
+
+def flat_tokens(specs: Iterable[FieldSpec]) -> tuple[str, ...]:
+    """The columns every entry reading them only renames (or, for `response_mask`, reads
+    through `per_token`): a layout that puts per-token values on the real tokens alone (packed
+    rows) may collate them as those (`RowLayout.collate_file`). None when an op is not a
+    built-in (what it reads of the columns is its own)."""
+    specs = list(specs)
+    ops = [name for spec in specs for name in (spec.op, *(step.op for step in spec.then))]
+    if not all((op := get_op(name)) is not None and op.builtin for name in ops):
+        return ()
+    kept: dict[str, bool] = {}
+    for spec in specs:
+        renamed = spec.op == "rename" and not spec.then and spec.cast is None
+        readers = [(spec.op, spec.sources), *((step.op, ()) for step in spec.then)]
+        for name in _reads(spec):
+            through = [op for op, names in readers if name in get_op(op).columns_read(names)]
+            ok = renamed and spec.sources == (name,) or name == "response_mask" and \
+                name not in spec.sources and bool(through) and FLAT_READERS.issuperset(through)
+            kept[name] = kept.get(name, True) and ok
+    return tuple(name for name, ok in kept.items() if ok)
 
 
 def _overlaps(a: str, b: str) -> bool:
