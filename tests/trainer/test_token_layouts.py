@@ -317,3 +317,58 @@ def test_a_packed_map_that_reads_the_response_ids_gets_them_padded_and_packed(tm
     for i, r in enumerate(records()):  # each response token at its packed place
         p = len(r["observation"]["token_ids"])
         assert unpack(from_file, "tokens", i)[p:].tolist() == r["action"]
+
+
+FLAT_MAPS = {  # target -> entry, beside PACKED_FIELDS: which response columns stay flat
+    "renames": {"ref_logprobs": {"from": "ref_logprob"}},
+    "a kl reads logprob padded": {"kl": {"op": "kl", "from": ["logprob", "ref_logprob"],
+                                         "estimator": "k3"}},
+    "a cast keeps ref_logprob padded": {"ref_logprobs": {"from": "ref_logprob",
+                                                         "cast": "float64"}},
+    "the loss mask renamed": {"recorded": {"from": "loss_mask"}},
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=lengths, budget=st.integers(1, 20), seed=st.integers(0, 2**16),
+       masks=st.sampled_from(["none", "some", "all"]), extra=st.sampled_from(sorted(FLAT_MAPS)))
+def test_a_packed_file_packs_its_real_tokens_as_padding_then_packing_does(
+        tmp_path_factory, lengths, budget, seed, masks, extra):
+    """A packed map reading a file keeps the response columns it only renames (and
+    `response_mask` under `per_token`) as their real tokens and scatters them once; the batch
+    is the one of padding the rows and then packing them (the step objects' way), array for
+    array."""
+    from fastpaths import fast_paths, same_arrays
+
+    from gyre_contract.trainer._tokenops import ResponseValues
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, (p, a) in enumerate(lengths):
+        if p + a == 0 or p + a > budget:
+            continue
+        action = rng.integers(100, 200, a).tolist()
+        extra_fields: dict[str, Any] = {
+            "ref_logprob": (-rng.random(a)).round(3).tolist()}
+        if masks == "all" or masks == "some" and i % 2:
+            extra_fields["loss_mask"] = (rng.random(a) < 0.7).tolist()
+        rows.append(step(f"e{i}", rng.integers(1, 100, p).tolist(), action,
+                         reward=float(rng.integers(0, 3)), group=f"g{i % 3}", **extra_fields))
+    if not rows or extra == "the loss mask renamed" and not any("loss_mask" in r for r in rows):
+        return
+    fields = {**PACKED_FIELDS, **FLAT_MAPS[extra],
+              "advantages": {"op": "group_norm", "from": ["reward", "group_id"],
+                             "singletons": "zero", "then": [{"op": "per_token"}]}}
+    fmap = packed_map(budget, **fields)
+    path = tmp_path_factory.mktemp("flat") / "rows.jsonl"
+    write_steps(path, rows)
+    collated, _ = fmap.collated_file(path, LLMStep)
+    # the new path is taken (kl reads response_mask padded, as logprob and ref_logprob)
+    assert isinstance(collated["response_mask"], ResponseValues) == ("kl" not in extra)
+    assert isinstance(collated.get("ref_logprob"), ResponseValues) == (extra == "renames")
+    flat = fmap.batch(path)
+    with fast_paths(False):  # the rows padded, the ops run on [B, R], then packed
+        assert fmap.collated_file(path, LLMStep) is None
+        padded_then_packed = fmap.batch(path)
+    same_arrays(flat, padded_then_packed)
+    same_arrays(flat, fmap.batch(rows))
