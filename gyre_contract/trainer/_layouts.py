@@ -476,7 +476,9 @@ class PackedRows(TokenRows):
     """Token rows packed into micro-batch rows of `token_budget` tokens, `[M, S]` (`_packing`):
     the rows are collated as `TokenRows` (the map's ops run on them: group_norm, kl, per_token,
     ...), then placed first-fit-decreasing, and each per-response-token result `[B, R, ...]` is
-    put at its tokens' positions; per-row results stay `[B]`, one per sample."""
+    put at its tokens' positions; per-row results stay `[B]`, one per sample. From a file, the
+    columns the map only renames (and `response_mask` under `per_token`: `flat_tokens`) are
+    kept as their real tokens (`ResponseValues`) and never padded."""
 
     names = ("packed",)
     keys = ("token_budget",)

@@ -15,7 +15,9 @@ left-padded with `prompt_mask`, `response_ids` right-padded with `response_lengt
 padding); and per sample `[B]`: `sample_row`, `sample_start`, `sample_length` (where each sample
 lies: its micro-batch row, first column and number of tokens). `ResponseTokens.scatter` puts a
 per-response-token column `[B, R, ...]` (what the map's ops give: `per_token` advantages,
-`logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere.
+`logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere; a column held
+as its real tokens alone (`tokenops.ResponseValues`: from a file, what the map only renames or
+spreads by `per_token`) goes there as it is, with no `[B, R]` made or read.
 
 Vectorised: one boolean selection per column gives every real token in sample order, one
 `np.repeat` gives each token's destination, one assignment writes them; `position_ids` and

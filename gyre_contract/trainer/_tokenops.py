@@ -1,16 +1,17 @@
 """The built-in ops of token rows (one row per turn, docs/llm.md §3): group-relative advantages
 (`group_norm`, `rloo`), KL estimates (`kl`, `kl_reward`), `per_token`, `pad` and `concat`.
 
-They run on the columns of a map of token rows (`TokenRows`): `reward` and `group_id` `[B]`, `logprob`,
-`ref_logprob`, `response_ids`, `response_mask` `[B, R]` (right-padded), `prompt_ids` and
-`prompt_mask` `[B, P]` (left-padded), `response_length` `[B]`. A packed map's collation may hold a
-response column it only renames (and `response_mask`, when only `per_token` reads it) as its
-real tokens alone (`ResponseValues`): `per_token` then spreads over those, never over `[B, R]`. Each op works on whole arrays with
-numpy (groups by `np.unique(return_inverse=True)` and `np.bincount`; no loop over rows) and
-refuses what it cannot do rightly: a group of one row under `group_norm`/`rloo` (no baseline)
-unless the map says what to do with it, a missing `response_mask`/`response_length`, a reward
-with no response token to sit on. `TOKEN_OPS` describes them for the registry in
-`gyre_contract.trainer._ops`, which builds their `Op` records.
+They run on the columns of a map of token rows (`TokenRows`): `reward` and `group_id` `[B]`,
+`logprob`, `ref_logprob`, `response_ids`, `response_mask` `[B, R]` (right-padded), `prompt_ids`
+and `prompt_mask` `[B, P]` (left-padded), `response_length` `[B]`. A packed map's collation may
+hold a response column it only renames (and `response_mask`, when only `per_token` reads it) as
+its real tokens alone (`ResponseValues`): `per_token` then spreads over those, never over
+`[B, R]`. Each op works on whole arrays with numpy (groups by `np.unique(return_inverse=True)`
+and `np.bincount`; no loop over rows) and refuses what it cannot do rightly: a group of one row
+under `group_norm`/`rloo` (no baseline) unless the map says what to do with it, a missing
+`response_mask`/`response_length`, a reward with no response token to sit on. `TOKEN_OPS`
+describes them for the registry in `gyre_contract.trainer._ops`, which builds their `Op`
+records.
 """
 
 from __future__ import annotations
