@@ -390,9 +390,10 @@ def kl_reward(inputs: list[Any], columns: Mapping[str, Any], *, beta: float,
 
 # -- layout --------------------------------------------------------------------------------
 
-def per_token(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+def per_token(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray | ResponseValues:
     """A per-row column `[B]` (a sequence advantage) on each response token `[B, R]`, 0 (or
-    False, "") where `response_mask` is False. Keeps the dtype."""
+    False, "") where `response_mask` is False. Keeps the dtype. A `response_mask` held as its
+    real tokens (`ResponseValues`) gives the result as its real tokens too."""
     x = np.asarray(inputs[0])
     if x.ndim != 1:
         raise _bad("per_token", "", "a per-row column [B]", describe(x),

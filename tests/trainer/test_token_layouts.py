@@ -338,6 +338,9 @@ FLAT_MAPS = {  # target -> entry, beside PACKED_FIELDS: which response columns s
     "a cast keeps ref_logprob padded": {"ref_logprobs": {"from": "ref_logprob",
                                                          "cast": "float64"}},
     "the loss mask renamed": {"recorded": {"from": "loss_mask"}},
+    "per_token cast": {"wide": {"op": "rloo", "from": ["reward", "group_id"],
+                                "singletons": "zero", "then": [{"op": "per_token"}],
+                                "cast": "float64"}},
 }
 
 
@@ -363,8 +366,10 @@ def test_a_packed_file_packs_its_real_tokens_as_padding_then_packing_does(
     with fast_paths(True):  # GYRE_FAST_PATHS=0 or not
         collated, _ = fmap.collated_file(path, LLMStep)
         flat = fmap.batch(path)
-    # the new path is taken (kl reads response_mask padded, as logprob and ref_logprob)
-    assert isinstance(collated["response_mask"], ResponseValues) == ("kl" not in extra)
+    # the new path is taken (kl reads response_mask padded, as logprob and ref_logprob; a
+    # per_token result cast is made padded)
+    assert isinstance(collated["response_mask"], ResponseValues) == \
+        (extra not in ("a kl reads logprob padded", "per_token cast"))
     assert isinstance(collated.get("ref_logprob"), ResponseValues) == (extra == "renames")
     with fast_paths(False):  # the rows padded, the ops run on [B, R], then packed
         assert fmap.collated_file(path, LLMStep) is None
