@@ -388,7 +388,8 @@ class FieldMap:
         """`collated` of a rollout file straight from its columns, with the number of
         episodes; None when only episodes can say (and for token rows)."""
         return self.layout.collate_file(path, model, fields=self.sources(), max_len=max_len,
-                                        sparse=self.sparse_sources())
+                                        sparse=self.sparse_sources(),
+                                        flat_tokens=flat_tokens(self.fields.values()))
 
 
 def as_field_map(source: FieldMap | Mapping[str, Any] | str | os.PathLike[str]) -> FieldMap:
@@ -432,6 +433,37 @@ def _reads(spec: FieldSpec) -> tuple[str, ...]:
             if (found := get_op(op)) is not None
             for name in found.columns_read(names)]
     return tuple(dict.fromkeys((*spec.sources, *implicit, *read)))
+
+
+FLAT_READERS = frozenset({"per_token"})
+"""The ops that take `response_mask` as its real tokens alone (`tokenops.ResponseValues`)."""
+
+
+def flat_tokens(specs: Iterable[FieldSpec]) -> tuple[str, ...]:
+    """The columns every entry reading them only renames (or, for `response_mask`, reads
+    through a `per_token` whose result is the entry's, not cast nor taken by another step): a
+    layout that puts per-token values on the real tokens alone (packed rows) may collate them
+    as those (`RowLayout.collate_file`). None of them when an op is not a built-in (what it
+    reads of the columns is its own)."""
+    specs = list(specs)
+    ops = [name for spec in specs for name in (spec.op, *(step.op for step in spec.then))]
+    if not all((op := get_op(name)) is not None and op.builtin for name in ops):
+        return ()
+    kept: dict[str, bool] = {}
+    for spec in specs:
+        plain = not spec.then and spec.cast is None
+        readers = [(spec.op, spec.sources), *((step.op, ()) for step in spec.then)]
+        for name in _reads(spec):
+            through = [i for i, (op, names) in enumerate(readers)
+                       if name in get_op(op).columns_read(names)]
+            if name == "response_mask" and name not in spec.sources:
+                # its result leaves the entry as it is: nothing after it reads ResponseValues
+                ok = through == [len(readers) - 1] and spec.cast is None and \
+                    readers[-1][0] in FLAT_READERS
+            else:
+                ok = plain and spec.op == "rename" and spec.sources == (name,)
+            kept[name] = kept.get(name, True) and ok
+    return tuple(name for name, ok in kept.items() if ok)
 
 
 def _overlaps(a: str, b: str) -> bool:

@@ -162,10 +162,12 @@ class RowLayout:
         raise NotImplementedError
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
-                     max_len: int | None = None, sparse: list[str] | None = None
-                     ) -> tuple[dict[str, Any], int] | None:
+                     max_len: int | None = None, sparse: list[str] | None = None,
+                     flat_tokens: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
         """`collate` of a file straight from its columns, with its number of episodes; None
-        when only `read` can say."""
+        when only `read` can say. `flat_tokens`: the columns the map only renames (and
+        `response_mask` when only `per_token` reads it), which a layout that lays out real
+        tokens alone may keep as those (`tokenops.ResponseValues`)."""
         return None
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
@@ -291,8 +293,8 @@ class EpisodeRows(RowLayout):
         return collate(items, max_len=max_len, fields=wanted, sparse=sparse)
 
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
-                     max_len: int | None = None, sparse: list[str] | None = None
-                     ) -> tuple[dict[str, Any], int] | None:
+                     max_len: int | None = None, sparse: list[str] | None = None,
+                     flat_tokens: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
         wanted = [n for n in fields if n not in DERIVED_FIELDS]
         return collate_file(path, model, fields=wanted, max_len=max_len, sparse=sparse)
 
@@ -394,10 +396,12 @@ class TokenRows(RowLayout):
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
                      max_len: int | None = None, sparse: list[str] | None = None,
                      flats: dict[str, np.ndarray] | None = None,
-                     flat_only: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
+                     flat_only: Collection[str] = (), flat_tokens: Collection[str] = ()
+                     ) -> tuple[dict[str, Any], int] | None:
         """The file's steps read as columns (`io._tokencolumns`: token lists as flat values
         and lengths, no step object), collated as their objects would be (`collate`);
-        `flats`, `flat_only`: see `collate_token_columns`."""
+        `flats`, `flat_only`: see `collate_token_columns`; padded rows keep no column flat
+        (`flat_tokens` is for packed rows)."""
         if max_len is not None:
             return None  # `collate` explains
         found = read_token_columns(path, model)
@@ -472,7 +476,9 @@ class PackedRows(TokenRows):
     """Token rows packed into micro-batch rows of `token_budget` tokens, `[M, S]` (`_packing`):
     the rows are collated as `TokenRows` (the map's ops run on them: group_norm, kl, per_token,
     ...), then placed first-fit-decreasing, and each per-response-token result `[B, R, ...]` is
-    put at its tokens' positions; per-row results stay `[B]`, one per sample."""
+    put at its tokens' positions; per-row results stay `[B]`, one per sample. From a file, the
+    columns the map only renames (and `response_mask` under `per_token`: `flat_tokens`) are
+    kept as their real tokens (`ResponseValues`) and never padded."""
 
     names = ("packed",)
     keys = ("token_budget",)
@@ -514,13 +520,15 @@ class PackedRows(TokenRows):
     def collate_file(self, path: str | os.PathLike[str], model: Any, *, fields: list[str],
                      max_len: int | None = None, sparse: list[str] | None = None,
                      flats: dict[str, np.ndarray] | None = None,
-                     flat_only: Collection[str] = ()) -> tuple[dict[str, Any], int] | None:
+                     flat_only: Collection[str] = (), flat_tokens: Collection[str] = ()
+                     ) -> tuple[dict[str, Any], int] | None:
         flats = {} if flats is None else flats
-        # the token ids go into the packed rows from their flat values: padded only when read
+        # the token ids go into the packed rows from their flat values: padded only when read;
+        # a response column only renamed (or spread by per_token) is its real tokens alone
+        kept = {"prompt_ids", "response_ids", "loss_mask"} - set(fields)
+        kept.update(n for n in flat_tokens if n not in LAYOUT_FIELDS or n == "response_mask")
         found = super().collate_file(path, model, fields=fields, max_len=max_len,
-                                     sparse=sparse, flats=flats,
-                                     flat_only={*flat_only,
-                                                *({"prompt_ids", "response_ids"} - set(fields))})
+                                     sparse=sparse, flats=flats, flat_only={*flat_only, *kept})
         if found is None:
             return None
         columns, episodes = found

@@ -15,7 +15,9 @@ left-padded with `prompt_mask`, `response_ids` right-padded with `response_lengt
 padding); and per sample `[B]`: `sample_row`, `sample_start`, `sample_length` (where each sample
 lies: its micro-batch row, first column and number of tokens). `ResponseTokens.scatter` puts a
 per-response-token column `[B, R, ...]` (what the map's ops give: `per_token` advantages,
-`logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere.
+`logprob`, `kl`, `response_mask`) at its tokens' positions, 0 (False) elsewhere; a column held
+as its real tokens alone (`tokenops.ResponseValues`: from a file, what the map only renames or
+spreads by `per_token`) goes there as it is, with no `[B, R]` made or read.
 
 Vectorised: one boolean selection per column gives every real token in sample order, one
 `np.repeat` gives each token's destination, one assignment writes them; `position_ids` and
@@ -27,11 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from gyre_contract.trainer import _collation as collation
+from gyre_contract.trainer._tokenops import ResponseValues
 
 PACKED_TOKEN_COLUMNS: tuple[str, ...] = ("input_ids", "position_ids", "pad_mask", "sample_index")
 """The `[M, S]` columns packing makes (a map renames them into the batch)."""
@@ -110,10 +114,11 @@ class ResponseTokens:
 
     def __init__(self, columns: Mapping[str, Any]) -> None:
         length = np.asarray(columns["response_length"], dtype=np.int64)
-        width = int(np.shape(columns["response_mask"])[1])
+        mask = columns["response_mask"]
+        width = mask.width if isinstance(mask, ResponseValues) else int(np.shape(mask)[1])
         self.rows = len(length)
         self.width = width
-        self.real = np.arange(width) < length[:, None]
+        self.length = length
         budget = int(np.shape(columns["input_ids"])[1])
         start = np.asarray(columns["sample_row"]) * budget + columns["sample_start"]
         prompt = np.asarray(columns["sample_length"]) - length
@@ -121,8 +126,16 @@ class ResponseTokens:
         self.shape = tuple(np.shape(columns["input_ids"]))
         self.where = destinations(start + prompt, length)
 
+    @cached_property
+    def real(self) -> np.ndarray:
+        """`[B, R]` bool: the real response tokens of the padded rows."""
+        return np.arange(self.width) < self.length[:, None]
+
     def fits(self, value: Any) -> bool:
-        """Whether `value` is a per-response-token column of these rows (`[B, R, ...]`)."""
+        """Whether `value` is a per-response-token column of these rows (`[B, R, ...]`, or its
+        real tokens alone: `ResponseValues`)."""
+        if isinstance(value, ResponseValues):
+            return value.lengths.size == self.rows and value.width == self.width
         shape = np.shape(value)
         return len(shape) >= 2 and shape[:2] == (self.rows, self.width)
 
@@ -133,13 +146,16 @@ class ResponseTokens:
     def scatter_all(self, values: list[Any]) -> list[np.ndarray]:
         """`scatter` of each of `values`; many large ones on two threads at once (numpy's
         selection and assignment run without the GIL; each writes its own array)."""
-        arrays = [np.asarray(v) for v in values]
-        outs = [np.zeros((self.cells, *a.shape[2:]), a.dtype) for a in arrays]
+        # a padded column's real tokens are selected; `ResponseValues` holds only them
+        flat = [isinstance(v, ResponseValues) for v in values]
+        arrays = [v.values if f else np.asarray(v) for v, f in zip(values, flat)]
+        outs = [np.zeros((self.cells, *a.shape[1 if f else 2:]), a.dtype)
+                for a, f in zip(arrays, flat)]
 
         def run(i: int) -> None:
-            outs[i][self.where] = arrays[i][self.real]
+            outs[i][self.where] = arrays[i] if flat[i] else arrays[i][self.real]
 
-        if len(arrays) < 2 or self.real.size * len(arrays) < PARALLEL_CELLS:
+        if len(arrays) < 2 or self.rows * self.width * len(arrays) < PARALLEL_CELLS:
             for i in range(len(arrays)):
                 run(i)
         else:
@@ -148,7 +164,7 @@ class ResponseTokens:
             with ThreadPoolExecutor(2, thread_name_prefix="gyre-pack") as pool:
                 for future in [pool.submit(run, i) for i in range(len(arrays))]:
                     future.result()
-        return [out.reshape(self.shape + a.shape[2:]) for out, a in zip(outs, arrays)]
+        return [out.reshape(self.shape + out.shape[1:]) for out in outs]
 
 
 def pack_columns(columns: Mapping[str, Any], budget: int, *, pad_id: int = 0,

@@ -1,14 +1,17 @@
 """The built-in ops of token rows (one row per turn, docs/llm.md §3): group-relative advantages
 (`group_norm`, `rloo`), KL estimates (`kl`, `kl_reward`), `per_token`, `pad` and `concat`.
 
-They run on the columns of a map of token rows (`TokenRows`): `reward` and `group_id` `[B]`, `logprob`,
-`ref_logprob`, `response_ids`, `response_mask` `[B, R]` (right-padded), `prompt_ids` and
-`prompt_mask` `[B, P]` (left-padded), `response_length` `[B]`. Each op works on whole arrays with
-numpy (groups by `np.unique(return_inverse=True)` and `np.bincount`; no loop over rows) and
-refuses what it cannot do rightly: a group of one row under `group_norm`/`rloo` (no baseline)
-unless the map says what to do with it, a missing `response_mask`/`response_length`, a reward
-with no response token to sit on. `TOKEN_OPS` describes them for the registry in
-`gyre_contract.trainer._ops`, which builds their `Op` records.
+They run on the columns of a map of token rows (`TokenRows`): `reward` and `group_id` `[B]`,
+`logprob`, `ref_logprob`, `response_ids`, `response_mask` `[B, R]` (right-padded), `prompt_ids`
+and `prompt_mask` `[B, P]` (left-padded), `response_length` `[B]`. A packed map's collation may
+hold a response column it only renames (and `response_mask`, when only `per_token` reads it) as
+its real tokens alone (`ResponseValues`): `per_token` then spreads over those, never over
+`[B, R]`. Each op works on whole arrays with numpy (groups by `np.unique(return_inverse=True)`
+and `np.bincount`; no loop over rows) and refuses what it cannot do rightly: a group of one row
+under `group_norm`/`rloo` (no baseline) unless the map says what to do with it, a missing
+`response_mask`/`response_length`, a reward with no response token to sit on. `TOKEN_OPS`
+describes them for the registry in `gyre_contract.trainer._ops`, which builds their `Op`
+records.
 """
 
 from __future__ import annotations
@@ -45,6 +48,30 @@ MAX_SHOWN = 10
 RESPONSE_COLUMNS = frozenset({"response_ids", "response_mask", "logprob", "ref_logprob", "value",
                               "token_reward", "return", "loss_mask", "advantage"})
 """Right-padded `[B, R]` columns whose real tokens are the first `response_length` ones."""
+
+
+# -- a response column's real tokens -------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResponseValues:
+    """A right-padded response column `[B, R]` (`RESPONSE_COLUMNS`, `response_mask`) held as
+    its real tokens only: each row's first `response_length` values one after another. What a
+    packed map's collation keeps of a column that is only renamed or read by `per_token`: the
+    packed rows take the real tokens, so the padded `[B, R]` would only be made to be thrown
+    away (`padded()` makes it, the same array the padded collation holds)."""
+
+    values: np.ndarray
+    """The real tokens in row order, 1-D."""
+    lengths: np.ndarray
+    """`[B]` int64: each row's real tokens (`response_length`)."""
+    width: int
+    """R, the padded width."""
+
+    def padded(self) -> np.ndarray:
+        """The column as `[B, R]`, 0 (False) after each row's real tokens."""
+        out = np.zeros((self.lengths.size, self.width), self.values.dtype)
+        out[np.arange(self.width) < self.lengths[:, None]] = self.values
+        return out
 
 
 # -- argument checks -----------------------------------------------------------------------
@@ -363,13 +390,21 @@ def kl_reward(inputs: list[Any], columns: Mapping[str, Any], *, beta: float,
 
 # -- layout --------------------------------------------------------------------------------
 
-def per_token(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray:
+def per_token(inputs: list[Any], columns: Mapping[str, Any]) -> np.ndarray | ResponseValues:
     """A per-row column `[B]` (a sequence advantage) on each response token `[B, R]`, 0 (or
-    False, "") where `response_mask` is False. Keeps the dtype."""
+    False, "") where `response_mask` is False. Keeps the dtype. A `response_mask` held as its
+    real tokens (`ResponseValues`) gives the result as its real tokens too."""
     x = np.asarray(inputs[0])
     if x.ndim != 1:
         raise _bad("per_token", "", "a per-row column [B]", describe(x),
                    "per_token spreads one value per row over its response tokens")
+    held = columns.get("response_mask")
+    if isinstance(held, ResponseValues):
+        if held.values.dtype == np.bool_ and held.lengths.size == x.size:
+            # the same values on the real tokens alone: a row's padding is 0 in [B, R] too
+            return ResponseValues(np.where(held.values, np.repeat(x, held.lengths),
+                                           np.zeros((), x.dtype)), held.lengths, held.width)
+        columns = {**columns, "response_mask": held.padded()}  # refused below, as padded
     mask = response_mask(columns, "per_token", x.size)
     return np.where(mask, x[:, None], np.zeros((), x.dtype))
 

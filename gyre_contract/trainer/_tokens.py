@@ -49,6 +49,7 @@ from gyre_contract.io._raggedcols import Ragged
 from gyre_contract.io._tokencolumns import TokenColumns
 from gyre_contract.trainer import _collation as collation
 from gyre_contract.trainer._ops import cast_array
+from gyre_contract.trainer._tokenops import ResponseValues
 
 TOKEN_FIELDS: tuple[str, ...] = ("logprob", "ref_logprob", "token_reward", "loss_mask")
 """Per-step fields that must hold one value per action token."""
@@ -121,7 +122,8 @@ def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id:
     and lengths (`Ragged`), no array per step. None when `fields` names a field of modalities
     itself (only objects say it). `flats`, when given, gets the real tokens of `prompt_ids`
     and `response_ids` in row order (what packing reads: no gather from the padded arrays);
-    those of them named in `flat_only` are not padded at all (packing reads them only so)."""
+    those of them named in `flat_only` are not padded at all (packing reads them only so), and
+    a per-token column or `response_mask` named there is its real tokens (`ResponseValues`)."""
     wanted = [f for f in fields if f not in (*LAYOUT_FIELDS,)]
     if any(name in found.objects for name in wanted):
         return None
@@ -175,11 +177,26 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
         if key not in flat_only:
             out[key] = _padded(ids, where, pad_id, fills)
         out[beside] = value
+    kept: dict[str, np.ndarray] = {}  # the per-token columns in `flat_only`: real tokens
     for name, (flat, _) in per_token.items():
-        out[name] = _padded(_cast(name, flat, _DTYPES.get(name)), real, 0, fills)
+        cast = _cast(name, flat, _DTYPES.get(name))
+        if name in flat_only:
+            kept[name] = cast
+            out[name] = ResponseValues(cast, responses[1], r)
+        else:
+            out[name] = _padded(cast, real, 0, fills)
     fill_all(fills)
     loss_mask = out.get("loss_mask")
-    out["response_mask"] = real if loss_mask is None else real & loss_mask
+    if "response_mask" in flat_only:
+        mask = kept.get(LOSS_MASK)
+        if mask is None:
+            mask = np.ones(responses[0].size, bool) if recorded_mask is None else \
+                _cast(LOSS_MASK, recorded_mask[0], "bool")
+        out["response_mask"] = ResponseValues(mask, responses[1], r)
+    else:
+        if isinstance(loss_mask, ResponseValues):
+            loss_mask = loss_mask.padded()
+        out["response_mask"] = real if loss_mask is None else real & loss_mask
     for name in scalar_names:
         out[name] = _scalars(inputs, name)
     for name in ROW_KEYS:

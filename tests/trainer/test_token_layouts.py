@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastpaths import fast_paths, same_arrays
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from gyre_contract.io._writer import write_steps
 from gyre_contract.pinned import LLMStep
 from gyre_contract.trainer._fieldmap import FieldMap
 from gyre_contract.trainer._packing import plan_packing
+from gyre_contract.trainer._tokenops import ResponseValues
 from gyre_contract.trainer._tokens import collate_tokens
 
 ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "response_length",
@@ -211,19 +213,28 @@ def unpack(batch: dict[str, np.ndarray], key: str, sample: int) -> np.ndarray:
 lengths = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), min_size=1, max_size=24)
 
 
-@settings(max_examples=60, deadline=None)
-@given(lengths=lengths, budget=st.integers(1, 20), seed=st.integers(0, 2**16))
-def test_unpacking_by_sample_index_gives_back_every_row_exactly_once(lengths, budget, seed):
+def random_rows(lengths: list[tuple[int, int]], budget: int, seed: int, *,
+                masked: Any = lambda i: True) -> list[dict[str, Any]]:
+    """A step per (prompt, action) length that fits `budget`: random tokens, rewards (often
+    equal within a group of 3), `ref_logprob`, and a `loss_mask` on the rows `masked(i)`."""
     rng = np.random.default_rng(seed)
     rows = []
     for i, (p, a) in enumerate(lengths):
         if p + a == 0 or p + a > budget:
             continue
-        prompt = rng.integers(1, 100, p).tolist()
-        action = rng.integers(100, 200, a).tolist()
-        mask = rng.random(a) < 0.8
-        rows.append(step(f"e{i}", prompt, action, reward=float(rng.random()),
-                         group=f"g{i % 3}", loss_mask=mask.tolist()))
+        extra: dict[str, Any] = {"ref_logprob": (-rng.random(a)).round(3).tolist()}
+        if masked(i):
+            extra["loss_mask"] = (rng.random(a) < 0.7).tolist()
+        rows.append(step(f"e{i}", rng.integers(1, 100, p).tolist(),
+                         rng.integers(100, 200, a).tolist(), reward=float(rng.integers(0, 3)),
+                         group=f"g{i % 3}", **extra))
+    return rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=lengths, budget=st.integers(1, 20), seed=st.integers(0, 2**16))
+def test_unpacking_by_sample_index_gives_back_every_row_exactly_once(lengths, budget, seed):
+    rows = random_rows(lengths, budget, seed)
     if not rows:
         return
     fields = {**PACKED_FIELDS, "advantages": {"op": "rloo", "from": ["reward", "group_id"],
@@ -286,7 +297,8 @@ def test_a_packed_file_on_two_threads_gives_the_batch_of_its_records(tmp_path, m
         return real_pack(columns, budget, **options)
 
     monkeypatch.setattr("gyre_contract.trainer._layouts.pack_columns", pack_columns)
-    threaded = fmap.batch(path)
+    with fast_paths(True):  # the file's own way, GYRE_FAST_PATHS=0 or not
+        threaded = fmap.batch(path)
     # no gather from [B, R]: the ids are never padded, as the map reads neither
     assert kept and set(kept[0]) == {"prompt_ids", "response_ids", "padded"}
     assert kept[0]["padded"] == set()
@@ -317,3 +329,50 @@ def test_a_packed_map_that_reads_the_response_ids_gets_them_padded_and_packed(tm
     for i, r in enumerate(records()):  # each response token at its packed place
         p = len(r["observation"]["token_ids"])
         assert unpack(from_file, "tokens", i)[p:].tolist() == r["action"]
+
+
+FLAT_MAPS = {  # target -> entry, beside PACKED_FIELDS: which response columns stay flat
+    "renames": {"ref_logprobs": {"from": "ref_logprob"}},
+    "a kl reads logprob padded": {"kl": {"op": "kl", "from": ["logprob", "ref_logprob"],
+                                         "estimator": "k3"}},
+    "a cast keeps ref_logprob padded": {"ref_logprobs": {"from": "ref_logprob",
+                                                         "cast": "float64"}},
+    "the loss mask renamed": {"recorded": {"from": "loss_mask"}},
+    "per_token cast": {"wide": {"op": "rloo", "from": ["reward", "group_id"],
+                                "singletons": "zero", "then": [{"op": "per_token"}],
+                                "cast": "float64"}},
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=lengths, budget=st.integers(4, 20), seed=st.integers(0, 2**16),
+       masks=st.sampled_from(["none", "some", "all"]), extra=st.sampled_from(sorted(FLAT_MAPS)))
+def test_a_packed_file_packs_its_real_tokens_as_padding_then_packing_does(
+        tmp_path_factory, lengths, budget, seed, masks, extra):
+    """A packed map reading a file keeps the response columns it only renames (and
+    `response_mask` under `per_token`) as their real tokens and scatters them once; the batch
+    is the one of padding the rows and then packing them (the step objects' way), array for
+    array."""
+    rows = random_rows(lengths, budget, seed,
+                       masked=lambda i: masks == "all" or masks == "some" and i % 2 == 1)
+    if not rows or extra == "the loss mask renamed" and not any("loss_mask" in r for r in rows):
+        return
+    fields = {**PACKED_FIELDS, **FLAT_MAPS[extra],
+              "advantages": {"op": "group_norm", "from": ["reward", "group_id"],
+                             "singletons": "zero", "then": [{"op": "per_token"}]}}
+    fmap = packed_map(budget, **fields)
+    path = tmp_path_factory.mktemp("flat") / "rows.jsonl"
+    write_steps(path, rows)
+    with fast_paths(True):  # GYRE_FAST_PATHS=0 or not
+        collated, _ = fmap.collated_file(path, LLMStep)
+        flat = fmap.batch(path)
+    # the new path is taken (kl reads response_mask padded, as logprob and ref_logprob; a
+    # per_token result cast is made padded)
+    assert isinstance(collated["response_mask"], ResponseValues) == \
+        (extra not in ("a kl reads logprob padded", "per_token cast"))
+    assert isinstance(collated.get("ref_logprob"), ResponseValues) == (extra == "renames")
+    with fast_paths(False):  # the rows padded, the ops run on [B, R], then packed
+        assert fmap.collated_file(path, LLMStep) is None
+        padded_then_packed = fmap.batch(path)
+    same_arrays(flat, padded_then_packed)
+    same_arrays(flat, fmap.batch(rows))
