@@ -446,8 +446,9 @@ def flat_tokens(specs: Iterable[FieldSpec]) -> tuple[str, ...]:
     as those (`RowLayout.collate_file`). None of them when an op is not a built-in (what it
     reads of the columns is its own)."""
     specs = list(specs)
-    ops = [name for spec in specs for name in (spec.op, *(step.op for step in spec.then))]
-    if not all((op := get_op(name)) is not None and op.builtin for name in ops):
+    ops = {name: get_op(name) for spec in specs for name in (spec.op, *(s.op for s in spec.then))}
+    found = {name: op for name, op in ops.items() if op is not None and op.builtin}
+    if len(found) < len(ops):
         return ()
     kept: dict[str, bool] = {}
     for spec in specs:
@@ -455,7 +456,7 @@ def flat_tokens(specs: Iterable[FieldSpec]) -> tuple[str, ...]:
         readers = [(spec.op, spec.sources), *((step.op, ()) for step in spec.then)]
         for name in _reads(spec):
             through = [i for i, (op, names) in enumerate(readers)
-                       if name in get_op(op).columns_read(names)]
+                       if name in found[op].columns_read(names)]
             if name == "response_mask" and name not in spec.sources:
                 # its result leaves the entry as it is: nothing after it reads ResponseValues
                 ok = through == [len(readers) - 1] and spec.cast is None and \

@@ -30,7 +30,7 @@ import json
 import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -410,7 +410,9 @@ class TokenRows(RowLayout):
         columns = collate_token_columns(
             found, fields=[n for n in fields if n not in self.made_here], pad_to=self.pad_to,
             flats=flats, flat_only=flat_only, **self._limits())
-        return None if columns is None else (columns, len(np.unique(columns["episode_id"])))
+        if columns is None:
+            return None
+        return columns, len(np.unique(cast(np.ndarray, columns["episode_id"])))
 
     def read(self, path: str | os.PathLike[str], model: Any) -> list[Any]:
         return NumberedSteps(numbered_steps(path, model))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -109,14 +109,17 @@ def collate_tokens(
     inputs = _inputs(list(items), wanted)
     if lines is not None and len(inputs) == 1 and len(lines) == inputs[0].steps:
         inputs[0].lines = lines
-    return _collate(inputs, wanted, pad_id, max_bytes, pad_to, token_budget)
+    # nothing is kept flat (no `flat_only`): every column is an array
+    return cast(dict[str, np.ndarray], _collate(inputs, wanted, pad_id, max_bytes, pad_to,
+                                                token_budget))
 
 
 def collate_token_columns(found: TokenColumns, *, fields: Iterable[str], pad_id: int = 0,
                           max_bytes: int | None = None, pad_to: Mapping[str, int] | None = None,
                           token_budget: int | None = None,
                           flats: dict[str, np.ndarray] | None = None,
-                          flat_only: Collection[str] = ()) -> dict[str, np.ndarray] | None:
+                          flat_only: Collection[str] = ()
+                          ) -> dict[str, np.ndarray | ResponseValues] | None:
     """`collate_tokens` of a file's steps read as columns (`io._tokencolumns`), the same
     columns (and messages, with each step's line) as of its step objects: lists as flat values
     and lengths (`Ragged`), no array per step. None when `fields` names a field of modalities
@@ -146,7 +149,7 @@ collation too, never read unless a map names it (then `collate_token_columns` gi
 def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
              max_bytes: int | None, pad_to: Mapping[str, int] | None,
              token_budget: int | None, flats: dict[str, np.ndarray] | None = None,
-             flat_only: Collection[str] = ()) -> dict[str, np.ndarray]:
+             flat_only: Collection[str] = ()) -> dict[str, np.ndarray | ResponseValues]:
     prompt_name = _prompt_source(inputs)
     prompts = _ragged(inputs, prompt_name)
     responses = _ragged(inputs, RESPONSE_SOURCE)
@@ -166,7 +169,7 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
     prompt_mask = np.arange(p)[None, :] >= (p - prompts[1])[:, None]
     real = np.arange(r)[None, :] < responses[1][:, None]
     fills: list[_Fill] = []
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, np.ndarray | ResponseValues] = {}
     sides = (("prompt_ids", prompt_name, prompts[0], prompt_mask, "prompt_mask", prompt_mask),
              ("response_ids", RESPONSE_SOURCE, responses[0], real, "response_length",
               responses[1]))
@@ -179,12 +182,12 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
         out[beside] = value
     kept: dict[str, np.ndarray] = {}  # the per-token columns in `flat_only`: real tokens
     for name, (flat, _) in per_token.items():
-        cast = _cast(name, flat, _DTYPES.get(name))
+        typed = _cast(name, flat, _DTYPES.get(name))
         if name in flat_only:
-            kept[name] = cast
-            out[name] = ResponseValues(cast, responses[1], r)
+            kept[name] = typed
+            out[name] = ResponseValues(typed, responses[1], r)
         else:
-            out[name] = _padded(cast, real, 0, fills)
+            out[name] = _padded(typed, real, 0, fills)
     fill_all(fills)
     loss_mask = out.get("loss_mask")
     if "response_mask" in flat_only:
