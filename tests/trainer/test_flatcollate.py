@@ -182,25 +182,15 @@ def test_a_place_beyond_its_row_is_left_to_episodes():
 
 @pytest.mark.parametrize("max_len", [None, 3])
 def test_the_fields_scattered_on_two_threads_collate_as_episodes(cartpole_record, tmp_path,
-                                                                 monkeypatch, max_len):
+                                                                 request, max_len):
     """Every field's scatter handed to `fill_all` (large batches: two threads at once), each
     into its own array: the batch is still the episodes' one, key for key."""
-    from gyre_contract.trainer import _tokens as tokens
-
     lines = cartpole_lines(dict(cartpole_record), episodes=15, interleave=4)
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     wanted = FIELDS[1]
     expected = collate(list(read_episodes(path, RolloutStep)), fields=wanted, max_len=max_len)
-    handed: list[int] = []
-    real_fill_all = tokens.fill_all
-
-    def fill_all(fills):
-        handed.append(len(fills))
-        real_fill_all(fills)
-
-    monkeypatch.setattr(tokens, "PARALLEL_CELLS", 0)  # every scatter on the two threads
-    monkeypatch.setattr(tokens, "fill_all", fill_all)
+    handed = request.getfixturevalue("fills_on_two_threads")  # from here on: two threads
     found = collate_file(path, RolloutStep, fields=wanted, max_len=max_len)
     assert found is not None
     assert handed == [len([f for f in wanted if f not in ROW_FIELDS])]  # one fill a [B, T] field
