@@ -185,11 +185,3 @@ def decode_chunk(plan: BulkPlan | RaggedPlan, table: Any, arrays: bool = False
     if isinstance(plan, RaggedPlan):
         return plan.check(columns, table.num_rows, arrays=arrays, widened=True)
     return check_columns(plan, columns, table.num_rows, arrays=arrays, widened=True)
-
-
-def read_checked(reader: ArrowLines, chunk: Chunk, arrays: bool = False) -> Block | None:
-    """`reader.read` then `decode_chunk`, on the calling thread: the helper thread that parsed a
-    chunk checks its columns while they are still in its core's cache, and the thread applying
-    the episode rules (which must take the chunks in order) is left that alone. None: the chunk
-    steps aside (module doc)."""
-    return decode_chunk(reader.plan, reader.read(chunk), arrays)

@@ -195,7 +195,7 @@ class RecordBlocks:
             except TypeError:
                 return None  # a value orjson cannot write as it is: the record path decides
             if reader is not None:
-                block = arrowlines.read_checked(reader, Chunk(raw), arrays=True)
+                block = arrowlines.decode_chunk(plan, reader.read(Chunk(raw)), arrays=True)
         if block is None or not trial.accept(block, self.steps):
             return None
         return _ragged_columns(plan, block)

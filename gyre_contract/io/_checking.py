@@ -217,8 +217,7 @@ class StepChecker:
         if not isinstance(source, Lines):
             yield from self._items(source, episodes)
             return
-        arrays = episodes is not None
-        columns = _Columns(arrays) if arrowlines.usable() else None
+        columns = _Columns() if arrowlines.usable() else None
         bulk: BulkPlan | RaggedPlan | None = bulk_plan_for(self.model)
         if bulk is None and columns is not None and takes_ragged(episodes):
             bulk = ragged_plan(self.model)  # lists of any length: on columns only
@@ -229,13 +228,14 @@ class StepChecker:
         if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return
+        arrays = episodes is not None
         blocks = source.blocks(None if columns is None else arrowlines.chunk_bytes())
         try:
-            for first, block, plan, read in _ahead(blocks, binder, bulk, columns):
+            for first, block, plan, table in _ahead(blocks, binder, bulk, columns):
                 checked = None
                 if plan is not None:
-                    if read is not _UNREAD:
-                        checked = columns.taken(read)  # type: ignore[union-attr]
+                    if table is not _UNREAD:
+                        checked = columns.decode(plan, table, arrays)  # type: ignore[union-attr]
                         if checked is not None and not self.accept(checked, first):
                             checked = None
                     if checked is None and isinstance(plan, BulkPlan):
@@ -302,16 +302,14 @@ class StepChecker:
 
 class _Columns:
     """The Arrow tier of `StepChecker.feed` over one file: each chunk read into columns by
-    pyarrow's JSON reader and its columns checked against the record rules, both on a helper
-    thread (`arrowlines.read_checked`), while the chunk before it goes through the episode
-    rules on this one (the only step that depends on the chunks before it). After
-    `MAX_REFUSALS` chunks in a row that it could not take (a file whose lines all hold `info`,
-    or another form it steps aside for), the file's other chunks skip it."""
+    pyarrow's JSON reader on a helper thread (`arrowlines.ArrowLines.read`) while the chunk
+    before it is checked on this one. After `MAX_REFUSALS` chunks in a row that it could not
+    take (a file whose lines all hold `info`, or another form it steps aside for), the file's
+    other chunks skip it."""
 
     MAX_REFUSALS = 8
 
-    def __init__(self, arrays: bool) -> None:
-        self.arrays = arrays
+    def __init__(self) -> None:
         self.refusals = 0
         self.pool: ThreadPoolExecutor | None = None
 
@@ -324,11 +322,10 @@ class _Columns:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(arrowlines.READERS,
                                            thread_name_prefix="gyre-arrow-lines")
-        return self.pool.submit(contextvars.copy_context().run, arrowlines.read_checked,
-                                reader, block, self.arrays)
+        return self.pool.submit(contextvars.copy_context().run, reader.read, block)
 
-    def taken(self, checked: Block | None) -> Block | None:
-        """A chunk's checked block as the helper thread made it (None: it stepped aside)."""
+    def decode(self, plan: BulkPlan | RaggedPlan, table: Any, arrays: bool) -> Block | None:
+        checked = arrowlines.decode_chunk(plan, table, arrays)
         self.refusals = 0 if checked is not None else self.refusals + 1
         return checked
 
@@ -341,9 +338,9 @@ class _Columns:
 def _ahead(blocks: Iterator[tuple[int, Any]], binder: Binder | None,
            bulk: BulkPlan | RaggedPlan | None, columns: _Columns | None
            ) -> Iterator[tuple[int, Any, BulkPlan | RaggedPlan | None, Any]]:
-    """(first line, block, its plan, its block checked on columns: None when the Arrow tier
-    refused it, `_UNREAD` when it was not given the block) of each block, in order; the next
-    blocks are being read and checked while the caller applies the episode rules to this one."""
+    """(first line, block, its plan, its Arrow table: None when the reader refused it, `_UNREAD`
+    when it was not given the block) of each block, in order; the next block's table is being
+    read while the caller checks this one."""
     pending: deque[tuple[int, Any, BulkPlan | RaggedPlan | None, Future[Any] | None]] = deque()
     for first, block in blocks:
         plan = bulk if binder is None else binder.plan_for(block)
@@ -361,7 +358,7 @@ def _settled(first: int, block: Any, plan: BulkPlan | RaggedPlan | None,
 
 
 _UNREAD = object()
-"""`_ahead`'s result for a block not given to the Arrow reader (a block it refused is None)."""
+"""`_ahead`'s table of a block not given to the Arrow reader (a table it refused is None)."""
 
 
 def takes_ragged(episodes: Any) -> bool:

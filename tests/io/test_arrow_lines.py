@@ -154,43 +154,6 @@ def test_the_next_chunk_is_read_after_one_steps_aside(tmp_path, monkeypatch, tak
     assert False in taken and taken.count(True) >= 2
 
 
-
-def test_columns_are_checked_on_the_reader_threads(tmp_path, monkeypatch):
-    """Each chunk's columns are checked (`decode_chunk`) on the helper thread that parsed it, for
-    a report (no arrays kept) and for a batch (arrays kept), never on the thread applying the
-    episode rules; the report and the columns are still the line path's, line for line."""
-    import threading
-
-    from gyre_contract.io import _lines as lines
-    from gyre_contract.io._columnar import read_columns
-
-    monkeypatch.setattr(lines, "CHUNK_BYTES", 600)
-    monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)
-    calls: list[tuple[str, bool, bool]] = []  # (thread, arrays asked, block kept arrays)
-    decode = arrowlines.decode_chunk
-
-    def spy(plan: Any, table: Any, arrays: bool = False) -> Any:
-        block = decode(plan, table, arrays)
-        kept = block is not None and block.arrays is not None
-        calls.append((threading.current_thread().name, arrays, kept))
-        return block
-
-    monkeypatch.setattr(arrowlines, "decode_chunk", spy)
-    records = [as_text(step(t, eid=f"ep-{e}", last=3)) for e in range(8) for t in range(4)]
-    records[13] = records[13].replace(b'"reward":1.0', b'"reward":NaN')
-    found = report_both_ways(write(tmp_path, records), RolloutStep)
-    assert min(p["line"] for g in found["problems"]["groups"] for p in g["examples"]) == 14
-    assert len(calls) >= 4 and all(name.startswith("gyre-arrow-lines") and not arrays
-                                   for name, arrays, _ in calls)
-
-    calls.clear()
-    records[13] = as_text(step(1, eid="ep-3", last=3))
-    columns = read_columns(write(tmp_path, records, "clean.jsonl"), RolloutStep)
-    assert columns is not None
-    assert columns.columns["step"].tolist() == [t for _ in range(8) for t in range(4)]
-    assert len(calls) >= 4 and all(name.startswith("gyre-arrow-lines") and arrays and kept
-                                   for name, arrays, kept in calls)
-
 # -- the bytes and the columns give one verdict: a hypothesis differential ---------------------
 
 SPECIAL = [b"NaN", b"Infinity", b"-Infinity", b"null", b"16777217", b"9007199254740993",
