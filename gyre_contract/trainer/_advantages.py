@@ -89,16 +89,18 @@ def _backward(rows: _Rows, value: np.ndarray, gamma: float, decay: float) -> np.
     delta += rows.reward
     delta -= value
     delta[~rows.mask] = 0.0
-    # time-major copies: each step of the recursion reads and writes one contiguous row of B
+    # time-major: each step of the recursion reads and writes one contiguous row of B, in place
+    # in the output (A_t = decay·A_{t+1} + δ_t, from A_T = 0). The mask is checked to be a
+    # prefix of each row, so a row's padding (δ = 0, after its last real step) stays exactly 0
+    # from A_T = 0 on: nothing to clear step by step
     delta_t = np.ascontiguousarray(delta.T)
-    padding_t = np.ascontiguousarray(~rows.mask.T)
     adv_t = np.empty((nt, nb), dtype=np.float64)
-    running = np.zeros(nb, dtype=np.float64)
+    after = np.zeros(nb, dtype=np.float64)
     for t in range(nt - 1, -1, -1):
-        running *= decay
-        running += delta_t[t]
-        np.copyto(running, 0.0, where=padding_t[t])
-        adv_t[t] = running
+        here = adv_t[t]
+        np.multiply(after, decay, out=here)
+        here += delta_t[t]
+        after = here
     return adv_t.T  # a view: the caller's cast to the output dtype makes it contiguous
 
 

@@ -32,6 +32,7 @@ from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.io._columnar import FileColumns, read_columns
 from gyre_contract.trainer import _collation as collation
+from gyre_contract.trainer import _tokens as tokens
 from gyre_contract.trainer._collation import DERIVED_FIELDS, ROW_FIELDS, SKIPPED_FIELDS
 
 
@@ -139,11 +140,13 @@ def collate_columns(found: FileColumns, *, fields: Iterable[str] | None = None,
     if n and (int(t.min()) < 0 or int(t.max()) >= nt):
         return None  # a place beyond its row (never from a checked file): `collate` decides
     cell_of = row * nt + t  # each step's cell of [B * T], once (numpy would redo it per field)
+    fills = []
     for name in names:
         column = columns[name]
         array = np.zeros((b * nt, *column.shape[1:]), column.dtype)
-        array[cell_of] = column  # one scatter
+        fills.append((array, cell_of, column))  # one scatter each, large ones on two threads
         out[name] = array.reshape(b, nt, *column.shape[1:])
+    tokens.fill_all(fills)
     for name in groups or ():
         present = np.zeros(b * nt, bool)
         present[cell_of] = _carried(columns[name], n)

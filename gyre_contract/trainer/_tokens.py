@@ -555,7 +555,8 @@ def _locate(inputs: list[_Input], row: int) -> tuple[_Input, int]:
 
 
 _Fill = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""(out, where, values): `out[where] = values`, one boolean-mask assignment (`fill_all`)."""
+"""(out, where, values): `out[where] = values`, one boolean-mask (or index-array) assignment
+(`fill_all`)."""
 
 
 def _cast(name: str, flat: np.ndarray, dtype: str | None) -> np.ndarray:
@@ -584,12 +585,12 @@ it, starting them costs more than it saves."""
 
 
 def fill_all(fills: Sequence[_Fill]) -> None:
-    """Run every fill: one after another, or for large ones on two threads at once. numpy's
-    boolean-mask assignment runs without the GIL, and the first write to each freshly
-    allocated page (what most of a padded array's time goes to) is paid by the thread that
-    writes it: two threads halve the wall time on two free cores. Each fill writes its own
-    array, so the order does not matter."""
-    if len(fills) < 2 or sum(f[1].size for f in fills) < PARALLEL_CELLS:
+    """Run every fill: one after another, or for large ones (their `out` cells together) on two
+    threads at once. numpy's boolean-mask and index-array assignments run without the GIL, and
+    the first write to each freshly allocated page (what most of a padded array's time goes
+    to) is paid by the thread that writes it: two threads halve the wall time on two free
+    cores. Each fill writes its own array, so the order does not matter."""
+    if len(fills) < 2 or sum(f[0].size for f in fills) < PARALLEL_CELLS:
         for out, where, values in fills:
             out[where] = values
         return
@@ -599,7 +600,7 @@ def fill_all(fills: Sequence[_Fill]) -> None:
         out, where, values = fill
         out[where] = values
 
-    by_size = sorted(fills, key=lambda f: -f[1].size)  # the largest first: even halves
+    by_size = sorted(fills, key=lambda f: -f[0].size)  # the largest first: even halves
     with ThreadPoolExecutor(2, thread_name_prefix="gyre-fill") as pool:
         for future in [pool.submit(run, f) for f in by_size]:
             future.result()

@@ -238,3 +238,26 @@ def test_gae_matches_the_per_row_loop(rows, gamma, lam):
     ref_g, _ = reference_gae(zero_value, gamma, 1.0)
     for b, expected in enumerate(ref_g):
         np.testing.assert_allclose(g[b, :len(expected)], expected, rtol=1e-5, atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=random_rows(), gamma=st.floats(0, 1), lam=st.floats(0, 1))
+def test_gae_is_bit_for_bit_the_recursion_and_padding_exactly_zero(rows, gamma, lam):
+    """In float64, each advantage is exactly A_t = (γλ)·A_{t+1} + δ_t with δ_t = γ·V_{t+1} + r_t
+    − V_t, operation for operation (no step may be reordered or fused), from A = 0 after the
+    row's last real step; the padding is +0.0, not -0.0 or garbage."""
+    arrays = {k: (v.astype(np.float64) if v.dtype == np.float32 else v)
+              for k, v in pack(rows).items()}
+    adv, _ = run_gae(arrays, gamma=gamma, lam=lam)
+    decay = gamma * lam
+    expected = np.zeros_like(adv)
+    for b, r in enumerate(rows):
+        n, following = len(r["reward"]), 0.0
+        value = arrays["value"][b]
+        for t in reversed(range(n)):
+            v_next = 0.0 if arrays["terminated"][b, t] else \
+                value[t + 1] if t + 1 < n else arrays["next_value"][b]
+            delta = float(v_next) * gamma + float(arrays["reward"][b, t]) - float(value[t])
+            following = following * decay + delta
+            expected[b, t] = following
+    assert np.array_equal(adv.view(np.int64), expected.view(np.int64))

@@ -21,7 +21,7 @@ from test_fast_file import cartpole_lines
 from gyre_contract.core._errors import ContractError
 from gyre_contract.core._models import RolloutStep
 from gyre_contract.io._reading import read_episodes
-from gyre_contract.trainer._collation import collate
+from gyre_contract.trainer._collation import ROW_FIELDS, collate
 from gyre_contract.trainer._flatcollate import collate_file
 
 
@@ -178,3 +178,20 @@ def test_a_place_beyond_its_row_is_left_to_episodes():
     assert ok is not None and ok["reward"].shape == (2, 2) and ok["mask"].all()
     assert collate_columns(found([0, 1, 1, 2])) is None
     assert collate_columns(found([0, 1, -1, 0])) is None
+
+
+@pytest.mark.parametrize("max_len", [None, 3])
+def test_the_fields_scattered_on_two_threads_collate_as_episodes(cartpole_record, tmp_path,
+                                                                 request, max_len):
+    """Every field's scatter handed to `fill_all` (large batches: two threads at once), each
+    into its own array: the batch is still the episodes' one, key for key."""
+    lines = cartpole_lines(dict(cartpole_record), episodes=15, interleave=4)
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    wanted = FIELDS[1]
+    expected = collate(list(read_episodes(path, RolloutStep)), fields=wanted, max_len=max_len)
+    handed = request.getfixturevalue("fills_on_two_threads")  # from here on: two threads
+    found = collate_file(path, RolloutStep, fields=wanted, max_len=max_len)
+    assert found is not None
+    assert handed == [len([f for f in wanted if f not in ROW_FIELDS])]  # one fill a [B, T] field
+    same_arrays(found[0], expected)

@@ -15,7 +15,6 @@ from gyre_contract.core._validate import validate_step
 from gyre_contract.io._episodes import Episode
 from gyre_contract.pinned import LLMStep
 from gyre_contract.trainer import _collation as collation
-from gyre_contract.trainer import _tokens as tokens
 from gyre_contract.trainer._fieldmap import FieldMap
 from gyre_contract.trainer._layouts import TokenRows
 from gyre_contract.trainer._tokens import collate_tokens
@@ -344,22 +343,14 @@ def test_a_conversation_read_from_a_file(tmp_path):
             assert out[key].tolist() == expected[key].tolist(), key
 
 
-def test_the_padded_fills_on_two_threads_give_the_rows_of_one(monkeypatch):
+def test_the_padded_fills_on_two_threads_give_the_rows_of_one(request):
     rng = np.random.default_rng(7)
     records = [step(f"e{i}", 0, rng.integers(5, 50, rng.integers(0, 9)).tolist(),
                     rng.integers(5, 50, a).tolist(), ref_logprob=(-rng.random(a)).tolist(),
                     loss_mask=(rng.random(a) < 0.8).tolist())
                for i, a in enumerate(rng.integers(0, 12, 40).tolist())]
     one = collate_tokens(records, pad_id=-1)
-    threads = []
-    real_fill_all = tokens.fill_all
-
-    def fill_all(fills):
-        threads.append(len(fills))
-        real_fill_all(fills)
-
-    monkeypatch.setattr(tokens, "PARALLEL_CELLS", 0)  # every fill on the two threads
-    monkeypatch.setattr(tokens, "fill_all", fill_all)
+    threads = request.getfixturevalue("fills_on_two_threads")  # from here on: two threads
     two = collate_tokens(records, pad_id=-1)
     assert threads == [5]  # prompt, response, logprob, ref_logprob, loss_mask
     assert one.keys() == two.keys()
