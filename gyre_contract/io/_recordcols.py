@@ -48,17 +48,36 @@ def check_records(plan: BulkPlan, records: Sequence[Any]) -> Block | None:
         return None
     if {dict} != set(map(type, records)):
         return None  # a mapping of another class: the record path reads it
-    carried = set().union(*records)
-    if not carried <= plan.dtypes.keys():
-        return None  # a key the plan has no column for (a typo, `info`): the record path
+    # The keys the block carries: the first record's, when the columns read for them account
+    # for every key of every record (the sum of the records' sizes); else (a record carries
+    # another key) the union of all the records' keys, once.
+    keys = sum(map(len, records))
+    first = records[0].keys()
+    found = _columns(plan, records, [w for w in plan.wires if w in first])
+    if found is not None and sum(found[3].values()) != keys:
+        carried = set().union(*records)
+        if not carried <= plan.dtypes.keys():
+            return None  # a key the plan has no column for (a typo, `info`): the record path
+        found = _columns(plan, records, [w for w in plan.wires if w in carried])
+    if found is None:
+        return None
+    return checked_block(plan, n, *found, arrays=True)
+
+
+def _columns(plan: BulkPlan, records: Sequence[Any], wires: list[str]
+             ) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, Sequence[Any]],
+                        dict[str, int]] | None:
+    """(values, masks, strings, counts) of the `wires` some record carries, each checked
+    (module doc); None when some record may break a rule."""
+    n = len(records)
     values: dict[str, Any] = {}
     masks: dict[str, np.ndarray] = {}
     strings: dict[str, Sequence[Any]] = {}
     counts: dict[str, int] = {}
-    for wire in plan.wires:
-        if wire not in carried:
-            continue  # no record carries it (a required one: `checked_block` gives up)
-        dtype = plan.dtypes[wire]
+    for wire in wires:
+        dtype = plan.dtypes.get(wire)
+        if dtype is None:
+            return None  # a key the plan has no column for (`info`): the record path
         try:
             held = list(map(itemgetter(wire), records))
             present = None
@@ -94,7 +113,7 @@ def check_records(plan: BulkPlan, records: Sequence[Any]) -> Block | None:
             values[wire] = array
         counts[wire] = len(held)
         masks[wire] = np.ones(n, bool) if present is None else present
-    return checked_block(plan, n, values, masks, strings, counts, arrays=True)
+    return values, masks, strings, counts
 
 
 def _numbers(held: list[Any], dtype: np.dtype, shape: tuple[int, ...], floats_only: bool

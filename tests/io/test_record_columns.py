@@ -78,6 +78,28 @@ def test_an_optional_field_some_records_lack():
     assert block.lists["group_id"] == [None] * 3 + ["g"] + [None] * 8
 
 
+
+def test_keys_the_first_record_lacks():
+    """The keys are the first record's unless every key of every record is accounted for:
+    another record's optional field is still taken, and an unknown key in a record that lacks
+    a field the first one carries (the same number of keys in every record) still gives up."""
+    records = steps(logprob=False)
+    records[0]["logprob"] = -0.5  # the first record carries a field the others lack
+    records[7]["value"] = 0.25  # a field only a later record carries
+    block = check_records(bulk_plan(CartPoleStep), records)
+    assert block is not None and block.key_counts["value"] == 1
+    assert block.arrays["logprob"][0] == -0.5 and np.isnan(block.arrays["logprob"][1])
+    swapped = steps()  # every record with 9 keys; one lacks logprob and holds a typo
+    del swapped[1]["logprob"]
+    swapped[1]["trunctaed"] = True
+    assert {len(r) for r in swapped} == {9}
+    assert check_records(bulk_plan(CartPoleStep), swapped) is None
+    assert_like_the_record_path(CartPoleStep, swapped)
+    for first_lacks in (steps(logprob=False), steps()):
+        first_lacks[-1]["trunctaed"] = True  # only the last record carries the unknown key
+        assert check_records(bulk_plan(CartPoleStep), first_lacks) is None
+        assert_like_the_record_path(CartPoleStep, first_lacks)
+
 def bound_records(action: Any) -> list[dict[str, Any]]:
     out = steps(logprob=False)
     for r in out:
