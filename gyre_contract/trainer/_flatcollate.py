@@ -217,7 +217,8 @@ def _next_values(columns: dict[str, np.ndarray], row: np.ndarray, t: np.ndarray,
     out = np.full(b, np.nan, dtype)
     last = t == row_lengths[row] - 1  # each row's last step
     last_rows = row[last]
-    cut = np.r_[row_episode[1:] == row_episode[:-1], False]  # the row goes on in the next
+    # the row goes on in the next (np.concatenate, not np.r_: which parses its index each call)
+    cut = np.concatenate((row_episode[1:] == row_episode[:-1], [False]))
     if recorded is not None:
         out[last_rows] = recorded[last]
         # an episode whose steps all lack next_value has no such column: NaN there too (same)
