@@ -319,7 +319,7 @@ def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
         raise SegmentError(f"{where}: an Arrow file without segment facts (not written by a "
                            "channel's sampler)")
     try:
-        facts = json.loads(raw)
+        facts = orjson.loads(raw)
     except ValueError:
         raise SegmentError(f"{where}: segment facts are not JSON") from None
     meta = SegmentMeta.from_json(facts, where)
@@ -347,7 +347,7 @@ def read_meta(source: Any, where: str) -> SegmentMeta:
     if raw is None:
         raise SegmentError(f"{where}: an Arrow file without segment facts")
     try:
-        return SegmentMeta.from_json(json.loads(raw), where)
+        return SegmentMeta.from_json(orjson.loads(raw), where)
     except ValueError:
         raise SegmentError(f"{where}: segment facts are not JSON") from None
 
@@ -388,13 +388,12 @@ def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None
     one after another, read in place, and each step's length) rather than an array per step."""
     varying = set(json.loads((table.schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")))
     out: dict[str, Any] = {}
-    for f in table.schema:
-        if f.metadata and f.metadata.get(b"x-gyre-encoding") == b"json":
+    for f, column in zip(table.schema, table.columns):  # not `table.column(name)`: a lookup each
+        if (f.metadata or {}).get(b"x-gyre-encoding") == b"json":
             continue  # `info`: free-form, never collated
         if f.name == "episode_id" and episodes is not None:
             out[f.name] = episodes[1][episodes[0]]
             continue
-        column = table.column(f.name)
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if column.null_count == len(column):
             continue  # no step carries it

@@ -4,6 +4,7 @@ else is a SegmentError."""
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pytest
 from fastpaths import fast_paths
@@ -299,3 +300,55 @@ def test_ragged_values_are_encoded_as_they_are_whatever_their_memory_layout(layo
     field = pa.field("action", pa.list_(kind))
     column = segments._array(field, Ragged(values, lengths, present), 4)
     assert column.to_pylist() == [values[:5].tolist(), [], values[5:].tolist(), None]
+
+
+def with_facts(raw: bytes) -> pa.Buffer:
+    """A one-row Arrow file with the channel's columns and `raw` as its segment facts."""
+    table = pa.table({"episode_id": ["a"], "step": [0], "policy_version": [0],
+                      "terminated": [True], "truncated": [False]})
+    table = table.replace_schema_metadata({segments.META_KEY: raw})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def facts_with(key: str, literal: bytes) -> bytes:
+    """A sampler's facts for one step, with `literal` as the JSON text of `key`."""
+    raw = orjson.dumps({**meta(1).to_json(), key: "@"})
+    return raw.replace(b'"@"', literal)
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[1, 2]", facts_with("started", b"NaN"),
+                                 facts_with("written", b"1e999"), facts_with("seq", b"Infinity")])
+def test_facts_that_are_not_strict_json_objects_are_refused(raw):
+    """Strict JSON (no NaN or infinity: what a sampler writes), an
+    object: else the file is not a segment (skipped and reported, never delivered)."""
+    with pytest.raises(SegmentError, match="segment facts"):
+        segments.decode(with_facts(raw), "x")
+    with pytest.raises(SegmentError, match="segment facts"):
+        segments.read_meta(with_facts(raw), "x")
+
+
+def test_facts_written_by_a_sampler_come_back():
+    table, got = segments.decode(with_facts(orjson.dumps(meta(1).to_json())), "x")
+    assert got == meta(1) and table.num_rows == 1
+
+
+def test_columns_come_back_under_their_own_names_and_info_is_left_out():
+    """Each column paired with its own field (the schema's order), `info` (JSON text) never
+    a column."""
+    records = episodes("e", 2, length=3)
+    for i, r in enumerate(records):
+        r["info"] = {"seed": i}
+    from gyre_contract.pinned import CartPoleStep
+
+    table = round_trip(CartPoleStep, records)
+    assert "info" in table.column_names
+    columns = segments.to_columns(table)
+    assert "info" not in columns
+    for name in ("action", "step", "reward", "terminated", "policy_version"):
+        np.testing.assert_array_equal(columns[name], [r[name] for r in records])
+    np.testing.assert_array_equal(columns["observation"],
+                                  np.stack([r["observation"] for r in records]))
+    assert list(columns["episode_id"]) == [r["episode_id"] for r in records]
