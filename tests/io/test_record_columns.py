@@ -78,7 +78,6 @@ def test_an_optional_field_some_records_lack():
     assert block.lists["group_id"] == [None] * 3 + ["g"] + [None] * 8
 
 
-
 def test_keys_the_first_record_lacks():
     """The keys are the first record's unless every key of every record is accounted for:
     another record's optional field is still taken, and an unknown key in a record that lacks
@@ -99,6 +98,7 @@ def test_keys_the_first_record_lacks():
         first_lacks[-1]["trunctaed"] = True  # only the last record carries the unknown key
         assert check_records(bulk_plan(CartPoleStep), first_lacks) is None
         assert_like_the_record_path(CartPoleStep, first_lacks)
+
 
 def bound_records(action: Any) -> list[dict[str, Any]]:
     out = steps(logprob=False)
