@@ -35,7 +35,6 @@ import json
 import os
 import re
 import stat
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,6 +69,12 @@ class FileBackend(Backend):
         self.root = Path(path)
         self.uri = os.fspath(path)
         self.segments = self.root / "segments"
+        self._segments_dir = os.path.join(self.uri, "segments", "")
+        """`segments` as a string ending in a separator: a segment's path is one concatenation
+        (a `Path` join parses its parts again, several per segment)."""
+        self._acks_dir = os.path.join(self.uri, "acks", "")
+        self._writers_dir = os.path.join(self.uri, "writers", "")
+        self._manifest_file = os.path.join(self.uri, MANIFEST)
         self._fds: dict[str, int] = {}
         """Descriptors held open: the segments folder (its fsync), the logs this end appends
         to, the manifest last read (`manifest`); closed by `close` or when the end goes."""
@@ -117,7 +122,7 @@ class FileBackend(Backend):
         the path that finds its identity unchanged is that file: no open per look."""
         if self._manifest is not None:
             with contextlib.suppress(OSError):  # gone or unreadable: the open below says so
-                info = os.lstat(self._manifest_path())
+                info = os.lstat(self._manifest_file)
                 ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
                          info.st_ctime_ns)
                 if self._manifest[0] == ident and "manifest" in self._fds:
@@ -201,13 +206,14 @@ class FileBackend(Backend):
 
     def write_segment(self, segment: str, data: Any, meta: SegmentMeta) -> SegmentRef:
         crc = checksum(data)
-        path = self.segments / f"{segment}.{crc:08x}.arrow"
+        name = f"{segment}.{crc:08x}.arrow"
+        path = self._segments_dir + name
         try:
             folder = self._folder()
         except OSError as err:
             raise InputError(f"cannot write {path}: {err.strerror or err}") from None
         write_file(path, data, folder)
-        return SegmentRef(segment, crc, memoryview(data).nbytes, path.name)
+        return SegmentRef(segment, crc, memoryview(data).nbytes, name)
 
     def _folder(self) -> int:
         """The segments folder, held open for its fsync after each rename."""
@@ -236,7 +242,7 @@ class FileBackend(Backend):
 
     def read(self, ref: SegmentRef) -> Any:
         """The file's bytes in one Arrow buffer (aligned: its columns are read in place)."""
-        path = self.segments / ref.key
+        path = self._segments_dir + ref.key
         try:
             fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
@@ -249,7 +255,7 @@ class FileBackend(Backend):
             raise SegmentError(f"{path}: cannot read it ({err.strerror or err})") from None
         finally:
             os.close(fd)
-        return verify(ref, data, str(path))
+        return verify(ref, data, path)
 
     def mark_delivered(self, refs: list[SegmentRef], epoch: int, now: float
                        ) -> list[SegmentRef]:
@@ -259,9 +265,9 @@ class FileBackend(Backend):
             count = ref.deliveries + 1
             name = f"{ref.segment}.{ref.crc:08x}.d{count}.arrow"
             try:
-                os.replace(self.segments / ref.key, self.segments / name)
+                os.replace(self._segments_dir + ref.key, self._segments_dir + name)
             except FileNotFoundError:
-                raise SegmentGone(f"{self.segments / ref.key}: acked meanwhile") from None
+                raise SegmentGone(f"{self._segments_dir}{ref.key}: acked meanwhile") from None
             out.append(dataclasses.replace(ref, key=name, deliveries=count))
         return out
 
@@ -273,18 +279,19 @@ class FileBackend(Backend):
         segments, then their files go. Not fsynced: a power cut may lose the last acks, and
         those segments are delivered again (at least once)."""
         lines = b"".join(orjson.dumps(r) + b"\n" for r in records)
-        self._append(self.root / "acks" / f"trainer-{epoch}.jsonl", lines)
+        self._append(self._acks_dir, f"trainer-{epoch}.jsonl", lines)
         for ref in refs:
             with contextlib.suppress(FileNotFoundError):
-                (self.segments / ref.key).unlink()
+                os.unlink(self._segments_dir + ref.key)
 
-    def _append(self, path: Path, data: bytes) -> None:
-        """Append whole lines in one write (O_APPEND: a reader sees whole lines or a torn last
-        one, which it skips) through a descriptor held open."""
-        key = f"{path.parent.name}/{path.name}"
+    def _append(self, folder: str, name: str, data: bytes) -> None:
+        """Append whole lines in one write to `folder` (ending in a separator) + `name`
+        (O_APPEND: a reader sees whole lines or a torn last one, which it skips) through a
+        descriptor held open."""
+        key = folder + name
         fd = self._fds.get(key)
         if fd is None:
-            fd = self._fds[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND |
+            fd = self._fds[key] = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_APPEND |
                                           getattr(os, "O_CLOEXEC", 0), 0o644)
         _write_all(fd, data)
 
@@ -301,7 +308,7 @@ class FileBackend(Backend):
                         yield record
 
     def note_writer(self, writer: str, ledger: dict[str, Any]) -> None:
-        self._append(self.root / "writers" / f"{writer}.jsonl", orjson.dumps(ledger) + b"\n")
+        self._append(self._writers_dir, f"{writer}.jsonl", orjson.dumps(ledger) + b"\n")
 
     def writers(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -360,12 +367,13 @@ def _segment_id(ref: SegmentRef) -> str:
     return ref.segment
 
 
-def write_file(path: Path, data: Any, folder: int) -> None:
+def write_file(path: str, data: Any, folder: int) -> None:
     """Make `path` appear whole: `data` written to a hidden temporary name in the same folder,
     fsynced, renamed, the folder (`folder`, a descriptor) fsynced. A failed write (a full
     disk) leaves no file and raises InputError naming `path`."""
-    name = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp: Path | None = name
+    head, tail = os.path.split(path)
+    name = os.path.join(head, f".{tail}.{os.urandom(4).hex()}.tmp")
+    tmp: str | None = name
     try:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o644)

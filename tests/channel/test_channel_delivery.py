@@ -4,6 +4,7 @@ dropped by episode or refused, backpressure, timeouts, several samplers, counts 
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -310,3 +311,42 @@ def test_a_segment_counts_its_steps_per_policy_version(uri):
     assert one.policy_versions == {"4": 6}
     assert several.policy_versions == {"2": 6, "7": 3}
     assert list(several.policy_versions) == ["2", "7"]
+
+
+def test_the_folder_layout_at_a_relative_path_and_a_file_uri(tmp_path, monkeypatch):
+    """A channel named by a relative path (the sampler) and by a `file://` URI of it (the
+    trainer) is one folder: each segment `segments/<id>.<crc>.arrow` (`.d1` once delivered,
+    gone once acked, no temporary file left), one ack line per segment in
+    `acks/trainer-<epoch>.jsonl`, one ledger line per put in `writers/<writer>.jsonl`."""
+    import os
+    from pathlib import Path
+
+    def lines(path):
+        return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+    monkeypatch.chdir(tmp_path)
+    sampler = open_sampler("ch", model=CartStep, writer="w1")
+    trainer = open_trainer("file://ch", map=CARTPOLE_MAP)
+    metas = [sampler.put(episodes(f"p{i}", 2, length=3)) for i in range(2)]
+    names = sorted(os.listdir("ch/segments"))
+    assert [n.split(".")[0] for n in names] == [m.segment for m in metas]
+    assert all(len(n.split(".")) == 3 and n.endswith(".arrow") for n in names)
+    got = trainer.get(rows=1, timeout=5)
+    assert got.segments == (metas[0].segment,)
+    assert sorted(os.listdir("ch/segments")) == [names[0].replace(".arrow", ".d1.arrow"),
+                                                 names[1]]
+    trainer.ack(got)
+    assert os.listdir("ch/segments") == [names[1]]
+    acks = lines(f"ch/acks/trainer-{trainer.epoch}.jsonl")
+    assert [a["segment"] for a in acks] == [metas[0].segment]
+    trainer.ack(trainer.get(timeout=5))
+    assert os.listdir("ch/segments") == []
+    acks = lines(f"ch/acks/trainer-{trainer.epoch}.jsonl")
+    assert [a["segment"] for a in acks] == [m.segment for m in metas]
+    ledger = lines("ch/writers/w1.jsonl")
+    assert [(e["seq"], e["steps"]) for e in ledger] == [(1, 6), (2, 12)]
+    assert sorted(os.listdir("ch")) == [".channel.lock", "acks", "channel.json", "segments",
+                                        "writers"]
+    sampler.close()
+    trainer.close()
+    assert channel_status("ch").ok
