@@ -386,10 +386,10 @@ def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None
     the table's `row_keys` codes and ids, when known (`episode_id` is then `ids[codes]`).
     `ragged`: a field whose one dim varies, carried by every step, as a `Ragged` (its values
     one after another, read in place, and each step's length) rather than an array per step."""
-    varying = set(json.loads((table.schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")))
+    varying, fields = _reading(table.schema)
     out: dict[str, Any] = {}
-    for f, column in zip(table.schema, table.columns):  # not `table.column(name)`: a lookup each
-        if (f.metadata or {}).get(b"x-gyre-encoding") == b"json":
+    for f, column in zip(fields, table.columns):  # not `table.column(name)`: a lookup each
+        if f is None:
             continue  # `info`: free-form, never collated
         if f.name == "episode_id" and episodes is not None:
             out[f.name] = episodes[1][episodes[0]]
@@ -399,6 +399,25 @@ def to_columns(table: Any, episodes: tuple[np.ndarray, np.ndarray] | None = None
             continue  # no step carries it
         out[f.name] = _column(column, f, varying, ragged)
     return out
+
+
+_READINGS: list[tuple[Any, bytes, tuple[set[str], list[Any]]]] = []
+"""The last few segment schemas `to_columns` read (without their segment facts), with what
+it reads from their metadata: a trainer end reads many segments of one schema."""
+
+
+def _reading(schema: Any) -> tuple[set[str], list[Any]]:
+    """(the varying dims the schema's metadata names; each field, None for a JSON-text one) of
+    a segment schema, parsed once per schema: a held one is used when the schema equals it
+    field for field, metadata included (the segment's own facts aside)."""
+    raw = (schema.metadata or {}).get(b"x-gyre-varying-dims", b"[]")
+    bare = schema.remove_metadata()  # the schema's own metadata only; the fields keep theirs
+    for held, held_raw, reading in _READINGS:
+        if held_raw == raw and held.equals(bare, check_metadata=True):
+            return reading
+    reading = (set(json.loads(raw)), [None if _is_json(f) else f for f in bare])
+    _READINGS[:] = [(bare, raw, reading), *_READINGS[:3]]
+    return reading
 
 
 def _column(array: Any, f: Any, varying: set[str], ragged: bool = False) -> Any:

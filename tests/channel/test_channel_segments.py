@@ -352,3 +352,31 @@ def test_columns_come_back_under_their_own_names_and_info_is_left_out():
     np.testing.assert_array_equal(columns["observation"],
                                   np.stack([r["observation"] for r in records]))
     assert list(columns["episode_id"]) == [r["episode_id"] for r in records]
+
+
+def test_columns_follow_each_segments_own_schema_however_they_alternate():
+    """What `to_columns` reads from a schema's metadata (the varying dims, a field held as
+    JSON text) is that schema's: segments whose schemas differ only there, read in turn, each
+    come back as their own metadata says."""
+    values = pa.array([[1.0, 2.0], [3.0, 4.0]], pa.list_(pa.float32()))
+    text = pa.array(['{"a": 1}', '{"a": 2}'])
+
+    def table(varying: str, json_text: bool) -> pa.Table:
+        shape = pa.field("x", values.type, metadata={"x-gyre-shape": '["T"]'})
+        note = pa.field("note", pa.string(),
+                        metadata={"x-gyre-encoding": "json"} if json_text else None)
+        schema = pa.schema([shape, note], metadata={"x-gyre-varying-dims": varying,
+                                                    segments.META_KEY: b"{}"})
+        return pa.Table.from_arrays([values, text], schema=schema)
+
+    for _ in range(2):
+        for varying in ('["T"]', "[]"):
+            for json_text in (True, False):
+                columns = segments.to_columns(table(varying, json_text))
+                assert ("note" in columns) is not json_text
+                if varying == "[]":  # a fixed dim: one array
+                    assert isinstance(columns["x"], np.ndarray)
+                    assert columns["x"].shape == (2, 2)
+                else:  # a varying dim: an array per step
+                    assert isinstance(columns["x"], list) and len(columns["x"]) == 2
+                np.testing.assert_array_equal(np.stack(columns["x"]), [[1, 2], [3, 4]])
