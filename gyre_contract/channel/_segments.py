@@ -115,40 +115,49 @@ def encode(columns: Mapping[str, Any], n: int, schema: Any, meta: SegmentMeta) -
     would see a column of nulls)."""
     import pyarrow as pa
 
-    arrays, fields = [], []
-    layout, base = _layout(schema)
-    for f, name, json_text in layout:
+    arrays, present = [], []
+    layout, base, schemas = _layout(schema)
+    for i, (f, name, json_text) in enumerate(layout):
         values = columns.get(name)
         array = None if values is None else _array(f, values, n, json_text)
         if array is not None and array.null_count < n:
             arrays.append(array)
-            fields.append(f)
+            present.append(i)
+    key = tuple(present)
+    fields = schemas.get(key)
+    if fields is None:  # the schema of the fields a segment carries, made once per set of them
+        if len(schemas) >= 64:
+            schemas.clear()
+        fields = schemas[key] = pa.schema([layout[i][0] for i in present])
     metadata = {**base, META_KEY: orjson.dumps(meta.to_json())}
-    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
-    if table.get_total_buffer_size() < EXACT_BUFFER_BYTES:
+    batch = pa.RecordBatch.from_arrays(arrays, schema=fields.with_metadata(metadata))
+    if batch.get_total_buffer_size() < EXACT_BUFFER_BYTES:
         sink = pa.BufferOutputStream()
-        _write_ipc(sink, table)
+        _write_ipc(sink, batch)
         return sink.getvalue()
     counter = pa.MockOutputStream()  # the file's size, nothing copied: one buffer of it, filled
-    _write_ipc(counter, table)  # once (a growing buffer copies a large segment several times)
+    _write_ipc(counter, batch)  # once (a growing buffer copies a large segment several times)
     buffer = pa.allocate_buffer(counter.size())
-    _write_ipc(pa.FixedSizeBufferWriter(buffer), table)
+    _write_ipc(pa.FixedSizeBufferWriter(buffer), batch)
     return buffer
 
 
-_LAYOUTS: dict[int, tuple[Any, list[tuple[Any, str, bool]], dict[bytes, bytes]]] = {}
+_LAYOUTS: dict[int, tuple[Any, list[tuple[Any, str, bool]], dict[bytes, bytes],
+                          dict[tuple[int, ...], Any]]] = {}
 
 
-def _layout(schema: Any) -> tuple[list[tuple[Any, str, bool]], dict[bytes, bytes]]:
-    """(each field, its name, whether it is JSON text; the schema's metadata) of a segment
-    schema, read once per schema (a sampler end puts many segments of one)."""
+def _layout(schema: Any) -> tuple[list[tuple[Any, str, bool]], dict[bytes, bytes],
+                                  dict[tuple[int, ...], Any]]:
+    """(each field, its name, whether it is JSON text; the schema's metadata; the schemas of
+    the sets of fields segments carried, by their indices) of a segment schema, read once per
+    schema (a sampler end puts many segments of one)."""
     held = _LAYOUTS.get(id(schema))
     if held is None or held[0] is not schema:
         if len(_LAYOUTS) >= 16:
             _LAYOUTS.clear()
         held = _LAYOUTS[id(schema)] = (schema, [(f, f.name, _is_json(f)) for f in schema],
-                                       dict(schema.metadata or {}))
-    return held[1], held[2]
+                                       dict(schema.metadata or {}), {})
+    return held[1], held[2], held[3]
 
 
 def _is_json(f: Any) -> bool:
@@ -160,11 +169,11 @@ EXACT_BUFFER_BYTES = 2**20
 one buffer of exactly that size."""
 
 
-def _write_ipc(sink: Any, table: Any) -> None:
+def _write_ipc(sink: Any, batch: Any) -> None:
     import pyarrow as pa
 
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+    with pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
 
 
 def _array(f: Any, values: Any, n: int, json_text: bool | None = None) -> Any:

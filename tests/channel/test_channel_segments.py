@@ -380,3 +380,29 @@ def test_columns_follow_each_segments_own_schema_however_they_alternate():
                 else:  # a varying dim: an array per step
                     assert isinstance(columns["x"], list) and len(columns["x"]) == 2
                 np.testing.assert_array_equal(np.stack(columns["x"]), [[1, 2], [3, 4]])
+
+
+def test_each_segment_names_the_columns_it_carries_and_its_own_facts():
+    """Segments of one sampler that carry different fields (an optional one on some puts
+    only), written in turn: each file's schema holds exactly its own columns, in the layout's
+    order, with the layout's metadata and its own facts."""
+    from gyre_contract.pinned import CartPoleStep
+
+    layout = to_arrow_schema(CartPoleStep)
+    with_value = episodes("a", 2, length=3)
+    without = [{k: v for k, v in r.items() if k != "value"} for r in episodes("b", 1, length=2)]
+    blocks = RecordBlocks(CartPoleStep)
+    for i, records in enumerate([with_value, without, with_value, without]):
+        checked = blocks.check([{**r, "episode_id": f"{r['episode_id']}{i}"} for r in records])
+        blocks.commit()
+        facts = SegmentMeta(f"0000000000000000000{i}-w-0000000{i}", "w", i + 1, "sha256:x",
+                            checked.n, 2, 2, {"0": checked.n}, 1.0, 2.0)
+        table, got = segments.decode(segments.encode(checked.columnar, checked.n, layout,
+                                                     facts), "x")
+        assert got == facts
+        assert ("value" in table.column_names) is (records is with_value)
+        assert table.column_names == [f.name for f in layout if f.name in table.column_names]
+        for name in table.column_names:
+            assert table.schema.field(name).equals(layout.field(name), check_metadata=True)
+        assert {k: v for k, v in table.schema.metadata.items() if k != segments.META_KEY} == \
+            layout.metadata
