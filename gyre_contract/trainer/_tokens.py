@@ -180,18 +180,16 @@ def _collate(inputs: list[_Input], wanted: list[str] | None, pad_id: int,
         if key not in flat_only:
             out[key] = _padded(ids, where, pad_id, fills)
         out[beside] = value
-    kept: dict[str, np.ndarray] = {}  # the per-token columns in `flat_only`: real tokens
     for name, (flat, _) in per_token.items():
         typed = _cast(name, flat, _DTYPES.get(name))
         if name in flat_only:
-            kept[name] = typed
             out[name] = ResponseValues(typed, responses[1], r)
         else:
             out[name] = _padded(typed, real, 0, fills)
     fill_all(fills)
     loss_mask = out.get("loss_mask")
     if "response_mask" in flat_only:
-        mask = kept.get(LOSS_MASK)
+        mask = loss_mask.values if isinstance(loss_mask, ResponseValues) else None
         if mask is None:
             mask = np.ones(responses[0].size, bool) if recorded_mask is None else \
                 _cast(LOSS_MASK, recorded_mask[0], "bool")
