@@ -6,17 +6,21 @@
                                   renamed <id>.<crc>.d<k>.arrow when handed to a trainer the
                                   k-th time (one rename: the delivery mark of `channel status`)
     DIR/acks/trainer-<epoch>.jsonl each trainer end's commits, one JSON line per segment
-                                  (the segment's file then goes)
+                                  (the segment's file then goes, removed by the end's
+                                  background thread)
     DIR/writers/<writer>.jsonl    each sampler's own count, one line appended per put
 
 Per segment the file operations are those of an Arrow IPC file written by hand, and few more:
 the sampler writes it (a hidden temporary name, write, fsync, rename, the folder fsynced, one
 descriptor of the folder held open) and appends one line to its count; the trainer lists the
 folder (names it parsed before are not parsed again), reads the file into one aligned buffer,
-renames it once (the delivery mark), appends one line to its ack log and removes the file. The
-logs are appended through descriptors held open. The manifest is read again only when it was
-replaced: each end holds the manifest file it last read open, so that its inode cannot be
-reused, and compares it with what the name opens now (one `open` and `fstat`).
+renames it once (the delivery mark), appends one line to its ack log (the commit) and hands
+the file's removal to a thread of its own (`channel._removal`: the `unlink` overlaps the next
+`get`; until the file is gone that end never lists the segment as pending; `close` waits for
+the removals and raises the first that failed). The logs are appended through descriptors
+held open. The manifest is read again only when it was replaced: each end holds the manifest
+file it last read open, so that its inode cannot be reused, and compares it with what the name
+opens now (one `open` and `fstat`).
 
 Works across hosts on a shared file system within reason: renames are atomic on POSIX file
 systems and on NFS; the manifest lock is `fcntl.flock`, which NFS (v4) and most cluster file
@@ -45,6 +49,7 @@ import orjson
 from gyre_contract.channel import _contract as contract
 from gyre_contract.channel._backends import SEGMENT_ID, Backend, SegmentRef, checksum, verify
 from gyre_contract.channel._handshake import NotAChannelError, checked_manifest
+from gyre_contract.channel._removal import Removals
 from gyre_contract.channel._segments import SegmentError, SegmentGone, SegmentMeta, allocate
 from gyre_contract.core._errors import InputError
 
@@ -83,6 +88,8 @@ class FileBackend(Backend):
         """(the identity of the manifest file held open, what it holds)."""
         self._names: dict[str, SegmentRef | None] = {}
         """The segment folder's names at the last listing, parsed (None: not a segment)."""
+        self._removals = Removals()
+        """The acked segments' files, removed on a thread of this end (`channel._removal`)."""
 
     def _manifest_path(self) -> Path:
         return self.root / MANIFEST
@@ -180,8 +187,14 @@ class FileBackend(Backend):
             os.close(old)
 
     def close(self) -> None:
-        self._manifest = None
-        _close_all(self._fds)
+        """Wait for the acked segments' removals, let go of what is held open, then raise the
+        first removal that failed (OSError; a file already gone is no failure)."""
+        try:
+            self._removals.close()
+        finally:
+            self._manifest = None
+            _close_all(self._fds)
+        self._removals.raise_error()
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         text = json.dumps(manifest, indent=1, ensure_ascii=False, allow_nan=False)
@@ -224,14 +237,16 @@ class FileBackend(Backend):
         return fd
 
     def pending(self) -> list[SegmentRef]:
-        """One listing of the folder; a name seen at the last listing is not parsed again."""
-        known, names = self._names, {}
+        """One listing of the folder; a name seen at the last listing is not parsed again; a
+        segment this end acked is left out while its file is still there."""
+        self._removals.reap()  # first: a removal seen done here is a file the listing lacks
+        known, names, removing = self._names, {}, self._removals.acked
         refs = []
         for entry in self._entries(self.segments):
             name = entry.name
             ref = known[name] if name in known else _ref(name)
             names[name] = ref
-            if ref is not None:
+            if ref is not None and (not removing or ref.segment not in removing):
                 refs.append(ref)
         self._names = names  # the names of this listing only: flat in the segments gone
         refs.sort(key=_segment_id)
@@ -276,13 +291,17 @@ class FileBackend(Backend):
 
     def ack(self, refs: list[SegmentRef], records: list[dict[str, Any]], epoch: int) -> None:
         """One append to this trainer's ack log (`acks/trainer-<epoch>.jsonl`) for all the
-        segments, then their files go. Not fsynced: a power cut may lose the last acks, and
-        those segments are delivered again (at least once)."""
+        segments (the commit), then their files go on the background thread (module doc).
+        Not fsynced: a power cut may lose the last acks, and those segments are delivered
+        again (at least once). Raises the first earlier removal that failed (OSError), once,
+        after this commit."""
         lines = b"".join(orjson.dumps(r) + b"\n" for r in records)
         self._append(self._acks_dir, f"trainer-{epoch}.jsonl", lines)
-        for ref in refs:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._segments_dir + ref.key)
+        self._removals.reap()
+        if refs:
+            self._removals.submit(tuple(ref.segment for ref in refs),
+                                  [self._segments_dir + ref.key for ref in refs])
+        self._removals.raise_error()
 
     def _append(self, folder: str, name: str, data: bytes) -> None:
         """Append whole lines in one write to `folder` (ending in a separator) + `name`

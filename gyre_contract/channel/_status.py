@@ -12,8 +12,11 @@ acked + dropped + pending = put holds exactly when the counts agree. Files that 
 the channel, and puts a killed sampler left unfinished, are listed, never counted.
 
 Every pending segment is read whole and its CRC checked, so a corrupt one is a disagreement, not a
-pending count. Memory stays flat in the number of segments: ack records and segments are read
-one at a time and added up.
+pending count. A segment that has an ack record is acked, not pending, even while its file is
+still there (the trainer end removes it after the ack, on a thread of its own, or stopped in
+between). The segments are listed before the acks are read, so that one acked and removed in
+between is found among the acks. Memory: ack records and segments are read one at a time and
+added up (an id per segment kept).
 """
 
 from __future__ import annotations
@@ -144,7 +147,9 @@ def _status(backend: Any, manifest: dict[str, Any]) -> ChannelStatus:
     staleness: Counter[int] = Counter()
     times: dict[str, float | None] = dict.fromkeys(("first_put", "last_put", "first_ack",
                                                     "last_ack"))
-    marks = backend.delivered()
+    listed = backend.pending()  # before the acks: a segment acked and gone meanwhile has its
+    marks = backend.delivered()  # ack record there by the time the acks are read
+    acked_ids: set[str] = set()
 
     def count(meta: SegmentMeta) -> None:
         w = writers.setdefault(meta.writer, _Writer())
@@ -158,12 +163,13 @@ def _status(backend: Any, manifest: dict[str, Any]) -> ChannelStatus:
         put.update(segments=1, steps=meta.steps, episodes=meta.episodes)
         _span(times, "first_put", "last_put", meta.started, meta.written)
 
-    for record in backend.acks():
+    def count_ack(record: dict[str, Any]) -> None:
+        acked_ids.add(str(record.get("segment")))
         try:
             meta = SegmentMeta.from_json(record.get("meta"), f"ack {record.get('segment')}")
         except SegmentError as err:
             problems.append(str(err))
-            continue
+            return
         count(meta)
         kept, lost = int(record.get("kept_steps", -1)), int(record.get("dropped_steps", -1))
         if kept + lost != meta.steps or kept < 0 or lost < 0:
@@ -179,14 +185,16 @@ def _status(backend: Any, manifest: dict[str, Any]) -> ChannelStatus:
         dropped.update(steps=lost, episodes=int(record.get("dropped_episodes", 0)))
         staleness.update({int(k): int(v) for k, v in (record.get("staleness") or {}).items()})
         _span(times, "first_ack", "last_ack", record.get("acked_at"), record.get("acked_at"))
-    for ref in backend.pending():
+
+    def count_pending(ref: Any) -> bool:
+        """Count a listed segment not acked; False when its file went since the listing."""
         try:  # the whole segment, its CRC checked: a corrupt one is never counted as pending
             meta = read_meta(backend.read(ref), f"segment {ref.segment}")
         except SegmentGone:
-            continue
+            return False
         except SegmentError as err:
             problems.append(f"unreadable segment, never delivered: {err}")
-            continue
+            return True
         count(meta)
         pending.update(segments=1, steps=meta.steps)
         mark = marks.get(ref.segment)
@@ -194,6 +202,20 @@ def _status(backend: Any, manifest: dict[str, Any]) -> ChannelStatus:
             pending.update(in_flight=1)
             delivered.update(segments=1, steps=meta.steps,
                              redelivered=int(int(mark.get("count", 1)) > 1))
+        return True
+
+    for record in backend.acks():
+        count_ack(record)
+    gone = {ref.segment for ref in listed
+            if ref.segment not in acked_ids and not count_pending(ref)}
+    if gone:  # acked since the listing (its ack record is there now), or renamed (delivered)
+        for record in backend.acks():
+            segment = record.get("segment")
+            if segment in gone and segment not in acked_ids:
+                count_ack(record)
+        for ref in backend.pending():
+            if ref.segment in gone and ref.segment not in acked_ids:
+                count_pending(ref)
     for name, ledger in backend.writers().items():
         w = writers.setdefault(name, _Writer())
         said = int(ledger.get("seq", 0))

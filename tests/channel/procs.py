@@ -109,6 +109,8 @@ def trainer(args: argparse.Namespace) -> int:
     from gyre_contract.channel import open_trainer
     from gyre_contract.channel._handshake import HandshakeError
 
+    if args.slow_removal:
+        _slow_removals()
     mapping = TOKEN_MAP if args.model == "Completion" else CARTPOLE_MAP
     if args.map is not None:
         mapping = json.loads(args.map)
@@ -173,6 +175,19 @@ def _slow_writes() -> None:
     RayBackend.write_segment = slow_ray  # type: ignore[method-assign]
 
 
+def _slow_removals() -> None:
+    """Each removal of a segment file takes 0.3 s longer (the process still exits at once
+    after its last ack: what is queued then must still go)."""
+    real = os.unlink
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if f"{os.sep}segments{os.sep}" in os.fspath(path):
+            time.sleep(0.3)
+        real(path, *args, **kwargs)
+
+    os.unlink = unlink  # type: ignore[assignment]
+
+
 def _limit_file_size(limit: int) -> None:
     """From now on a file may not grow past `limit` bytes: the next large write fails with
     EFBIG, as a write on a full disk fails with ENOSPC."""
@@ -203,6 +218,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--current-version", type=int, default=None)
     p.add_argument("--max-staleness", type=int, default=None)
     p.add_argument("--hold", action="store_true")
+    p.add_argument("--slow-removal", action="store_true", help="trainer: slow segment unlinks")
     p.add_argument("--map", default=None, help="trainer: a map as JSON text")
     args = p.parse_args(argv)
     return sampler(args) if args.role == "sampler" else trainer(args)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from procs import CARTPOLE_MAP, CartStep
+from procs import CARTPOLE_MAP, CartStep, episodes
 
 from gyre_contract.channel import open_sampler, open_trainer
 from gyre_contract.channel._status import channel_status
@@ -77,6 +77,25 @@ def test_two_processes_move_every_step_exactly_once(uri):
     assert status.ok, status.problems
     assert status.put == {"segments": 6, "steps": 120, "episodes": 24}
     assert status.acked["steps"] == 120 and status.pending["segments"] == 0
+
+
+def test_a_trainer_process_exiting_after_its_last_ack_leaves_no_acked_file(uri):
+    """The file backend removes acked files on a thread of the trainer end; a process that
+    exits (without `close`) right after its last ack, its removals slowed, still removes them
+    all: nothing is delivered twice, the counts agree, the folder holds no segment."""
+    sampler = open_sampler(uri, model=CartStep)
+    for i in range(4):
+        sampler.put(episodes(f"s{i}", 2, length=5))
+    got = finish(start(uri, "trainer", "--steps", "40", "--rows", "10", "--slow-removal"))[-1]
+    assert sorted(got["episodes"]) == expected("s", 4, 2)
+    status = channel_status(uri)
+    assert status.ok, status.problems
+    assert status.acked["segments"] == 4 and status.pending["segments"] == 0
+    if not uri.startswith("ray://"):
+        assert os.listdir(Path(uri) / "segments") == []
+    again = open_trainer(uri, map=CARTPOLE_MAP)
+    with pytest.raises(TimeoutError):
+        again.get(timeout=0.3)
 
 
 def test_a_trainer_whose_map_needs_a_field_the_sampler_never_writes_is_refused(uri):
