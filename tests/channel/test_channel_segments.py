@@ -8,6 +8,8 @@ import orjson
 import pyarrow as pa
 import pytest
 from fastpaths import fast_paths
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from procs import CARTPOLE_MAP, TOKEN_MAP, CartStep, Completion, completions, episodes
 
 from gyre_contract.channel import _segments as segments
@@ -406,3 +408,23 @@ def test_each_segment_names_the_columns_it_carries_and_its_own_facts():
             assert table.schema.field(name).equals(layout.field(name), check_metadata=True)
         assert {k: v for k, v in table.schema.metadata.items() if k != segments.META_KEY} == \
             layout.metadata
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "é", "long-episode-id-7", ""]),
+                               st.integers(1, 5)), min_size=0, max_size=12),
+       cut=st.integers(0, 3), chunked=st.booleans())
+def test_episode_codes_from_runs_are_the_dictionary_codes(runs, cut, chunked):
+    """`_codes` by runs (each value one run of rows) gives the codes and values of Arrow's
+    dictionary encoding (numbered in order of first appearance), for a value that comes back
+    after another too, a sliced or chunked column, one row, none."""
+    values = [v for v, n in runs for _ in range(n)]
+    array = pa.array(values, pa.string()).slice(min(cut, len(values)))
+    column = pa.chunked_array([array.slice(0, len(array) // 2), array.slice(len(array) // 2)],
+                              pa.string()) if chunked else array
+    codes, ids = segments._codes(column)
+    encoded = array.dictionary_encode()
+    assert codes.dtype == np.int64 and ids.dtype.kind == "U"
+    assert codes.tolist() == encoded.indices.to_pylist()
+    assert ids.tolist() == encoded.dictionary.to_pylist()
+    assert ids.dtype == np.array(encoded.dictionary.to_pylist(), dtype=np.str_).dtype
