@@ -215,6 +215,8 @@ def _next_values(columns: dict[str, np.ndarray], row: np.ndarray, t: np.ndarray,
     dtype = value.dtype if value is not None else \
         recorded.dtype if recorded is not None else np.dtype(np.float32)
     out = np.full(b, np.nan, dtype)
+    if value is None and recorded is None:
+        return out  # nothing to bootstrap from: NaN throughout (no pass over the steps)
     last = t == row_lengths[row] - 1  # each row's last step
     last_rows = row[last]
     # the row goes on in the next (np.concatenate, not np.r_: which parses its index each call)
