@@ -334,7 +334,7 @@ def decode(data: Any, where: str) -> tuple[Any, SegmentMeta]:
     meta = SegmentMeta.from_json(facts, where)
     if table.num_rows != meta.steps:
         raise SegmentError(f"{where}: {table.num_rows} rows but the segment says {meta.steps}")
-    names = set(table.column_names)
+    names = set(table.schema.names)  # not `column_names`: a Field object per column
     for name in ("episode_id", "policy_version", "step", "terminated", "truncated"):
         if name not in names:
             raise SegmentError(f"{where}: no {name} column")

@@ -116,6 +116,21 @@ def test_facts_that_do_not_match_the_rows_are_refused():
         segments.decode(data, "x")
 
 
+@pytest.mark.parametrize("missing", ["episode_id", "policy_version", "step", "terminated",
+                                     "truncated"])
+def test_a_segment_without_a_column_every_delivery_reads_is_refused(missing):
+    records = episodes("e", 1, length=3)
+    checked = RecordBlocks(CartStep).check(records)
+    table = segments.decode(segments.encode(checked.columns, checked.n,
+                                            to_arrow_schema(CartStep), meta(3)), "x")[0]
+    table = table.drop_columns([missing])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    with pytest.raises(SegmentError, match=f"x: no {missing} column"):
+        segments.decode(sink.getvalue(), "x")
+
+
 def test_completion_model_segments_decode(tmp_path):
     table = round_trip(Completion, completions("c", 3))
     assert table.num_rows == 3
