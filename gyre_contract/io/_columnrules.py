@@ -186,6 +186,11 @@ SCALARS = {"f": frozenset({float, int}), "i": frozenset({int}), "u": frozenset({
            "b": frozenset({bool})}
 """The Python types a scalar of a dtype kind is taken as (a bool is no number; a numpy scalar,
 a subclass: the row path decides)."""
+_USUAL = {"f": float, "i": int, "u": int, "b": bool}
+"""The type the scalars of a dtype kind usually all are: counted first (a count of one type
+costs less than a set of them)."""
+_READ_AS = {"f": np.dtype(np.float64), "i": np.dtype(np.int64), "u": np.dtype(np.int64),
+            "b": np.dtype(bool)}
 
 
 def scalars(held: Sequence[Any], dtype: np.dtype, floats_only: bool = False
@@ -194,12 +199,17 @@ def scalars(held: Sequence[Any], dtype: np.dtype, floats_only: bool = False
     the row path reads the same (`narrowed`: an integer within the dtype's range, a number in a
     float field within the range where the dtype holds integers exactly, finite); else None.
     `floats_only`: an integer is refused too (a field bound to a float: `binding`)."""
-    kinds = set(map(type, held))
-    if not kinds <= SCALARS.get(dtype.kind, frozenset()) or floats_only and int in kinds:
+    kind = dtype.kind
+    read_as = _READ_AS.get(kind)
+    if read_as is None:
         return None
-    try:
-        raw = np.array(held, dtype=np.float64 if dtype.kind == "f" else
-                       np.int64 if dtype.kind in "iu" else bool)
+    types, usual = list(map(type, held)), _USUAL[kind]
+    if types.count(usual) != len(types) or floats_only and usual is int:  # else: one type
+        kinds = set(types)
+        if not kinds <= SCALARS[kind] or floats_only and int in kinds:
+            return None
+    try:  # element by element, as np.array(held, read_as) converts them
+        raw = np.fromiter(held, read_as, len(held))
     except OverflowError:
         return None  # an integer beyond 64 bits (or any float): the row path reports it
     return narrowed(raw, dtype)

@@ -84,11 +84,27 @@ class CodedIds(Sequence[str]):
         return iter(self.values)
 
 
-def coded_ids(ids: list[str]) -> CodedIds:
-    """A list of episode ids as `CodedIds`."""
-    distinct = list(dict.fromkeys(ids))
+def coded_ids(ids: Sequence[str]) -> CodedIds:
+    """A list of episode ids as `CodedIds`. A sampler's steps mostly come in runs of one
+    episode: then the runs are found first (one comparison a step) and each run's id is looked
+    up once; steps of many episodes interleaved (a probe of the first ones shows short runs) are
+    looked up one by one."""
+    n = len(ids)
+    probe = min(n, _RUN_PROBE)
+    if n < 2 or sum(map(ne, ids[1:probe], ids[:probe - 1])) * 4 > probe:
+        distinct = list(dict.fromkeys(ids))
+        codes = dict(zip(distinct, range(len(distinct))))
+        return CodedIds(np.fromiter(map(codes.__getitem__, ids), np.int64, n), distinct)
+    starts = [0, *compress(range(1, n), map(ne, ids[1:], ids[:-1]))]
+    run_ids = [ids[i] for i in starts]
+    distinct = list(dict.fromkeys(run_ids))
     codes = dict(zip(distinct, range(len(distinct))))
-    return CodedIds(np.fromiter(map(codes.__getitem__, ids), np.int64, len(ids)), distinct)
+    run_codes = np.fromiter(map(codes.__getitem__, run_ids), np.int64, len(run_ids))
+    return CodedIds(np.repeat(run_codes, np.diff(np.array([*starts, n]))), distinct)
+
+
+_RUN_PROBE = 64
+"""How many ids `coded_ids` compares first to choose between runs and one look-up a step."""
 
 
 def id_runs(ids: Sequence[str]) -> tuple[np.ndarray, list[str]]:

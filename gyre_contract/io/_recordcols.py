@@ -21,6 +21,7 @@ path, then the record path, which decides and explains.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
@@ -46,7 +47,7 @@ def check_records(plan: BulkPlan, records: Sequence[Any]) -> Block | None:
     n = len(records)
     if not n or not fast_paths_enabled() or not RECORDS_FAST_PATH.usable():
         return None
-    if {dict} != set(map(type, records)):
+    if list(map(type, records)).count(dict) != n:
         return None  # a mapping of another class: the record path reads it
     # The keys the block carries: the first record's, when the columns read for them account
     # for every key of every record (the sum of the records' sizes); else (a record carries
@@ -74,12 +75,14 @@ def _columns(plan: BulkPlan, records: Sequence[Any], wires: list[str]
     masks: dict[str, np.ndarray] = {}
     strings: dict[str, Sequence[Any]] = {}
     counts: dict[str, int] = {}
+    together = _together(records, wires)
     for wire in wires:
         dtype = plan.dtypes.get(wire)
         if dtype is None:
             return None  # a key the plan has no column for (`info`): the record path
         try:
-            held = list(map(itemgetter(wire), records))
+            held = together[wire] if together is not None else \
+                list(map(itemgetter(wire), records))
             present = None
         except KeyError:
             if wire in plan.required:
@@ -88,12 +91,12 @@ def _columns(plan: BulkPlan, records: Sequence[Any], wires: list[str]
             present = np.fromiter((v is not _ABSENT for v in column), bool, n)
             held = [v for v in column if v is not _ABSENT]
         if dtype.kind == "U":
-            if not {str}.issuperset(map(type, held)) or not all(held):
+            if list(map(type, held)).count(str) != len(held) or not all(held):
                 return None  # not a str, or an empty one (field.nonempty_string)
             if wire == "episode_id":
                 strings[wire] = coded_ids(held)
             elif present is None:
-                strings[wire] = held
+                strings[wire] = list(held)
             else:
                 full: list[Any] = [None] * n
                 for i, value in zip(np.flatnonzero(present).tolist(), held):
@@ -116,19 +119,36 @@ def _columns(plan: BulkPlan, records: Sequence[Any], wires: list[str]
     return values, masks, strings, counts
 
 
-def _numbers(held: list[Any], dtype: np.dtype, shape: tuple[int, ...], floats_only: bool
+def _together(records: Sequence[Any], wires: list[str]) -> dict[str, Sequence[Any]] | None:
+    """Each of `wires` -> its values over the records, in one pass over them (one look-up of
+    all the keys a record); None when some record lacks one (then field by field)."""
+    if len(wires) < 2:
+        return None
+    paused = gc.isenabled()  # a tuple per record, freed at once: no cycle to look for
+    if paused:
+        gc.disable()
+    try:
+        return dict(zip(wires, zip(*map(itemgetter(*wires), records))))
+    except KeyError:
+        return None
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _numbers(held: Sequence[Any], dtype: np.dtype, shape: tuple[int, ...], floats_only: bool
              ) -> np.ndarray | None:
     """One number field's values as an `[count, *shape]` array of `dtype`, or None: scalars
     by `columnrules.scalars`, tensors as numpy arrays of exactly `dtype` and `shape`."""
     if not shape:
         return scalars(held, dtype, floats_only)
-    if {np.ndarray} != set(map(type, held)):
+    if list(map(type, held)).count(np.ndarray) != len(held):
         return None  # a list, a subclass: the JSON path reads it
     try:  # one pass: casting "no" refuses any array not of exactly `dtype` (byte order too);
         # arrays of another number of dims, or other trailing dims, do not concatenate
         joined = np.concatenate(held, dtype=dtype, casting="no")
     except (TypeError, ValueError):
         return None  # another dtype or rank (field.shape): the JSON or record path decides
-    if joined.shape[1:] != shape[1:] or {shape[0]} != set(map(len, held)):
+    if joined.shape[1:] != shape[1:] or list(map(len, held)).count(shape[0]) != len(held):
         return None  # another shape (field.shape): the record path reports it
     return as_dtype(joined.reshape(len(held), *shape), dtype)

@@ -305,3 +305,92 @@ def test_the_differential_sees_the_fast_path():
     for model, logprob in ((CartPoleStep, True), (RolloutStep, False)):
         fast = assert_like_the_record_path(model, steps(logprob=logprob))
         assert fast[3] == [True]
+
+
+# -- what makes it cheap, kept honest --------------------------------------------------------
+
+def test_the_records_are_read_in_one_pass_without_waking_the_cyclic_gc():
+    """All fields are read in one pass (a tuple per record, freed at once), with the cyclic GC
+    paused meanwhile: thousands of short-lived tuples set off no collection."""
+    import gc
+
+    records = steps(n=250, length=20)
+    plan = bulk_plan(CartPoleStep)
+    seen: list[int] = []
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        block = check_records(plan, records)
+    finally:
+        gc.callbacks.remove(count)
+    assert block is not None and gc.isenabled()
+    assert len(seen) <= 1  # a few containers of its own; 5,000 tuples would set off 7
+
+
+class _CountedId(str):
+    """An episode id that counts how often it is hashed (each dict look-up of it)."""
+
+    hashed = 0
+
+    def __hash__(self) -> int:
+        _CountedId.hashed += 1
+        return super().__hash__()
+
+
+def test_episode_ids_in_runs_are_looked_up_once_a_run():
+    from gyre_contract.io._fastfile import coded_ids
+
+    ids = [_CountedId(f"e{i // 50}") for i in range(1000)]  # 20 runs of 50
+    _CountedId.hashed = 0
+    coded = coded_ids(ids)
+    assert _CountedId.hashed <= 3 * 20
+    assert list(coded) == ids and coded.ids == list(dict.fromkeys(ids))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(ids=st.lists(st.sampled_from(["a", "b", "c", "dd", "e"]), max_size=200),
+       runs=st.integers(1, 80))
+def test_coded_ids_give_the_ids_in_order_of_first_appearance(ids, runs):
+    from gyre_contract.io._fastfile import coded_ids
+
+    ids = [x for x in ids for _ in range(runs)][:300]  # runs of any length, or none
+    coded = coded_ids(ids)
+    assert coded.codes.dtype == np.int64 and len(coded) == len(ids)
+    assert coded.ids == list(dict.fromkeys(ids)) and list(coded) == ids
+
+
+SCALAR_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                          st.integers(-2**70, 2**70), st.integers(-3, 3),
+                          st.sampled_from([np.float32(0.5), np.int64(2), 2**24, 2**24 + 1]))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(held=st.lists(SCALAR_VALUES, min_size=1, max_size=8),
+       dtype=st.sampled_from(["float32", "float64", "int64", "int32", "uint8", "bool"]),
+       floats_only=st.booleans())
+def test_scalars_take_what_the_set_of_types_takes_as_the_same_array(held, dtype, floats_only):
+    """`columnrules.scalars` counts the usual type first and reads by `np.fromiter`: the same
+    verdict and array as a set of the types and `np.array`."""
+    from gyre_contract.io._columnrules import SCALARS, narrowed, scalars
+
+    kind = np.dtype(dtype).kind
+    kinds = set(map(type, held))
+    expected = None
+    if kinds <= SCALARS[kind] and not (floats_only and int in kinds):
+        try:
+            raw = np.array(held, np.float64 if kind == "f" else np.int64 if kind in "iu"
+                           else bool)
+        except OverflowError:
+            raw = None
+        expected = None if raw is None else narrowed(raw, np.dtype(dtype))
+    got = scalars(held, np.dtype(dtype), floats_only)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
