@@ -381,22 +381,11 @@ def row_keys(table: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _codes(column: Any) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, numbered in order of first appearance; the distinct values by code) of a
-    string column without nulls. Where each value is one run of rows, runs of two rows or more
-    on average (a segment's episodes: each episode's steps together), the runs are the codes:
-    Arrow's run-end encoding, less work than its dictionary encoding, which any other column
-    goes through (the same codes and values: tests/channel/test_channel_segments.py)."""
+    string column without nulls: Arrow's dictionary encoding. (Codes from its run-end encoding,
+    where each episode is one run of rows, were tried: no faster on a CartPole segment.)"""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    runs = pc.run_end_encode(array) if len(array) > 1 else None
-    if runs is not None and 2 * len(runs.values) <= len(array):
-        values = runs.values.to_pylist()
-        if len(set(values)) == len(values):  # no value comes back after another
-            codes = np.zeros(len(array), np.int64)
-            codes[runs.run_ends.to_numpy()[:-1]] = 1  # each run's first row after the first
-            np.cumsum(codes, out=codes)
-            return codes, np.array(values, dtype=np.str_)
     encoded = array.dictionary_encode()
     codes = encoded.indices.to_numpy().astype(np.int64, copy=False)
     return codes, np.array(encoded.dictionary.to_pylist(), dtype=np.str_)

@@ -429,10 +429,10 @@ def test_each_segment_names_the_columns_it_carries_and_its_own_facts():
 @given(runs=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "é", "long-episode-id-7", ""]),
                                st.integers(1, 5)), min_size=0, max_size=12),
        cut=st.integers(0, 3), chunked=st.booleans())
-def test_episode_codes_from_runs_are_the_dictionary_codes(runs, cut, chunked):
-    """`_codes` by runs (each value one run of rows) gives the codes and values of Arrow's
-    dictionary encoding (numbered in order of first appearance), for a value that comes back
-    after another too, a sliced or chunked column, one row, none."""
+def test_episode_codes_are_the_dictionary_codes(runs, cut, chunked):
+    """`_codes` gives the codes and values of Arrow's dictionary encoding of the whole column
+    (numbered in order of first appearance), for a value that comes back after another, a
+    sliced or chunked column, one row, none."""
     values = [v for v, n in runs for _ in range(n)]
     array = pa.array(values, pa.string()).slice(min(cut, len(values)))
     column = pa.chunked_array([array.slice(0, len(array) // 2), array.slice(len(array) // 2)],
