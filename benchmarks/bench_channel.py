@@ -27,7 +27,7 @@ ours and for the baseline, round by round: what both sides compute, without the 
 shared disk (fsync, unlink), and steadier than wall time on a loaded machine. The target is
 the wall-time ratio.
 
-Run: python benchmarks/bench_channel.py           (full sizes, 5 rounds)
+Run: python benchmarks/bench_channel.py           (full sizes, 11 rounds)
      python benchmarks/bench_channel.py --quick   (a tenth, 3 rounds)
      python benchmarks/bench_channel.py --json    (one JSON object)
 """
@@ -59,6 +59,8 @@ from gyre_contract.core._tensor import Tensor
 from gyre_contract.pinned import CartPoleStep, LLMStep
 
 TARGET = 1.25
+ROUNDS = 11
+"""Rounds of each throughput figure by default (`main`)."""
 CARTPOLE_MAP = {"gyre_field_map": 1, "fields": {
     "obs": {"from": "observation"}, "action": {"from": "action"}, "reward": {"from": "reward"},
     "done": {"op": "any", "from": ["terminated", "truncated"]}, "mask": {"op": "mask"}}}
@@ -425,7 +427,9 @@ def load_text(pair: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, 3 rounds")
-    parser.add_argument("--rounds", type=int, default=5)
+    # 11 rounds: single rounds span 0.5-2.2x (the completions figure times 10 segments a
+    # round, each a few fsyncs on a shared disk); the median of 5 moved by 0.4x between runs
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--only", nargs="+", choices=FIGURES, default=FIGURES,
                         help="these figures only")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
