@@ -95,12 +95,11 @@ def coded_ids(ids: Sequence[str]) -> CodedIds:
         distinct = list(dict.fromkeys(ids))
         codes = dict(zip(distinct, range(len(distinct))))
         return CodedIds(np.fromiter(map(codes.__getitem__, ids), np.int64, n), distinct)
-    starts = [0, *compress(range(1, n), map(ne, ids[1:], ids[:-1]))]
-    run_ids = [ids[i] for i in starts]
+    starts, run_ids = id_runs(ids)
     distinct = list(dict.fromkeys(run_ids))
     codes = dict(zip(distinct, range(len(distinct))))
     run_codes = np.fromiter(map(codes.__getitem__, run_ids), np.int64, len(run_ids))
-    return CodedIds(np.repeat(run_codes, np.diff(np.array([*starts, n]))), distinct)
+    return CodedIds(np.repeat(run_codes, np.diff(starts, append=n)), distinct)
 
 
 _RUN_PROBE = 64
