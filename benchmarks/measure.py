@@ -12,6 +12,11 @@ ratios, the limits, and the machine's load recorded with every figure.
   objects and the side timed right after it paid for that memory (on the 2-core VM, 10,000
   completions -> token batch measured 1.52x with ours always after it against 1.11x with no
   limits timed and 1.11x with the baseline after it).
+- **CPU.** Each round also takes the CPU time of each side (`cpu_time`: every thread of this
+  process, and the fresh processes a start-up figure waits for); a figure reports the median
+  of the per-round CPU ratios beside the wall-time one. On 2 cores a multi-threaded side's
+  wall time depends on how well its threads overlap, which moves with the VM's scheduling
+  from run to run; its CPU time says what work it does.
 - **Load.** Before and after each figure: the 1-minute load average (`/proc/loadavg`), and the
   cores other processes keep busy (`/proc/stat` sampled for `SAMPLE` seconds while this process
   sleeps); free cores = `os.cpu_count()` minus those. The load average counts this benchmark's
@@ -93,6 +98,8 @@ class Figure:
     """Raw-read limit time / our time (None: no file is read)."""
     typed_fraction: float | None = None
     """Typed-decode limit time / our time."""
+    cpu_ratio: float | None = None
+    """Median of the per-round ratios of CPU time (all threads), ours / baseline."""
     load_start: float = 0.0
     load_end: float = 0.0
     others: float = 0.0
@@ -123,8 +130,10 @@ class Figure:
     def line(self) -> str:
         limits = " ".join(f"{k} {v:.0%}" for k, v in (("raw", self.raw_fraction),
                                                       ("typed", self.typed_fraction)) if v)
+        cpu = f" cpu {self.cpu_ratio:.2f}x;" if self.cpu_ratio else ""
         return (f"{self.verdict():13} {self.name:58} {self.ratio_text():20} {self.target or '-':7}"
                 f" ({fmt(self.ours, self.unit)} vs {fmt(self.base, self.unit)} {self.base_name};"
+                f"{cpu}"
                 f" {self.rounds} rounds; load {self.load_start:.1f}-{self.load_end:.1f}, others"
                 f" {self.others:.1f}, {self.free_cores:.1f} of {self.cores} cores free"
                 f"{'; ' + limits if limits else ''})")
@@ -158,11 +167,22 @@ def quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def _time(fn: Callable[[], Any], number: int) -> float:
-    start = time.perf_counter()
+def _time(fn: Callable[[], Any], number: int, cpu: list[float] | None = None) -> float:
+    """Wall time a call; with `cpu`, the process's CPU time a call is appended to it."""
+    start, start_cpu = time.perf_counter(), cpu_time()
     for _ in range(number):
         fn()
-    return (time.perf_counter() - start) / number
+    wall = (time.perf_counter() - start) / number
+    if cpu is not None:
+        cpu.append((cpu_time() - start_cpu) / number)
+    return wall
+
+
+def cpu_time() -> float:
+    """CPU seconds of this process (every thread) and of its children that were waited for
+    (the start-up figures time fresh processes; the clock of those is 10 ms coarse)."""
+    times = os.times()
+    return time.process_time() + times.children_user + times.children_system
 
 
 def interleaved(name: str, ours: Callable[[], Any], base: Callable[[], Any], base_name: str, *,
@@ -177,14 +197,16 @@ def interleaved(name: str, ours: Callable[[], Any], base: Callable[[], Any], bas
     t_base: list[float] = []
     raw_f: list[float] = []
     typed_f: list[float] = []
+    c_ours: list[float] = []
+    c_base: list[float] = []
     start = time.perf_counter()
     while len(t_ours) < rounds and (len(t_ours) < 2 or time.perf_counter() - start < budget):
         if len(t_ours) % 2:  # odd rounds: the baseline first (see the module doc)
-            b = _time(base, number)
-            a = _time(ours, number)
+            b = _time(base, number, c_base)
+            a = _time(ours, number, c_ours)
         else:
-            a = _time(ours, number)
-            b = _time(base, number)
+            a = _time(ours, number, c_ours)
+            b = _time(base, number, c_base)
         t_ours.append(a)
         t_base.append(b)
     # the limits in a pass of their own: the typed decode churns millions of objects, and the
@@ -195,8 +217,9 @@ def interleaved(name: str, ours: Callable[[], Any], base: Callable[[], Any], bas
             fractions.extend(_time(limit, number) / med(t_ours) for _ in range(len(t_ours)))
     after = load_now()
     ratios = [a / b for a, b in zip(t_ours, t_base)]
+    cpu = [a / b for a, b in zip(c_ours, c_base) if b > 0]
     return Figure(name, med(t_ours), med(t_base), base_name, med(ratios), target,
-                  spread=quartiles(ratios), rounds=len(ratios),
+                  spread=quartiles(ratios), rounds=len(ratios), cpu_ratio=med(cpu) if cpu else None,
                   raw_fraction=med(raw_f) if raw_f else None,
                   typed_fraction=med(typed_f) if typed_f else None,
                   note=note, **where(before, after))
@@ -218,14 +241,17 @@ def process_time(argv: list[str], env: dict[str, str], cwd: str) -> float:
 
 def markdown(figures: list[Figure]) -> str:
     """The figures as the Markdown table benchmarks/README.md keeps."""
-    rows = ["| figure | ours | baseline | ratio (quartiles) | target | verdict | raw-read limit "
-            "| typed-decode limit | load start-end | cores busy with others | free cores | rounds |",
-            "|---|---:|---|---:|---|---|---:|---:|---|---:|---:|---:|"]
+    rows = ["| figure | ours | baseline | ratio (quartiles) | target | verdict | CPU ratio "
+            "| raw-read limit | typed-decode limit | load start-end | cores busy with others "
+            "| free cores | rounds |",
+            "|---|---:|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for f in figures:
         raw = f"{f.raw_fraction:.0%}" if f.raw_fraction else "-"
         typed = f"{f.typed_fraction:.0%}" if f.typed_fraction else "-"
+        cpu = f"{f.cpu_ratio:.2f}x" if f.cpu_ratio else "-"
         rows.append(f"| {f.name} | {fmt(f.ours, f.unit)} | {fmt(f.base, f.unit)} {f.base_name} "
-                    f"| {f.ratio_text()} | {f.target or '-'} | {f.verdict()} | {raw} | {typed} "
+                    f"| {f.ratio_text()} | {f.target or '-'} | {f.verdict()} | {cpu} | {raw} "
+                    f"| {typed} "
                     f"| {f.load_start:.1f}-{f.load_end:.1f} | {f.others:.1f} "
                     f"| {f.free_cores:.1f} of {f.cores} | {f.rounds} |")
     return "\n".join(rows) + "\n"

@@ -162,7 +162,8 @@ def bench_validate_step(s: Sizes) -> list[Figure]:
 
 def bench_validate(s: Sizes) -> list[Figure]:
     """`gyre-contract validate FILE` (no --model) against polars + vectorised checks, and
-    pyarrow.json + numpy checks and jsonschema-rs per line (information)."""
+    pyarrow.json + numpy checks and jsonschema-rs per line (information); pyarrow's reader
+    alone against polars (information: the floor of a path built on that reader)."""
     figures = []
     schema = baselines.JsonSchemaRs()
     for lines in s.validate_lines:
@@ -182,6 +183,13 @@ def bench_validate(s: Sizes) -> list[Figure]:
         figures.append(interleaved(
             f"validate {lines:,} lines (no --model) / pyarrow.json", ours,
             lambda p=path: baselines.validate_pyarrow(p), "pyarrow.json + numpy checks",
+            rounds=s.file_rounds))
+        # the floor under the target: the reader this path is built on, alone, on all threads,
+        # nothing checked, against polars reading and checking everything
+        figures.append(interleaved(
+            f"pyarrow.json read alone, {lines:,} lines (the parse floor) / polars",
+            lambda p=path: baselines.read_steps_arrow(p),
+            lambda p=path: baselines.validate_polars(p), "pl.read_ndjson + polars checks",
             rounds=s.file_rounds))
         if lines == s.validate_lines[0]:
             figures.append(interleaved(

@@ -1,7 +1,7 @@
 """The benchmarks' harness runs, and its agreement check catches a baseline that checks less.
 
 Speed is measured in benchmarks/ (ratios within one run), never here: these tests check that
-`benchmarks/run.py --smoke` produces every figure with its load and free cores, and that
+`benchmarks/run.py --smoke` produces every figure with its load, free cores and CPU ratio, and that
 `benchmarks/agreement.py` (every baseline gives the package's verdicts and arrays) fails on a
 baseline that validates nothing and on a stale declared gap.
 """
@@ -63,6 +63,9 @@ def test_run_smoke_gives_every_figure_with_its_load(tmp_path: Path) -> None:
         assert f["ratio"] > 0 and f["rounds"] >= 1
         assert f["cores"] >= 1 and 0 <= f["free_cores"] <= f["cores"] and f["load_start"] >= 0
         assert f["verdict"].split()[0] in ("PASS", "FAIL", "info")
+        # every timed figure has its CPU ratio beside the wall-time one (memory figures: none)
+        assert (f["cpu_ratio"] is None) == (f["section"] == "rss"), f["name"]
+        assert f["cpu_ratio"] is None or f["cpu_ratio"] > 0
     with_limits = [f for f in figures if f["section"] in ("validate", "batch", "parquet", "tokens")
                    and f["target"]]
     assert with_limits and all(f["raw_fraction"] and f["typed_fraction"] for f in with_limits)
