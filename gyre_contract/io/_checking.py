@@ -25,6 +25,7 @@ from gyre_contract.core._models import RolloutStepV1
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.core._validate import EpisodeTracker, validate_step
 from gyre_contract.io import _arrowlines as arrowlines
+from gyre_contract.io import _ducklines as ducklines
 from gyre_contract.io._binding import Binder, bindable
 from gyre_contract.io._episodes import Episode
 from gyre_contract.io._fastfile import Block, BulkPlan, CodedIds, bulk_plan
@@ -302,7 +303,8 @@ class StepChecker:
 
 class _Columns:
     """The Arrow tier of `StepChecker.feed` over one file: each chunk read into columns by
-    pyarrow's JSON reader on a helper thread (`arrowlines.ArrowLines.read`) while the chunk
+    DuckDB's JSON functions (`ducklines`, when duckdb is there), else pyarrow's JSON reader, on
+    a helper thread (`arrowlines.ArrowLines.read`) while the chunk
     before it is checked on this one. After `MAX_REFUSALS` chunks in a row that it could not
     take (a file whose lines all hold `info`, or another form it steps aside for), the file's
     other chunks skip it."""
@@ -316,7 +318,7 @@ class _Columns:
     def submit(self, plan: BulkPlan | RaggedPlan | None, block: Any) -> Future[Any] | None:
         """Start reading `block` when it may be read into columns."""
         reader = None if plan is None or block.__class__ is not Chunk \
-            or self.refusals >= self.MAX_REFUSALS else arrowlines.reader_for(plan)
+            or self.refusals >= self.MAX_REFUSALS else ducklines.reader_for(plan)
         if reader is None:
             return None
         if self.pool is None:

@@ -1,0 +1,286 @@
+"""JSON Lines read into columns by DuckDB (`ducklines`) = the line path, and it steps aside.
+
+DuckDB casts what the contract refuses (a string `"17"` into an integer, `2.5` into an integer,
+a number into a bool, `true` into a number, a string into a float, string elements into a list
+of floats), keeps the first of two equal keys, ignores unknown keys and a trailing comma, and
+reads `NaN`, `inf`, `Infinity`, `1e999`. Each case here is a clean file with one such line
+among clean ones: DuckDB's reading of the chunk must not be taken (checked on columns) when the
+line path refuses the record, and the report with the fast paths on must equal the report with
+them off, problem for problem and line for line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import test_arrow_lines as arrow_cases
+from fastpaths import report_both_ways
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gyre_contract.core._errors import ContractError
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.core._validate import validate_step
+from gyre_contract.io import _arrowlines as arrowlines
+from gyre_contract.io import _ducklines as ducklines
+from gyre_contract.pinned import CartPoleStep
+
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
+"""These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
+
+MODELS = pytest.mark.parametrize("model", [RolloutStep, CartPoleStep], ids=["unpinned", "pinned"])
+CLEAN, AT, step, write = arrow_cases.CLEAN, arrow_cases.AT, arrow_cases.step, arrow_cases.write
+
+
+@pytest.fixture
+def taken(monkeypatch) -> list[bool]:
+    """Per chunk DuckDB was given: whether its columns pass the column checks (`decode_chunk`;
+    the episode rules come after, on any path)."""
+    found: list[bool] = []
+    read = ducklines.DuckLines.read
+
+    def spy(self: ducklines.DuckLines, chunk: Any) -> Any:
+        table = read(self, chunk)
+        found.append(table is not None
+                     and arrowlines.decode_chunk(self.plan, table) is not None)
+        return table
+
+    monkeypatch.setattr(ducklines.DuckLines, "read", spy)
+    return found
+
+
+def refused(line: bytes, model: type) -> bool:
+    """Whether the line path refuses the record on `line` on its own (JSON or record rules)."""
+    if b"\\" in line or line.count(b",}") or line.count(b",]"):
+        return True  # not in these cases' lines unless broken on purpose
+    try:
+        record = orjson.loads(bytes(line))
+    except orjson.JSONDecodeError:
+        return True
+    try:
+        validate_step(record, model)
+    except ContractError:
+        return True
+    return False
+
+
+def put(field: bytes, literal: bytes, base: bytes | None = None) -> bytes:
+    """Line AT with the value of `field` written as `literal` (text, whatever its JSON kind)."""
+    line = base if base is not None else CLEAN[AT]
+    key = b'"' + field + b'":'
+    start = line.index(key) + len(key)
+    if line[start:start + 1] == b"[":
+        end = line.index(b"]", start) + 1
+    else:
+        end = min(j for j in (line.find(b",", start), line.find(b"}", start)) if j >= 0)
+    return line[:start] + literal + line[end:]
+
+
+TOKENS = {
+    "int": b"2", "minus zero": b"-0", "float": b"2.5", "integral float": b"2.0",
+    "exponent": b"1e2", "EXPONENT": b"1E2", "beyond int64": b"9223372036854775808",
+    "beyond uint64": b"18446744073709551616", "twenty digits": b"99999999999999999999",
+    "NaN": b"NaN", "nan": b"nan", "Infinity": b"Infinity", "-Infinity": b"-Infinity",
+    "inf": b"inf", "1e999": b"1e999", "true": b"true", "false": b"false",
+    "string int": b'"17"', "string float": b'"0.5"', "string true": b'"true"', "string": b'"x"',
+    "string list": b'"[1]"', "string colon": b'"a:b"', "null": b"null", "list": b"[1]",
+    "empty list": b"[]", "nested list": b"[[1]]", "object": b'{"a":1}', "empty object": b"{}",
+}
+"""Every kind of JSON token (and the literals DuckDB reads that JSON has not)."""
+
+COLUMNS = {"float": b"reward", "optional float": b"value", "int": b"action",
+           "int (episode)": b"policy_version", "bool": b"terminated", "string": b"episode_id",
+           "list of float": b"observation"}
+"""A field of each column kind of a CartPole plan."""
+
+
+def cell_cases() -> dict[str, bytes]:
+    cases = {f"{token} in {column}": put(field, literal)
+             for column, field in COLUMNS.items() for token, literal in TOKENS.items()}
+    for token, literal in TOKENS.items():  # an element of the list of floats
+        cases[f"{token} in a list of floats"] = put(
+            b"observation", b"[" + literal + b",-0.5,0.25,1.5]")
+    return cases
+
+
+LENIENT = {
+    "duplicate key, DuckDB keeps the first": CLEAN[AT][:-1] + b',"reward":7.0}',
+    "duplicate key, same value": put(b"action", b'0,"action":0'),
+    "unknown key": CLEAN[AT][:-1] + b',"rewards":1.0}',
+    "key in another case": CLEAN[AT][:-1] + b',"Reward":1.0}',
+    "trailing comma in the object": CLEAN[AT][:-1] + b",}",
+    "trailing comma with space": CLEAN[AT][:-1] + b", }",
+    "trailing comma in a list": put(b"observation", b"[0.5,-0.5,0.25,1.5,]"),
+    "empty object line": b"{}",
+    "escaped quote in a string": put(b"episode_id", b'"ep\\"0"'),
+    "escaped key": CLEAN[AT].replace(b'"reward"', b'"rew\\u0061rd"'),
+    "unicode escape in a string": put(b"episode_id", b'"ep-\\u0030"'),
+    "string with a colon and a null": put(b"value", b"null", put(b"episode_id", b'"ep:0"')),
+    "number in a bool and true in a float": put(b"terminated", b"0", put(b"reward", b"true")),
+    "number in a string and a string in an int": put(b"episode_id", b"17",
+                                                     put(b"action", b'"0"')),
+    "string true and number in bool": put(b"terminated", b"1",
+                                          put(b"episode_id", b'"true"')),
+    "true inside a string beside a number in a bool": put(b"truncated", b"0",
+                                                          put(b"episode_id", b'"ep-true"')),
+    "comma inside a string beside a trailing comma": put(b"episode_id", b'"e,p"')[:-1] + b",}",
+    "control character in a string": put(b"episode_id", b'"ep\x01"'),
+    "tab in a string": put(b"episode_id", b'"ep\t0"'),
+    "NUL between tokens": CLEAN[AT].replace(b",", b",\x00", 1),
+    "form feed between tokens": CLEAN[AT].replace(b",", b",\x0c", 1),
+    "comment": CLEAN[AT][:-1] + b"/* c */}",
+    "single quotes": CLEAN[AT].replace(b'"reward"', b"'reward'"),
+    "leading zero": put(b"reward", b"01"),
+    "plus sign": put(b"reward", b"+1"),
+    "bare decimal point": put(b"reward", b".5"),
+    "hex": put(b"reward", b"0x1"),
+}
+"""What DuckDB (yyjson) reads that JSON Lines or the contract refuse, and mixes of two that
+cancel each other in a single byte count."""
+
+ACCEPTED = {
+    "spaces between tokens": CLEAN[AT].replace(b":", b": ").replace(b",", b" , "),
+    "tab and CR between tokens": CLEAN[AT].replace(b",", b",\t\r", 2),
+    "exponent in a float": put(b"reward", b"1e0"),
+    "int in a float": put(b"reward", b"1"),
+    "minus zero in an int": put(b"action", b"-0"),
+}
+"""Lines the line path takes: DuckDB's reading of them should be taken too (not idle)."""
+
+CASES = {**cell_cases(), **LENIENT, **ACCEPTED,
+         **{f"arrowlines: {k}": v for k, v in arrow_cases.CASES.items()}}
+
+
+@MODELS
+def test_duckdb_takes_the_clean_file(tmp_path, model, taken):
+    assert report_both_ways(write(tmp_path, CLEAN), model)["holds"]
+    assert taken == [True]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@MODELS
+def test_a_chunk_duckdb_cannot_read_exactly_is_not_taken(tmp_path, model, case, taken):
+    line = CASES[case]
+    report = report_both_ways(write(tmp_path, arrow_cases.with_line(line)), model)
+    assert len(taken) <= 1, case  # one chunk (none: the file is read without columns)
+    if refused(line, model) or case in LENIENT:
+        assert taken == [False] or not taken, case
+    if case in ACCEPTED:
+        assert taken == [True] and report["holds"], case
+
+
+@pytest.mark.parametrize("eid", ["ep/0-é", "ep:true,false[{", "17", "null", "t", "[1]", "f:"])
+@MODELS
+def test_ids_holding_counted_bytes_are_taken(tmp_path, model, eid, taken):
+    """An id holding the bytes the guards count (`:` `,` `[` `{` `t` `f`), a digit first, or
+    non-ASCII: the counts leave out the bytes of each string value, so the chunk is taken."""
+    lines = [orjson.dumps(step(t, eid=eid)) for t in range(80)]
+    assert report_both_ways(write(tmp_path, lines), model)["holds"]
+    assert taken == [True]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "data" / "rollouts")
+                                        .glob("*.jsonl")), ids=lambda p: p.name)
+def test_the_malformed_files_get_the_line_paths_report(path):
+    report_both_ways(path, RolloutStep)
+
+
+def test_integer_and_bool_lists(tmp_path, taken):
+    """An unpinned model bound to a list action (integers) and a loss mask (bools): lists read
+    as text, cast or compared; any other token among them is not taken."""
+    records = [step(t, last=79, action=[t % 3, 1], loss_mask=[True, t % 2 == 0])
+               for t in range(80)]
+    lines = [orjson.dumps(r) for r in records]
+    assert report_both_ways(write(tmp_path, lines), RolloutStep)["holds"]
+    assert taken == [True]
+    valid = {b"action": (b"1", b"0", b"-0"), b"loss_mask": (b"true", b"false")}
+    for field, good in ((b"action", b"1"), (b"loss_mask", b"true")):
+        for bad in (b"2.0", b"2.5", b'"2"', b'"true"', b"true", b"false", b"1", b"0", b"null",
+                    b"[2]", b"{}", b"1e2", b"NaN", b"99999999999999999999", b"-0"):
+            if bad in valid[field]:
+                continue
+            taken.clear()
+            edited = put(field, b"[" + bad + b"," + good + b"]", lines[AT])
+            report_both_ways(write(tmp_path, [*lines[:AT], edited, *lines[AT + 1:]]),
+                             RolloutStep)
+            assert taken == [False], (field, bad)
+    taken.clear()
+    edited = put(b"action", b"[-0,1]", lines[AT])  # -0 is the integer 0 to the line path too
+    assert report_both_ways(write(tmp_path, [*lines[:AT], edited, *lines[AT + 1:]]),
+                            RolloutStep)["holds"]
+    assert taken == [True]
+
+
+# -- random edits of valid CartPole lines: a hypothesis differential ---------------------------
+
+LITERALS = [b"NaN", b"Infinity", b"-Infinity", b"inf", b"nan", b"1e999", b"null", b"16777217",
+            b"9007199254740993", b"9223372036854775808", b"18446744073709551616", b"2.0",
+            b"1e2", b"-0", b"true", b"false", b"[]", b"[1]", b"{}", b'{"a":1}', b'"17"',
+            b'"0.5"', b'"true"', b'"a:b"', b'"a\\"b"', b'"a\\\\b"', b'"x,y"', b'"["']
+FIELDS = [b"observation", b"action", b"logprob", b"value", b"reward", b"step", b"episode_id",
+          b"terminated", b"truncated", b"policy_version"]
+
+
+@st.composite
+def mutated_files(draw: Any) -> tuple[list[bytes], list[int]]:
+    """Clean CartPole lines (18 episodes of 4 steps), a few edited as text: a value's JSON kind
+    swapped (a number quoted, a string or bool unquoted), a special literal, a key added,
+    written twice or dropped, a trailing comma, an id with `:` `"` `\\` or `true`."""
+    lines = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(18) for t in range(4)]
+    edited = []
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(AT - 6, len(lines) - 1))
+        line = lines[i]
+        field = draw(st.sampled_from(FIELDS))
+        key = b'"' + field + b'":'
+        if key not in line:
+            continue
+        edit = draw(st.sampled_from(["literal", "quote", "unquote", "twice", "drop", "add",
+                                     "comma", "id"]))
+        start = line.index(key) + len(key)
+        value = line[start:line.index(b"]", start) + 1] if line[start:start + 1] == b"[" \
+            else line[start:min(j for j in (line.find(b",", start), line.find(b"}", start))
+                                if j >= 0)]
+        if edit == "literal":
+            line = put(field, draw(st.sampled_from(LITERALS)), line)
+        elif edit == "quote":
+            line = put(field, b'"' + value + b'"', line)
+        elif edit == "unquote":
+            line = put(field, value.strip(b'"') or b"0", line)
+        elif edit == "twice":
+            line = line[:-1] + b"," + key + draw(st.sampled_from([value, b"0", b'"x"'])) + b"}"
+        elif edit == "drop":
+            record = json.loads(line)
+            record.pop(field.decode())
+            line = orjson.dumps(record)
+        elif edit == "add":
+            line = line[:-1] + draw(st.sampled_from([b',"next_value":1.5}', b',"group_id":"g"}',
+                                                     b',"x":1}', b',"Step":1}']))
+        elif edit == "comma":
+            line = line[:-1] + b",}"
+        else:
+            line = put(b"episode_id", draw(st.sampled_from(
+                [b'"ep:1"', b'"ep\\"1"', b'"ep\\\\1"', b'"true"', b'"ep-true"', b'"17"',
+                 b'"f,a[l{s}e"'])), line)
+        lines[i] = line
+        edited.append(i)
+    return lines, edited
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(mutated=mutated_files(), pinned=st.booleans())
+def test_mutated_lines_get_the_line_paths_report(tmp_path, mutated, pinned, taken):
+    lines, edited = mutated
+    model = CartPoleStep if pinned else RolloutStep
+    taken.clear()
+    report_both_ways(write(tmp_path, lines), model)
+    if any(refused(lines[i], model) for i in edited):
+        assert True not in taken  # one chunk: its columns never pass with a refused record
