@@ -145,7 +145,7 @@ def loaded_after(code: str) -> tuple[set[str], str]:
 
 MACHINERY = (">harness", ">io._shards", ">schema._diffing", ">core._models", "numpy",
              "pydantic", "pyarrow", "torch", "gymnasium", "matplotlib", "ray", "jsonschema",
-             "msgspec")
+             "msgspec", "duckdb")
 """What start-up must not import: the commands' machinery (of the package: `>`), numpy and
 pydantic, the extras."""
 

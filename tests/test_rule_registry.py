@@ -245,12 +245,13 @@ def test_every_fast_path_implements_every_rule():
     """A rule a fast path does not declare makes it step aside for good: declare it (and
     implement it), or this fails. Lists the fast paths each uncovered rule leaves."""
     import gyre_contract.io._arrowlines  # declares arrow_jsonl (and ragged_columns)
+    import gyre_contract.io._ducklines  # declares duck_jsonl
     import gyre_contract.io._parquetcols  # declares parquet_columns
     import gyre_contract.io._recordcols  # noqa: F401  (declares record_columns)
 
     assert set(registry.fast_paths()) >= {"compiled_step", "bulk_jsonl", "bulk_episode",
                                           "parquet_columns", "arrow_jsonl", "ragged_columns",
-                                          "record_columns"}
+                                          "record_columns", "duck_jsonl"}
     uncovered = {r.name: registry.uncovered(r.name) for r in registry.all_rules()}
     assert {k: v for k, v in uncovered.items() if v} == {}
     assert fast_plan(CartPoleStep) is not None and fast_plan(LLMStep) is not None
@@ -272,15 +273,17 @@ def extra_rule():
 
 def test_a_rule_no_fast_path_declares_is_caught(extra_rule):
     from gyre_contract.io._arrowlines import ARROW_FAST_PATH
+    from gyre_contract.io._ducklines import DUCK_FAST_PATH
     from gyre_contract.io._parquetcols import PARQUET_FAST_PATH
     from gyre_contract.io._raggedcols import ragged_plan
     from gyre_contract.io._recordcols import RECORDS_FAST_PATH
 
     assert set(registry.uncovered(extra_rule.name)) == {
         "compiled_step", "bulk_jsonl", "parquet_columns", "arrow_jsonl", "ragged_columns",
-        "record_columns"}
+        "record_columns", "duck_jsonl"}
     assert fast_plan(CartPoleStep) is None and bulk_plan(CartPoleStep) is None  # step aside
     assert not PARQUET_FAST_PATH.usable() and not ARROW_FAST_PATH.usable()
+    assert not DUCK_FAST_PATH.usable()
     assert not RECORDS_FAST_PATH.usable()
     assert ragged_plan(LLMStep) is None
     problems = step_problems(dict(CLEAN["cartpole"], reward=42.0), CartPoleStep)

@@ -1,72 +1,68 @@
 """JSON Lines read into Arrow columns by DuckDB's JSON functions (extra `fast`), checked on columns.
 
 Why: pyarrow's JSON reader (`arrowlines`) alone costs as much CPU as a polars validation of the
-whole file; DuckDB parses JSON with yyjson for about a third of that. A chunk's lines become an
-Arrow string array without a copy (the chunk's buffer, cut at its newlines: each line keeps its
-newline, JSON whitespace), and DuckDB's `json_transform` reads every line into the plan's
-columns. The columns then go through the same checks as the pyarrow reader's
-(`arrowlines.decode_chunk`, `columnrules.check_columns`).
+whole file; DuckDB parses JSON with yyjson for less. A chunk's lines become an Arrow string
+array without a copy (the chunk's buffer cut at its newlines: each line keeps its newline, JSON
+whitespace), and DuckDB's `json_transform` reads every line into the plan's columns, which then
+go through the pyarrow reader's checks (`arrowlines.decode_chunk`, `columnrules.check_columns`).
 
 Like every bulk path it only ever accepts: a chunk steps aside (None: pyarrow's reader, then the
-line path, decide and explain) unless its bytes rule out everything DuckDB would take that the
-line path refuses. DuckDB casts freely (a string `"17"` into an integer, `2.5` into an integer
-as 2, a number into a bool, `true` into a number, a string into a number, string elements into
-a list of floats), takes the first of two equal keys, a trailing comma, `NaN`, `inf`,
-`Infinity` (any case), and makes a null of any value it cannot cast. So columns are read where
-a cast would lose what the literal was, and the chunk's bytes are counted against the columns:
+line path, decide and explain) unless its bytes rule out everything DuckDB takes that the line
+path refuses. DuckDB casts freely (`"17"` and `2.5` into an integer, a number into a bool,
+`true` and `"0.5"` into a float, string elements into a list of floats), keeps the first of
+two equal keys, ignores unknown keys and a trailing comma, reads `NaN`, `inf`, `Infinity` and
+`1e999` (any case), and makes a null of a value it cannot cast. So:
+- integers are read as text (`VARCHAR`: yyjson's text of the literal: `17`, `0` for `-0`,
+  `2.0`, `100.0` for `1e2`, `true`, `[1]`, the digits of an integer beyond 64 bits) and cast to
+  int64 (uint64 for unsigned dtypes) by pyarrow, strictly: anything but digits fails;
+- bools are read as text and must all be `true` or `false`;
+- strings are read as JSON text (`JSON`: a string keeps its quotes, `17` has none): each must
+  start and end with `"` and hold no backslash (nothing escaped on the way out); the quotes
+  are then cut off;
+- floats are read as DOUBLE (the literal's value, correctly rounded, as the line path's).
 
-- integers are read as text (`VARCHAR`: yyjson's own text of the literal, `2.0` for a float,
-  `100.0` for `1e2`, `true`, `[1]`, the digits of an integer beyond 64 bits) and cast to int64
-  (uint64 for unsigned dtypes) strictly: anything but an integer's digits fails the cast;
-- bools are read as text: every value `true` or `false`, else the chunk steps aside;
-- strings are read as JSON text (`JSON`: a string keeps its quotes, `17` does not): every value
-  starts with `"` (it was a string) and holds no backslash (nothing was escaped on the way out),
-  then the quotes are cut off;
-- floats are read as DOUBLE (their literal's value, correctly rounded, as the line path's).
-
-The bytes (B: in the chunk, outside the strings the columns hold, i.e. minus the bytes of each
-string value and of each present key's name; C: non-null cells, keys of present fields; S:
-string cells; L: list values at any depth; E: their elements; n: lines; T / F: bool cells (and
-elements) `true` / `false`):
+The chunk's bytes are then counted against the columns. B(x): how many bytes `x` the chunk holds
+outside the strings the columns hold (the bytes of each string value and of each present key's
+name taken off); C: non-null cells; S: string cells; n: lines; L: list values at any depth, E:
+their elements; T / F: `true` / `false` bool values (cells and list elements).
 - one object per line, each alone on its line, rows == lines, UTF-8 (as `arrowlines`);
-- no backslash anywhere: a string's bytes are its value (no escapes), `"` only delimits;
-- `:` B == C: every key is a present field, once (a null, an unknown key, a duplicate key,
-  a nested object's key all add one);
-- `"` count == 2C + 2S: no string token outside the string columns (the quotes DuckDB drops
-  when it casts `"17"` or `"0.5"` are counted here);
-- `t` B == T and `f` B == F: no `true` / `false` outside the bool columns (`Infinity`, `inf`
-  add to them too);
-- `[` B == L: no array outside the list columns, no list nested deeper than the plan's;
-- `{` B == n: no object but each line's own;
-- `,` B == C - n + E - L: no trailing comma (nor an empty object or list: both step aside).
-Each count is the sum of what its tokens add, and every token the equality does not expect
-only adds: equal counts leave no room for one.
+- no backslash in the chunk: a string's bytes are its value and `"` only delimits strings;
+- `"` count == 2C + 2S: each present field's key and each string cell, nothing else: no null,
+  unknown, duplicate or nested key (two quotes each, the key of a cell DuckDB made null too),
+  no string where the column is not a string (the quotes DuckDB drops casting `"17"`);
+- B(`t`) == T and B(`f`) == F: no `true` / `false` but the bools' (`Infinity`, `inf` add too);
+- B(`[`) == L: no array but the list columns' values (nor one nested deeper);
+- B(`{`) == n: no object but each line's own;
+- B(`,`) == C - n + E - L: no trailing comma (an empty object or list steps aside too).
+Each count is the sum of what the chunk's tokens add, and every token the equality does not
+expect only adds to it: equal counts leave no room for one. (`:` needs no count: with the
+quotes accounted for, every key is a present field's, once.)
 
-What each JSON token does in each column kind (DuckDB's reading; the guard that refuses it):
+Each JSON token in each column kind: what refuses it. `ok`: read exactly; `N`: non-finite or
+beyond the range where the dtype holds integers exactly (`columnrules.narrowed`); `cast`: the
+strict integer cast fails; `text`: not `true` / `false`; `Q`: no leading quote; `"`, `t/f`,
+`[`, `{`, `,`: that count; `null`: DuckDB reads a null, its key's quotes are counted; `E`:
+DuckDB errors (the chunk steps aside); `nul`: a null element (`check_columns`).
 
-| token \\ column   | float (DOUBLE)      | int (VARCHAR)      | bool (VARCHAR)   | string (JSON)     | list of float / int / bool elements |
-|-------------------|---------------------|--------------------|------------------|-------------------|-------------------------------------|
-| integer literal   | its value (accept;  | "17", "0" for -0:  | "1": not true/   | `17`: no `"`      | float: value (accept, `narrowed`);  |
-|                   | beyond exact range: | cast (accept); out | false: refused   | first: refused    | int: cast; bool: refused (text)     |
-|                   | `narrowed`)         | of int64: cast     |                  |                   |                                     |
-| float literal     | value (accept)      | "2.0": cast fails  | refused (text)   | no `"`: refused   | float: accept; int: cast fails      |
-| beyond uint64     | 1e20: `narrowed`    | digits: cast fails | refused (text)   | no `"`: refused   | as the scalars                      |
-| NaN, Infinity,    | nan/inf: `narrowed` | "nan"/"inf": cast  | refused (text)   | no `"`: refused   | float: `narrowed`; int: cast fails  |
-| inf, 1e999        | (and `t`/`f` count) | fails              |                  |                   |                                     |
-| true / false      | 1.0 / 0.0: `t`/`f`  | "true": cast fails | accept           | no `"`: refused   | float: `t`/`f` count; int: cast;    |
-|                   | count               |                    |                  |                   | bool: accept                        |
-| string            | cast or null: `"`   | quotes lost: `"`   | quotes lost: `"` | accept (no `\\`)  | float: cast: `"` count; int, bool:  |
-|                   | count               | count              | count            |                   | `"` count                           |
-| null              | null: `:` count     | null: `:` count    | null: `:`        | null: `:`         | null element: `check_columns`       |
-| array             | null: `:` and `[`   | "[1]": cast, `[`   | text, `[`        | no `"`, `[`       | nested: null element, `[` count     |
-| object            | null: `:`/`{` count | text: cast, `{`    | text, `{`        | no `"`, `{`       | null element, `{` count             |
-| key twice         | first kept: `:` count (any column)                                                                   |
-| unknown key       | ignored: `:` count                                                                                   |
-| trailing comma    | ignored: `,` count                                                                                   |
-| escape (`\\`)     | decoded: the chunk steps aside (no backslash)                                                        |
+| token \\ column            | float   | int        | bool    | string | list elements: float/int/bool |
+|----------------------------|---------|------------|---------|--------|-------------------------------|
+| integer, -0                | ok, N   | ok (range) | text    | Q      | ok, N / ok / text             |
+| float: 2.5, 2.0, 1e2, 1E2  | ok, N   | cast       | text    | Q      | ok, N / cast / text           |
+| beyond int64, uint64       | N       | cast       | text    | Q      | N / cast / text               |
+| NaN nan inf Infinity 1e999 | N, t/f  | cast       | text    | Q      | N / cast / text               |
+| true, false                | t/f     | cast, t/f  | ok      | Q, t/f | t/f / cast / ok               |
+| string                     | "       | "          | "       | ok     | " / " / "                     |
+| null                       | null    | null       | null    | null   | nul                           |
+| array                      | null, [ | cast, [    | text, [ | Q, [   | nul, [ / cast, [ / text, [    |
+| object                     | null, { | cast, {    | text, { | Q, {   | nul, { / cast, { / text, {    |
+| a scalar as the whole list |         |            |         |        | null                          |
+| key twice, unknown key     | "       | "          | "       | "      | "                             |
+| trailing comma             | ,       | ,          | ,       | ,      | ,                             |
+| escape (backslash)         | no backslash in the chunk                                             |
+| comment, `'`, `01`, `+1`,  | E                                                                     |
+| `.5`, `0x1`, control char  | E                                                                     |
 
-A scalar where a list is expected is a null (`:` count); a string column inside lists, a
-struct (an observation of modalities) and a ragged plan are not read here (None).
+A list of strings, a struct (an observation of modalities) and a ragged plan are not read here.
 duckdb and pyarrow are imported inside the functions only; without duckdb this path is off.
 """
 
@@ -95,8 +91,9 @@ READER_KEY = "ducklines.reader"
 """`BulkPlan.extra` key of a plan's reader (None: the plan cannot be read this way)."""
 
 _OPEN, _CLOSE = ord("{"), ord("}")
-_COUNTED = tuple(map(ord, ':",[{tf'))
-"""The bytes counted against the columns (module doc), in the order `_Counts` holds them."""
+_COUNTED = tuple(map(ord, '",[{tf'))
+"""The bytes counted against the columns (module doc), in this order (`_counts`)."""
+_QUOTE, _COMMA, _BRACKET, _BRACE, _TRUE, _FALSE = range(len(_COUNTED))
 _READ_AS = {"f": "DOUBLE", "i": "VARCHAR", "u": "VARCHAR", "b": "VARCHAR"}
 _DUCKDB: list[bool] = []
 
@@ -208,42 +205,36 @@ class DuckLines:
         with the columns (module doc); else None."""
         import pyarrow as pa
 
-        expected = np.zeros(len(_COUNTED), np.int64)  # : " , [ { t f outside known strings
-        expected[4] = n
-        expected[2] = -n
-        inside = np.zeros(len(_COUNTED), np.int64)
+        expected = np.zeros(len(_COUNTED), np.int64)  # outside the strings the columns hold
+        expected[_BRACE], expected[_COMMA] = n, -n
+        inside = np.zeros(len(_COUNTED), np.int64)  # in those strings (values, keys' names)
         out = {}
         for wire, column in zip(table.column_names, table.columns):
             kind, rank = self.kinds[wire]
             array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
             cells = len(array) - array.null_count
-            if cells:
-                expected[0] += cells
-                expected[1] += 2 * cells
-                expected[2] += cells
-                inside += cells * np.array([wire.count(chr(c)) for c in _COUNTED], np.int64)
-            levels = []
-            leaf = array
+            expected[_QUOTE] += 2 * cells
+            expected[_COMMA] += cells
+            inside += cells * np.array([wire.count(chr(c)) for c in _COUNTED], np.int64)
+            levels, leaf = [], array
             for _ in range(rank):
                 lists = len(leaf) - leaf.null_count
                 levels.append(leaf)
-                expected[3] += lists
                 leaf = leaf.flatten()
-                expected[2] += len(leaf) - lists
+                expected[_BRACKET] += lists
+                expected[_COMMA] += len(leaf) - lists
             if kind == "U":
-                if rank:
-                    return None
-                leaf = _strings(leaf, inside)
-                if leaf is None:
-                    return None
-                expected[1] += 2 * cells
+                read = None if rank else _strings(leaf, inside)
+                expected[_QUOTE] += 2 * cells
             elif kind in "iu":
-                leaf = _integers(leaf, pa.int64() if kind == "i" else pa.uint64())
+                read = _integers(leaf, pa.int64() if kind == "i" else pa.uint64())
             elif kind == "b":
-                leaf = _bools(leaf, expected)
-            if leaf is None:
+                read = _bools(leaf, expected)
+            else:
+                read = leaf
+            if read is None:
                 return None
-            out[wire] = _relisted(levels, leaf)
+            out[wire] = array if read is leaf else _relisted(levels, read)
         if not (_counts(codes) - inside == expected).all():
             return None  # a token no column holds (module doc)
         return pa.table(out)
@@ -254,8 +245,12 @@ def _relisted(levels: list[Any], leaf: Any) -> Any:
     import pyarrow as pa
 
     for level in reversed(levels):
-        leaf = pa.ListArray.from_arrays(level.offsets, leaf,
-                                        mask=level.is_null() if level.null_count else None)
+        offsets = np.frombuffer(level.buffers()[1], np.int32)[
+            level.offset:level.offset + len(level) + 1]
+        offsets = offsets - offsets[0]  # `flatten` starts at the level's first value
+        leaf = pa.ListArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]),
+            leaf, mask=level.is_null() if level.null_count else None)
     return leaf
 
 
@@ -304,8 +299,8 @@ def _bools(array: Any, expected: np.ndarray) -> Any:
     falses = pc.sum(pc.equal(array, _text("false"))).as_py() or 0
     if trues + falses != cells:
         return None
-    expected[5] += trues
-    expected[6] += falses
+    expected[_TRUE] += trues
+    expected[_FALSE] += falses
     return true
 
 

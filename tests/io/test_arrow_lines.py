@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from gyre_contract.core._models import RolloutStep
 from gyre_contract.io import _arrowlines as arrowlines
+from gyre_contract.io import _ducklines as ducklines
 from gyre_contract.pinned import CartPoleStep
 
 pytest.importorskip("pyarrow")
@@ -30,6 +31,13 @@ pytest.importorskip("pyarrow")
 
 pytestmark = pytest.mark.usefixtures("fast_paths_on")
 """These tests are about the fast paths: on here even when CI runs with GYRE_FAST_PATHS=0."""
+
+
+@pytest.fixture(autouse=True)
+def pyarrow_alone(monkeypatch) -> None:
+    """These cases are pyarrow's reader's: DuckDB's (extra `fast`, `ducklines`), which reads a
+    chunk before it, is left out (its own cases: tests/io/test_ducklines.py)."""
+    monkeypatch.setattr(ducklines, "usable", lambda: False)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 import test_arrow_lines as arrow_cases
@@ -27,6 +28,8 @@ from gyre_contract.core._models import RolloutStep
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io import _ducklines as ducklines
+from gyre_contract.io._fastfile import bulk_plan
+from gyre_contract.io._lines import Chunk
 from gyre_contract.pinned import CartPoleStep
 
 pytest.importorskip("duckdb")
@@ -126,6 +129,8 @@ LENIENT = {
     "number in a bool and true in a float": put(b"terminated", b"0", put(b"reward", b"true")),
     "number in a string and a string in an int": put(b"episode_id", b"17",
                                                      put(b"action", b'"0"')),
+    "longer number in a string and a string in an int": put(b"episode_id", b"12345",
+                                                            put(b"action", b'"0"')),
     "string true and number in bool": put(b"terminated", b"1",
                                           put(b"episode_id", b'"true"')),
     "true inside a string beside a number in a bool": put(b"truncated", b"0",
@@ -184,6 +189,30 @@ def test_ids_holding_counted_bytes_are_taken(tmp_path, model, eid, taken):
     lines = [orjson.dumps(step(t, eid=eid)) for t in range(80)]
     assert report_both_ways(write(tmp_path, lines), model)["holds"]
     assert taken == [True]
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (b'"reward":1.0', b'"reward":[1.0]'), (b'"reward":1.0', b'"reward":{}'),
+    (b'"value":0.5', b'"value":[0.5,{}]'), (b"[17.5,", b"[[17.5],"), (b"[17.5,", b"[{},"),
+    (b'"reward":1.0', b'"reward":1.0,'), (b'"action":0', b'"action":true'),
+])
+def test_the_bytes_refuse_what_a_more_lenient_duckdb_would_read(monkeypatch, old, new):
+    """DuckDB makes a null of an array or object where a scalar is (then the `"` count refuses
+    the chunk) and errors on a list nested deeper than its type: a DuckDB that read `[1.0]` or
+    `{}` as a number, or a nested list as its element, gives the clean line's columns, and the
+    `[`, `{`, `,`, `t` counts refuse the bytes all the same."""
+    reader = ducklines.DuckLines(bulk_plan(CartPoleStep))
+    tables: list[Any] = []
+    columns = ducklines.DuckLines._columns
+
+    def keep(self: ducklines.DuckLines, table: Any, codes: np.ndarray, n: int) -> Any:
+        tables.append(table)
+        return columns(self, table, codes, n)
+
+    monkeypatch.setattr(ducklines.DuckLines, "_columns", keep)
+    assert reader.read(Chunk(b"\n".join(CLEAN) + b"\n")) is not None
+    edited = b"\n".join(arrow_cases.with_line(CLEAN[AT].replace(old, new))) + b"\n"
+    assert columns(reader, tables[-1], np.frombuffer(edited, np.uint8), len(CLEAN)) is None
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "data" / "rollouts")
