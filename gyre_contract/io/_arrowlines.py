@@ -119,19 +119,10 @@ class ArrowLines:
         import pyarrow as pa
         import pyarrow.json as pj
 
-        ends = chunk.newlines
-        if not len(ends):
+        codes = object_lines(chunk)
+        if codes is None:
             return None
-        raw = chunk.raw
-        codes = np.frombuffer(raw, np.uint8)
-        if codes[0] != _OPEN or not (codes[ends - 1] == _CLOSE).all() \
-                or not (codes[ends[:-1] + 1] == _OPEN).all():
-            return None  # not one object per line, each alone on its line
-        if not raw.isascii():
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return None
+        raw, ends = chunk.raw, chunk.newlines
         longest = int(np.diff(ends, prepend=-1).max())
         options = pj.ReadOptions(use_threads=False, block_size=max(len(raw) + 1, 2 * longest))
         fields, table = self.fields, None
@@ -161,6 +152,26 @@ class ArrowLines:
         """`fields` and the plan's other fields whose quoted name `raw` holds."""
         return fields | {w for w in self.types
                          if w not in fields and b'"' + w.encode() + b'"' in raw}
+
+
+def object_lines(chunk: Chunk) -> np.ndarray | None:
+    """The chunk's bytes (numpy, no copy) when they are UTF-8 and hold one object per line,
+    each alone on its line (it starts with `{`, every line ends with `}` right before its
+    newline and the next starts with `{`); else None."""
+    ends = chunk.newlines
+    if not len(ends):
+        return None
+    raw = chunk.raw
+    codes = np.frombuffer(raw, np.uint8)
+    if codes[0] != _OPEN or not (codes[ends - 1] == _CLOSE).all() \
+            or not (codes[ends[:-1] + 1] == _OPEN).all():
+        return None  # not one object per line, each alone on its line
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return codes
 
 
 def reader_for(plan: BulkPlan | RaggedPlan) -> ArrowLines | None:

@@ -90,12 +90,25 @@ on."""
 READER_KEY = "ducklines.reader"
 """`BulkPlan.extra` key of a plan's reader (None: the plan cannot be read this way)."""
 
-_OPEN, _CLOSE = ord("{"), ord("}")
 _COUNTED = tuple(map(ord, '",[{tf'))
 """The bytes counted against the columns (module doc), in this order (`_counts`)."""
 _QUOTE, _COMMA, _BRACKET, _BRACE, _TRUE, _FALSE = range(len(_COUNTED))
 _READ_AS = {"f": "DOUBLE", "i": "VARCHAR", "u": "VARCHAR", "b": "VARCHAR"}
 _DUCKDB: list[bool] = []
+_DATABASE: list[Any] = []
+_DATABASE_LOCK = threading.Lock()
+
+
+def _database() -> Any:
+    """One in-memory DuckDB for the process, one thread per query (the chunks are read on
+    `arrowlines.READERS` threads already, each with its own cursor): one database rather than
+    one per thread costs less to open and less memory."""
+    with _DATABASE_LOCK:
+        if not _DATABASE:
+            import duckdb
+
+            _DATABASE.append(duckdb.connect(config={"threads": 1}))
+        return _DATABASE[0]
 
 
 def usable() -> bool:
@@ -140,11 +153,10 @@ class DuckLines:
         return query
 
     def _connection(self) -> Any:
+        """This thread's cursor on the process's one in-memory DuckDB (`_database`)."""
         con = getattr(self._local, "con", None)
         if con is None:
-            import duckdb
-
-            con = self._local.con = duckdb.connect(config={"threads": 1})
+            con = self._local.con = _database().cursor()
         return con
 
     def read(self, chunk: Chunk) -> Any:
@@ -155,22 +167,13 @@ class DuckLines:
 
         if not DUCK_FAST_PATH.usable():
             return None
-        ends = chunk.newlines
+        codes = arrowlines.object_lines(chunk)
+        if codes is None:
+            return None  # not one object per line, each alone on its line, in UTF-8
+        raw, ends = chunk.raw, chunk.newlines
         n = len(ends)
-        if not n:
-            return None
-        raw = chunk.raw
-        codes = np.frombuffer(raw, np.uint8)
-        if codes[0] != _OPEN or not (codes[ends - 1] == _CLOSE).all() \
-                or not (codes[ends[:-1] + 1] == _OPEN).all():
-            return None  # not one object per line, each alone on its line
         if raw.find(b"\\") >= 0:
             return None  # an escape: a string's bytes would not be its value
-        if not raw.isascii():
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return None
         offsets = np.empty(n + 1, np.int32)
         offsets[0] = 0
         offsets[1:] = ends + 1
