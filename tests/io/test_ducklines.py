@@ -247,6 +247,20 @@ def test_integer_and_bool_lists(tmp_path, taken):
     assert taken == [True]
 
 
+def test_many_chunks_on_two_threads(tmp_path, monkeypatch, taken):
+    """Small chunks, read two at a time (each thread its own DuckDB cursor and view of its
+    chunk): every clean chunk taken, the broken one not, the line path's report."""
+    from gyre_contract.io import _lines as lines
+
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 600)
+    monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)
+    records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(40) for t in range(4)]
+    records[101] = put(b"terminated", b"0", records[101])
+    found = report_both_ways(write(tmp_path, records), RolloutStep)
+    assert [p["line"] for g in found["problems"]["groups"] for p in g["examples"]] == [102]
+    assert taken.count(False) == 1 and taken.count(True) >= 30
+
+
 # -- random edits of valid CartPole lines: a hypothesis differential ---------------------------
 
 LITERALS = [b"NaN", b"Infinity", b"-Infinity", b"inf", b"nan", b"1e999", b"null", b"16777217",
