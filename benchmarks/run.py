@@ -160,6 +160,21 @@ def bench_validate_step(s: Sizes) -> list[Figure]:
 
 # -- validate FILE --------------------------------------------------------------------------------
 
+def without_duckdb(call: Callable[[], str]) -> Callable[[], str]:
+    """`call` with DuckDB's reader off (`ducklines.usable`): what a package installed without
+    the extra `fast` does, pyarrow's reader reading every chunk."""
+    from gyre_contract.io import _ducklines
+
+    def off() -> str:
+        usable = _ducklines.usable
+        _ducklines.usable = lambda: False
+        try:
+            return call()
+        finally:
+            _ducklines.usable = usable
+    return off
+
+
 def bench_validate(s: Sizes) -> list[Figure]:
     """`gyre-contract validate FILE` (no --model) against polars + vectorised checks, and
     pyarrow.json + numpy checks and jsonschema-rs per line (information); pyarrow's reader
@@ -180,6 +195,10 @@ def bench_validate(s: Sizes) -> list[Figure]:
             f"validate {lines:,} lines (no --model) / polars", ours,
             lambda p=path: baselines.validate_polars(p), "pl.read_ndjson + polars checks",
             target="<= 1.0", rounds=s.file_rounds, **limits))
+        figures.append(interleaved(
+            f"validate {lines:,} lines (no --model), without the extra fast / polars",
+            without_duckdb(ours), lambda p=path: baselines.validate_polars(p),
+            "pl.read_ndjson + polars checks", rounds=s.file_rounds))
         figures.append(interleaved(
             f"validate {lines:,} lines (no --model) / pyarrow.json", ours,
             lambda p=path: baselines.validate_pyarrow(p), "pyarrow.json + numpy checks",

@@ -218,19 +218,20 @@ class StepChecker:
         if not isinstance(source, Lines):
             yield from self._items(source, episodes)
             return
-        columns = _Columns() if arrowlines.usable() else None
+        arrow = arrowlines.usable()
         bulk: BulkPlan | RaggedPlan | None = bulk_plan_for(self.model)
-        if bulk is None and columns is not None and takes_ragged(episodes):
+        if bulk is None and arrow and takes_ragged(episodes):
             bulk = ragged_plan(self.model)  # lists of any length: on columns only
         binder = None
         if bulk is None and bindable(self.model):
             # an unpinned model: bind what the file shows (ragged lists: on columns, for a report)
-            binder = Binder(self.model, ragged=columns is not None and episodes is None)
+            binder = Binder(self.model, ragged=arrow and episodes is None)
         if bulk is None and binder is None:
             yield from self._items(source, episodes)
             return
         arrays = episodes is not None
-        blocks = source.blocks(None if columns is None else arrowlines.chunk_bytes())
+        columns = _Columns(ducklines.chosen(source.path, bulk)) if arrow else None
+        blocks = source.blocks(None if columns is None else columns.chunk_bytes)
         try:
             for first, block, plan, table in _ahead(blocks, binder, bulk, columns):
                 checked = None
@@ -302,23 +303,26 @@ class StepChecker:
 
 
 class _Columns:
-    """The Arrow tier of `StepChecker.feed` over one file: each chunk read into columns by
-    DuckDB's JSON functions (`ducklines`, when duckdb is there), else pyarrow's JSON reader, on
-    a helper thread (`arrowlines.ArrowLines.read`) while the chunk
-    before it is checked on this one. After `MAX_REFUSALS` chunks in a row that it could not
+    """The Arrow tier of `StepChecker.feed` over one file: each chunk read into columns on a
+    helper thread while the chunk before it is checked on this one, by DuckDB's JSON functions
+    then pyarrow's JSON reader (`duck`: `ducklines.chosen`), else by pyarrow's alone
+    (`arrowlines.ArrowLines.read`). After `MAX_REFUSALS` chunks in a row that it could not
     take (a file whose lines all hold `info`, or another form it steps aside for), the file's
     other chunks skip it."""
 
     MAX_REFUSALS = 8
 
-    def __init__(self) -> None:
+    def __init__(self, duck: bool) -> None:
+        self.duck = duck
+        self.chunk_bytes = ducklines.chunk_bytes() if duck else arrowlines.chunk_bytes()
         self.refusals = 0
         self.pool: ThreadPoolExecutor | None = None
 
     def submit(self, plan: BulkPlan | RaggedPlan | None, block: Any) -> Future[Any] | None:
         """Start reading `block` when it may be read into columns."""
         reader = None if plan is None or block.__class__ is not Chunk \
-            or self.refusals >= self.MAX_REFUSALS else ducklines.reader_for(plan)
+            or self.refusals >= self.MAX_REFUSALS else \
+            ducklines.reader_for(plan) if self.duck else arrowlines.reader_for(plan)
         if reader is None:
             return None
         if self.pool is None:

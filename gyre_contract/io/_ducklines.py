@@ -69,6 +69,8 @@ duckdb and pyarrow are imported inside the functions only; without duckdb this p
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 from typing import Any
 
@@ -77,6 +79,7 @@ import numpy as np
 from gyre_contract.core._registry import declare_fast_path
 from gyre_contract.core._switches import fast_paths_enabled
 from gyre_contract.io import _arrowlines as arrowlines
+from gyre_contract.io import _lines as lines
 from gyre_contract.io._columnrules import COLUMN_RULES
 from gyre_contract.io._fastfile import BulkPlan
 from gyre_contract.io._lines import Chunk
@@ -87,6 +90,19 @@ DUCK_FAST_PATH = declare_fast_path("duck_jsonl", kinds=("field", "step"),
 """The rules this path implements (`columnrules`, as `arrowlines`): a chunk that breaks one goes
 on."""
 
+CHUNK_FACTOR = 6
+"""A chunk of a file read here is this many reads of `lines.CHUNK_BYTES`: 6 MiB, the most a
+chunk may hold (`lines.MAX_LINE_VALUES`; a larger size would be cut to it). Each query has a
+fixed cost (~3 ms) and the two reader threads must overlap: `validate` of 200,000 CartPole
+lines in a warm process measured 1.14-1.27x polars' time at 2 MiB chunks, 1.03x at 4,
+0.91-0.92x at 6, 0.98x at 8, 0.95x at 16, 1.49x at 32 (too few chunks to overlap); peak RSS
+198 MB at 2 MiB, 257 MB at 6."""
+MIN_FILE_BYTES = 16 * 2**20
+"""A file smaller than this is read by pyarrow's reader (`arrowlines`) unless duckdb is imported
+already: importing it and opening a database cost ~0.14 s of CPU and ~45 MB once per process,
+and a file of fewer than three chunks keeps the two reader threads busy for too short a time
+to win that back. (In a fresh process the import is won back from about 50 MB of CartPole
+lines; in a process that has imported duckdb, on every file.)"""
 READER_KEY = "ducklines.reader"
 """`BulkPlan.extra` key of a plan's reader (None: the plan cannot be read this way)."""
 
@@ -331,16 +347,41 @@ class Chained:
         return table if table is not None else self.arrow.read(chunk)
 
 
+def chunk_bytes() -> int:
+    """Bytes of a chunk of a file read here (`lines.Lines.blocks`)."""
+    return CHUNK_FACTOR * lines.CHUNK_BYTES
+
+
+def simple(plan: BulkPlan | RaggedPlan) -> bool:
+    """Whether DuckDB reads `plan`'s chunks here: a `BulkPlan` of numbers, bools, strings and
+    lists of numbers or bools (no list of strings, no struct, no ragged plan)."""
+    return isinstance(plan, BulkPlan) and all(
+        plan.dtypes[w].kind in "fiubU" and not (plan.dtypes[w].kind == "U" and plan.shapes[w])
+        for w, _, _, _ in plan.fields if w in plan.dtypes)
+
+
+def chosen(path: str | os.PathLike[str], plan: BulkPlan | RaggedPlan | None) -> bool:
+    """Whether the file at `path` is read here (in chunks of `chunk_bytes`): this path may run,
+    the plan is `simple` (None: not known before the file's first lines bind it), and the file
+    is `MIN_FILE_BYTES` or more or duckdb is imported already."""
+    if plan is not None and not simple(plan):
+        return False
+    if "duckdb" not in sys.modules:  # the size first: `usable` imports duckdb
+        try:
+            if os.stat(path).st_size < MIN_FILE_BYTES:
+                return False
+        except (OSError, ValueError):
+            return False  # the reader says what is wrong with the path
+    return usable()
+
+
 def reader_for(plan: BulkPlan | RaggedPlan) -> Any:
     """The reader of a chunk of `plan` into columns: DuckDB's then pyarrow's when this path may
-    run and the plan is simple enough (a `BulkPlan` without strings inside lists), else pyarrow's
-    alone (`arrowlines.reader_for`: None when the plan cannot be read into columns)."""
+    run and the plan is `simple`, else pyarrow's alone (`arrowlines.reader_for`: None when the
+    plan cannot be read into columns)."""
     arrow = arrowlines.reader_for(plan)
     if arrow is None or not isinstance(plan, BulkPlan) or not usable():
         return arrow
     if READER_KEY not in plan.extra:
-        simple = all(plan.dtypes[w].kind in "fiubU"
-                     and not (plan.dtypes[w].kind == "U" and plan.shapes[w])
-                     for w, _, _, _ in plan.fields if w in plan.dtypes)
-        plan.extra[READER_KEY] = Chained(DuckLines(plan), arrow) if simple else None
+        plan.extra[READER_KEY] = Chained(DuckLines(plan), arrow) if simple(plan) else None
     return plan.extra[READER_KEY] or arrow

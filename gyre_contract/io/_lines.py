@@ -171,8 +171,9 @@ class LineSource:
     Iterating yields lists of complete lines (without `\\n`): bytes, or an `Overlong` or a
     `Crowded` in place of a line that is not to be parsed. After the iteration, `tail` holds
     the bytes after the last newline (None when the file ends with a newline or is empty).
-    With `chunk_bytes`, reads are that large and a read whose lines are all within the limits
-    is yielded as a `Chunk` (its bytes, split only when asked) instead of a list.
+    With `chunk_bytes` (at most `MAX_LINE_VALUES`: a larger size is cut to it), reads are that
+    large and a read whose lines are all within the limits is yielded as a `Chunk` (its bytes,
+    split only when asked) instead of a list.
     """
 
     def __init__(self, handle: Readable, chunk_bytes: int | None = None) -> None:
@@ -185,8 +186,11 @@ class LineSource:
         skipped = -1  # >= 0 while inside an over-long line: bytes dropped so far
         read = self._handle.read
         observer = reading_observer()
-        size = self._chunk_bytes or CHUNK_BYTES
-        whole = self._chunk_bytes is not None and size <= min(MAX_LINE_BYTES, MAX_LINE_VALUES)
+        # a chunk is at most as long as a line may be: then none of its lines can be over a limit
+        # (a larger size asked for is cut to that, not read line by line)
+        size = min(self._chunk_bytes, MAX_LINE_BYTES, MAX_LINE_VALUES) if self._chunk_bytes \
+            else CHUNK_BYTES
+        whole = self._chunk_bytes is not None
         readinto = getattr(self._handle, "readinto", None) if whole else None
         while True:
             if readinto is not None and skipped < 0 and pending.size <= size:

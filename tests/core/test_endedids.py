@@ -18,6 +18,7 @@ import pytest
 
 import gyre_contract.core._endedids as endedids
 import gyre_contract.io._arrowlines as arrowlines
+import gyre_contract.io._ducklines as ducklines
 import gyre_contract.io._lines as lines
 from gyre_contract.core._endedids import episode_key, episode_keys
 from gyre_contract.core._models import RolloutStep
@@ -49,6 +50,7 @@ def small_blocks(monkeypatch):
     """Blocks of a few episodes each, and a count of the blocks the bulk path accepted."""
     monkeypatch.setattr(lines, "CHUNK_BYTES", 1500)
     monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)  # the Arrow reader's chunks: as small
+    monkeypatch.setattr(ducklines, "CHUNK_FACTOR", 1)  # and DuckDB's, where it reads them
     accepted = []
     add_columns = EpisodeTracker.add_columns
 

@@ -42,6 +42,12 @@ MODELS = pytest.mark.parametrize("model", [RolloutStep, CartPoleStep], ids=["unp
 CLEAN, AT, step, write = arrow_cases.CLEAN, arrow_cases.AT, arrow_cases.step, arrow_cases.write
 
 
+@pytest.fixture(autouse=True)
+def any_size(monkeypatch) -> None:
+    """Every file here is read by DuckDB, however small (`ducklines.chosen`)."""
+    monkeypatch.setattr(ducklines, "MIN_FILE_BYTES", 0)
+
+
 @pytest.fixture
 def taken(monkeypatch) -> list[bool]:
     """Per chunk DuckDB was given: whether its columns pass the column checks (`decode_chunk`;
@@ -254,7 +260,7 @@ def test_many_chunks_on_two_threads(tmp_path, monkeypatch, taken):
     from gyre_contract.io import _lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 600)
-    monkeypatch.setattr(arrowlines, "CHUNK_FACTOR", 1)
+    monkeypatch.setattr(ducklines, "CHUNK_FACTOR", 1)
     records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(40) for t in range(4)]
     records[101] = put(b"terminated", b"0", records[101])
     found = report_both_ways(write(tmp_path, records), RolloutStep)
