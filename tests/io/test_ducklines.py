@@ -11,7 +11,12 @@ them off, problem for problem and line for line.
 
 from __future__ import annotations
 
+import decimal
 import json
+import math
+import random
+import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,8 @@ from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io import _ducklines as ducklines
 from gyre_contract.io._fastfile import bulk_plan
 from gyre_contract.io._lines import Chunk
-from gyre_contract.pinned import CartPoleStep
+from gyre_contract.io._raggedcols import ragged_plan
+from gyre_contract.pinned import CartPoleStep, LLMStep
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
@@ -334,3 +340,103 @@ def test_mutated_lines_get_the_line_paths_report(tmp_path, mutated, pinned, take
     report_both_ways(write(tmp_path, lines), model)
     if any(refused(lines[i], model) for i in edited):
         assert True not in taken  # one chunk: its columns never pass with a refused record
+
+
+# -- what DuckDB reads a float literal as: the line path's double, bit for bit -----------------
+
+def float_literals(rng: random.Random, n: int) -> list[bytes]:
+    """JSON number literals of every form: the shortest text of random doubles (subnormals and
+    extremes too), random digit strings with and without fraction, exponent and sign (up to 40
+    digits), and the exact decimal midpoints between neighbouring doubles (round half to even)."""
+    out: list[bytes] = []
+    while len(out) < n:
+        kind = rng.randrange(3)
+        if kind == 0:
+            x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+            if not math.isfinite(x):
+                continue
+            text = repr(x)
+        elif kind == 1:
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 40)))
+            whole = digits[:rng.randint(1, len(digits))].lstrip("0") or "0"
+            text = whole + ("." + digits[len(whole):] if len(digits) > len(whole) else "")
+            if rng.random() < 0.5:
+                text += rng.choice("eE") + rng.choice(["", "-", "+"]) + str(rng.randint(0, 330))
+        else:
+            x = rng.uniform(-1.0, 1.0) * 10.0 ** rng.randint(-300, 300)
+            bits = int.from_bytes(struct.pack("<d", x), "little")
+            above = struct.unpack("<d", (bits + 1).to_bytes(8, "little"))[0]
+            with decimal.localcontext() as exact:
+                exact.prec = 1200
+                text = format((decimal.Decimal(x) + decimal.Decimal(above)) / 2, "e")
+        if rng.random() < 0.5 and not text.startswith("-"):
+            text = "-" + text
+        out.append(text.encode())
+    return out
+
+
+def _line_path_double(literal: bytes) -> float:
+    try:
+        return float(orjson.loads(literal))
+    except orjson.JSONDecodeError:  # beyond the largest double
+        return -math.inf if literal.startswith(b"-") else math.inf
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_float_literals_read_as_the_line_path_reads_them(seed):
+    """DuckDB reads a float field as DOUBLE (yyjson's parse): each literal's double is the one
+    the line path reads (orjson; `-0`, an integer, is 0.0 on both), bit for bit; a literal
+    beyond the doubles, which the line path refuses, is an infinity the column rules refuse."""
+    literals = float_literals(random.Random(seed), 4000)
+    lines = [put(b"value", literal, CLEAN[t % len(CLEAN)]) for t, literal in enumerate(literals)]
+    table = ducklines.DuckLines(bulk_plan(CartPoleStep)).read(Chunk(b"\n".join(lines) + b"\n"))
+    assert table is not None
+    got = table.column("value").to_numpy()
+    expected = np.array([_line_path_double(literal) for literal in literals])
+    wrong = np.flatnonzero(got.view(np.int64) != expected.view(np.int64))
+    assert not len(wrong), [(literals[i], got[i], expected[i]) for i in wrong[:5]]
+
+
+# -- which files are read here ------------------------------------------------------------------
+
+def test_a_small_file_is_read_without_importing_duckdb(tmp_path, monkeypatch):
+    """Below `MIN_FILE_BYTES` (unless duckdb is imported already) pyarrow's reader reads the file
+    and duckdb is not imported for it; at that size and over, and for a plan DuckDB cannot read,
+    the choice follows the rule."""
+    monkeypatch.setattr(ducklines, "MIN_FILE_BYTES", 1000)
+    small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
+    small.write_bytes(b"".join(CLEAN[:2]))
+    large.write_bytes(b"\n".join(CLEAN) + b"\n")
+    assert len(small.read_bytes()) < 1000 <= len(large.read_bytes())
+    plan = bulk_plan(CartPoleStep)
+    monkeypatch.delitem(sys.modules, "duckdb")
+    imported = []
+    monkeypatch.setattr(ducklines, "usable", lambda: imported.append(True) or True)
+    assert not ducklines.chosen(small, plan) and not imported
+    assert not ducklines.chosen(tmp_path / "missing.jsonl", plan) and not imported
+    assert ducklines.chosen(large, plan) and ducklines.chosen(large, None) and imported
+    ragged = ragged_plan(LLMStep)
+    assert ragged is not None and not ducklines.chosen(large, ragged)
+    monkeypatch.setitem(sys.modules, "duckdb", object())  # imported already: any size
+    assert ducklines.chosen(small, plan)
+    monkeypatch.setattr(ducklines, "usable", lambda: False)  # no duckdb, fast paths off, ...
+    assert not ducklines.chosen(large, plan)
+
+
+def test_a_file_read_here_comes_in_chunks_of_its_size(tmp_path, monkeypatch, taken):
+    """A file chosen for DuckDB is read in chunks of `ducklines.chunk_bytes()`, pyarrow's alone
+    in `arrowlines.chunk_bytes()` (each a multiple of `lines.CHUNK_BYTES`)."""
+    from gyre_contract.io import _lines as lines
+
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
+    records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(100) for t in range(4)]
+    path = write(tmp_path, records)
+    sizes: list[int] = []
+    read = ducklines.DuckLines.read
+    monkeypatch.setattr(ducklines.DuckLines, "read",
+                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    assert report_both_ways(path, CartPoleStep)["holds"]
+    assert len(sizes) == len(taken) >= 2 and all(taken)
+    longest = max(map(len, records)) + 1  # a chunk starts with the rest of the line before it
+    assert max(sizes) <= ducklines.chunk_bytes() + longest < path.stat().st_size
+    assert max(sizes) > arrowlines.chunk_bytes() + longest

@@ -278,6 +278,21 @@ def test_chunked_reads_split_as_split_on_newline(data: bytes, chunk: int, limit:
     assert tail_got is None or tail_got.__class__ is not bytearray
 
 
+@pytest.mark.parametrize("into", [True, False])
+def test_a_chunk_size_over_the_line_limits_is_cut_to_them(monkeypatch, tmp_path, into):
+    """A chunk size larger than a line may be (`MAX_LINE_VALUES`) still gives chunks, of at
+    most that size (and the rest of the line before each): not lists of lines."""
+    monkeypatch.setattr(line_reader, "MAX_LINE_VALUES", 100)
+    data = b"".join(b'{"i":%d}\n' % i for i in range(200))
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(data)
+    with open(path, "rb", buffering=0) as handle:
+        blocks = list(line_reader.LineSource(handle if into else _ReadOnly(handle), 1000))
+    assert len(blocks) > 10 and all(isinstance(b, line_reader.Chunk) for b in blocks)
+    assert max(len(b.raw) for b in blocks) <= 100 + 10
+    assert b"".join(bytes(b.raw) for b in blocks) == data
+
+
 @SETTINGS
 @given(data=st.binary(max_size=300))
 def test_any_bytes_give_problems_never_a_crash(data: bytes, tmp_path: Path) -> None:
