@@ -132,6 +132,12 @@ class Chunk(Sequence[bytes]):
     def __getitem__(self, index: slice) -> list[bytes]: ...
 
     def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if self._lines is None and index.__class__ is slice and not index.start \
+                and index.step is None and index.stop is not None and 0 < index.stop < self.n:
+            # the first lines only (a binder's sample): not the whole chunk split for them
+            head = bytes(self.raw[:int(self._newlines[index.stop - 1]) + 1]).split(b"\n")
+            head.pop()
+            return head
         return self.lines[index]
 
     def __iter__(self) -> Iterator[bytes]:

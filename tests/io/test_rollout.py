@@ -278,6 +278,21 @@ def test_chunked_reads_split_as_split_on_newline(data: bytes, chunk: int, limit:
     assert tail_got is None or tail_got.__class__ is not bytearray
 
 
+@SETTINGS
+@given(lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), min_size=1,
+                      max_size=30), stop=st.integers(-3, 35), start=st.sampled_from([None, 0, 1]),
+       bytearray_=st.booleans())
+def test_a_chunks_lines_by_slice(lines: list[bytes], stop: int, start: int | None,
+                                 bytearray_: bool) -> None:
+    """A chunk's lines by slice are those of the whole list, whether the first lines are cut on
+    their own (the whole chunk not split for them) or the whole chunk is split."""
+    raw = b"".join(line + b"\n" for line in lines)
+    chunk = line_reader.Chunk(bytearray(raw) if bytearray_ else raw)
+    got = chunk[start:stop]
+    assert got == lines[start:stop] and all(x.__class__ is bytes for x in got)
+    assert chunk[:] == lines and chunk[start:stop] == lines[start:stop]
+
+
 @pytest.mark.parametrize("into", [True, False])
 def test_a_chunk_size_over_the_line_limits_is_cut_to_them(monkeypatch, tmp_path, into):
     """A chunk size larger than a line may be (`MAX_LINE_VALUES`) still gives chunks, of at
