@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 
 from gyre_contract.core._registry import declare_fast_path
-from gyre_contract.core._switches import fast_paths_enabled
+from gyre_contract.core._switches import fast_paths_enabled, is_off
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io import _lines as lines
 from gyre_contract.io._columnrules import COLUMN_RULES
@@ -130,10 +130,16 @@ def _database() -> Any:
         return _DATABASE[0]
 
 
+SWITCH = "GYRE_DUCKDB"
+"""The environment variable; `0` keeps this path off (pyarrow's reader reads every chunk: less
+memory, the same verdicts), read when a file is chosen (`chosen`)."""
+
+
 def usable() -> bool:
-    """Whether this path may run: fast paths on, its rules all implemented, duckdb and pyarrow
-    there."""
-    if not fast_paths_enabled() or not DUCK_FAST_PATH.usable() or not arrowlines.usable():
+    """Whether this path may run: fast paths on, not switched off (`SWITCH`), its rules all
+    implemented, duckdb and pyarrow there."""
+    if not fast_paths_enabled() or is_off(os.environ.get(SWITCH)) \
+            or not DUCK_FAST_PATH.usable() or not arrowlines.usable():
         return False
     if not _DUCKDB:
         try:

@@ -419,8 +419,13 @@ def test_a_small_file_is_read_without_importing_duckdb(tmp_path, monkeypatch):
     assert ragged is not None and not ducklines.chosen(large, ragged)
     monkeypatch.setitem(sys.modules, "duckdb", object())  # imported already: any size
     assert ducklines.chosen(small, plan)
-    monkeypatch.setattr(ducklines, "usable", lambda: False)  # no duckdb, fast paths off, ...
-    assert not ducklines.chosen(large, plan)
+    monkeypatch.undo()  # the real `usable`, duckdb imported
+    monkeypatch.setattr(ducklines, "MIN_FILE_BYTES", 1000)
+    assert ducklines.chosen(large, plan)
+    for switch, on in (("GYRE_DUCKDB", "0"), ("GYRE_FAST_PATHS", "0")):
+        with monkeypatch.context() as env:
+            env.setenv(switch, on)
+            assert not ducklines.chosen(large, plan), switch
 
 
 def test_a_file_read_here_comes_in_chunks_of_its_size(tmp_path, monkeypatch, taken):
