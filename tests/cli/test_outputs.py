@@ -199,7 +199,8 @@ def _interrupt_mid_run(folder: Path, argv: list[str]) -> subprocess.CompletedPro
     os.mkfifo(feed)
     proc = subprocess.Popen([sys.executable, "-m", "gyre_contract", *argv], cwd=folder,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT),
+                                 "PYTHONFAULTHANDLER": "1"})
     try:
         with _open_writer(feed, proc) as writer:
             for n in range(10):
@@ -208,7 +209,13 @@ def _interrupt_mid_run(folder: Path, argv: list[str]) -> subprocess.CompletedPro
             writer.flush()
             time.sleep(0.5)  # the command reads what it was given, then waits for more
             proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=120)
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:  # hung: every thread's stack (faulthandler)
+                proc.send_signal(signal.SIGABRT)
+                _, err = proc.communicate(timeout=30)
+                raise AssertionError("still running 120 s after SIGINT; its threads:\n"
+                                     + err.decode(errors="replace")[-8000:]) from None
     finally:
         if proc.poll() is None:
             proc.kill()
