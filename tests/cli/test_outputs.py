@@ -274,10 +274,17 @@ def test_ctrl_c_while_an_output_is_written_leaves_the_previous_file(tmp_path, mo
         raise KeyboardInterrupt
 
     monkeypatch.setattr(np.lib.format, "write_array", interrupted_write_array)
+    handler = signal.getsignal(signal.SIGINT)
     try:
         main(["batch", str(ROLLOUTS), "--map", str(CARTPOLE_MAP), "-o", str(target)])
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C left the command as a KeyboardInterrupt (a traceback)")
     except SystemExit as exit_:
         assert exit_.code == 130 and capsys.readouterr().err == "interrupted\n"
+        # a second Ctrl-C cannot cut the exit short
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        # as the command leaves it, this test process and every command a later test starts
+        # (an ignored signal is inherited) would ignore Ctrl-C
+        signal.signal(signal.SIGINT, handler)
     assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["b.npz"]
