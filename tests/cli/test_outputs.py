@@ -191,6 +191,14 @@ def test_dash_is_refused_where_stdout_carries_the_report(files, monkeypatch, arg
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child before it runs: Ctrl-C neither ignored nor blocked, as a command started
+    from an interactive shell has it (a child inherits an ignored or blocked signal: a library
+    or test of this process that ignores SIGINT would make the command deaf to it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupt_mid_run(folder: Path, argv: list[str]) -> subprocess.CompletedProcess:
     """Run `gyre-contract ARGV` reading the FIFO `folder/feed.jsonl`, feed it 2,630 steps (the
     example file 10 times, under new episode ids) and keep it open, so the command is still
@@ -200,7 +208,8 @@ def _interrupt_mid_run(folder: Path, argv: list[str]) -> subprocess.CompletedPro
     proc = subprocess.Popen([sys.executable, "-m", "gyre_contract", *argv], cwd=folder,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT),
-                                 "PYTHONFAULTHANDLER": "1"})
+                                 "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         with _open_writer(feed, proc) as writer:
             for n in range(10):
