@@ -450,7 +450,8 @@ def header() -> dict[str, Any]:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
         cpu = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")), cpu)
     versions = {p: _version(p) for p in ("pydantic", "pydantic-core", "numpy", "orjson", "msgspec",
-                                         "pyarrow", "polars", "jsonschema-rs", "gymnasium")}
+                                         "pyarrow", "polars", "jsonschema-rs", "gymnasium",
+                                         "duckdb")}
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=ROOT, check=True).stdout.strip()
