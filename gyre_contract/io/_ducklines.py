@@ -94,12 +94,12 @@ CHUNK_FACTOR = 5
 """A chunk of a file read here is this many reads of `lines.CHUNK_BYTES`: 5 MiB (at most
 `lines.MAX_LINE_VALUES`, 6 MiB: a larger size would be cut to it). Each query has a fixed cost
 (~3 ms) and the two reader threads must overlap: `validate` of 200,000 CartPole lines in a warm
-process measured 1.14-1.27x polars' time at 2 MiB chunks, 1.03x at 4, 0.91-0.92x at 6, 0.98x
-at 8, 0.95x at 16, 1.49x at 32 (too few chunks to overlap); 5 MiB the same as 6 (0.88-1.02x
-against 0.83-0.90x, interleaved). Memory in flight grows with the size: peak RSS 198 MB at 2
-MiB, 221-231 at 4, 228-250 at 5, 233-261 at 6 (100,000 to 2,000,000 lines); at 6 MiB a
-file of four chunks (100,000 lines) fills the pipeline less than a long one, and their peaks
-differ by 7-11% against 7-9% at 5."""
+process measured 1.14-1.27x polars' time at 2 MiB chunks, 0.96-1.03x at 4, 0.91-0.92x at 6,
+0.98x at 8, 0.95x at 16, 1.49x at 32 (too few chunks to overlap); 5 MiB the same as 6
+(0.88-1.02x against 0.83-0.93x, interleaved). Memory in flight grows with the size: peak RSS
+198 MB at 2 MiB, 221-231 at 4, 228-250 at 5, 233-261 at 6 (100,000 to 2,000,000 lines); at
+6 MiB a file of four chunks (100,000 lines) fills the pipeline less than a long one, and their
+peaks differ by 7-11% against 7-9% at 5."""
 MIN_FILE_BYTES = 16 * 2**20
 """A file smaller than this is read by pyarrow's reader (`arrowlines`) unless duckdb is imported
 already: importing it and opening a database cost ~0.14 s of CPU and ~45 MB once per process,
