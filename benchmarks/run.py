@@ -161,17 +161,18 @@ def bench_validate_step(s: Sizes) -> list[Figure]:
 # -- validate FILE --------------------------------------------------------------------------------
 
 def without_duckdb(call: Callable[[], str]) -> Callable[[], str]:
-    """`call` with DuckDB's reader off (`ducklines.usable`): what a package installed without
-    the extra `fast` does, pyarrow's reader reading every chunk."""
-    from gyre_contract.io import _ducklines
-
+    """`call` with DuckDB's reader switched off (`GYRE_DUCKDB=0`, read per file): what a package
+    installed without the extra `fast` does, pyarrow's reader reading every chunk."""
     def off() -> str:
-        usable = _ducklines.usable
-        _ducklines.usable = lambda: False
+        before = os.environ.get("GYRE_DUCKDB")
+        os.environ["GYRE_DUCKDB"] = "0"
         try:
             return call()
         finally:
-            _ducklines.usable = usable
+            if before is None:
+                del os.environ["GYRE_DUCKDB"]
+            else:
+                os.environ["GYRE_DUCKDB"] = before
     return off
 
 
