@@ -139,6 +139,23 @@ def bounded_int(dtype: str) -> cs.CoreSchema:
     return cs.int_schema(strict=True, ge=lo, le=hi)
 
 
+def scalar_choices(node: cs.CoreSchema) -> cs.CoreSchema:
+    """A gyre scalar's schema (`tensor.scalar_core_schema`) as one left-to-right union of its
+    choices: a float32 scalar takes ~70 ns instead of ~100.
+
+    The normal schema nests them in a union of pydantic's smart mode, which tries every choice
+    that is not an exact match and names one error for them all. The fast plan needs neither:
+    it only accepts, and each choice is strict and accepts what the others refuse, or the same
+    value (`tests/core/test_fast_paths.py` compares the two on every scalar dtype).
+    """
+    choices: list[Any] = []
+    for choice in node["choices"]:
+        nested = isinstance(choice, dict) and choice.get("type") == "union" \
+            and choice.get("mode") == "left_to_right" and "custom_error_type" not in choice
+        choices += choice["choices"] if nested else [choice]
+    return cs.union_schema(choices, mode="left_to_right")
+
+
 def all_finite(arr: np.ndarray) -> bool:
     """No NaN or infinity. Small arrays: a Python sum (inf - inf and nan stay non-finite)."""
     if arr.size <= SMALL:

@@ -55,6 +55,7 @@ from gyre_contract.core._fastforms import (
     modalities_finisher,
     nested_lists,
     observation_schema,
+    scalar_choices,
     tensor_schema,
 )
 from gyre_contract.core._fields import TOKEN_FIELDS
@@ -162,7 +163,7 @@ class _Compiler:
         if kind in _PLAIN_NODES:
             return node
         if kind == "union" and node.get("custom_error_type") == ERROR_TYPE + "_scalar":
-            return node  # a gyre scalar: already checked in pydantic-core
+            return scalar_choices(node)  # a gyre scalar: checked in pydantic-core already
         if kind == "function-plain":
             return self._plain(node)
         if kind == "function-after":

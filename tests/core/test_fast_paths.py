@@ -460,3 +460,56 @@ def test_a_non_finite_numpy_scalar_action_is_refused_without_a_warning(value):
     with pytest.raises(ContractError) as caught:
         validate_step(record)
     assert [(p.path, p.message) for p in caught.value.problems] == [("action", "not finite")]
+
+
+# -- a scalar field's schema in the fast plan ----------------------------------------------------
+
+class _FloatChild(float):
+    pass
+
+
+class _IntChild(int):
+    pass
+
+
+class _StrChild(str):
+    pass
+
+
+_SCALAR_INPUTS = [
+    0.5, -0.0, 1e-50, 3.4e38, 1e39, float("nan"), float("inf"), -float("inf"), 0, 1, -5,
+    2**24, 2**24 + 1, -(2**24 + 1), 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64,
+    -(2**63) - 1, True, False, _FloatChild(0.5), _IntChild(3), _StrChild("x"), "x", "",
+    np.float16(0.5), np.float32(0.1), np.float64(0.1), np.float64("nan"), np.float32("inf"),
+    np.int8(-3), np.int64(2**40), np.uint64(2**64 - 1), np.uint8(7), np.bool_(True),
+    np.str_("x"), np.str_(""), np.longdouble(0.5), np.complex64(1), np.datetime64(1, "s"),
+    None, [1.0], (1,), {"a": 1}, b"x", np.array(1.0), np.array([1.0]),
+]
+
+
+@pytest.mark.parametrize("dtype", sorted(
+    {"bool", "string", "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32",
+     "int64", "uint8", "uint16", "uint32", "uint64"}))
+def test_a_scalar_in_the_fast_plan_takes_what_the_normal_schema_takes_as_it_takes_it(dtype):
+    """`fastforms.scalar_choices` (one left-to-right union) against the schema the model has
+    (`tensor.scalar_core_schema`, pydantic's smart union): what the fast one accepts, the normal
+    one accepts as the same value of the same type."""
+    from pydantic_core import SchemaValidator
+    from pydantic_core import ValidationError as CoreError
+
+    from gyre_contract.core._fastforms import scalar_choices
+    from gyre_contract.core._tensor import scalar_core_schema
+
+    schema = scalar_core_schema(dtype, "x")
+    fast, usual = SchemaValidator(scalar_choices(schema)), SchemaValidator(schema)
+    assert scalar_choices(schema)["mode"] == "left_to_right"
+    accepted = 0
+    for value in _SCALAR_INPUTS:
+        try:
+            got = fast.validate_python(value)
+        except (CoreError, ValueError, TypeError, OverflowError):
+            continue
+        want = usual.validate_python(value)  # raises, failing the test, if it refuses
+        assert same_value(got, want), (value, got, want)
+        accepted += 1
+    assert accepted >= 3  # each dtype's usual forms: a Python value, numpy scalars
