@@ -230,7 +230,7 @@ class StepChecker:
             yield from self._items(source, episodes)
             return
         arrays = episodes is not None
-        columns = _Columns(ducklines.chosen(source.path, bulk)) if arrow else None
+        columns = _Columns(source.path, bulk) if arrow else None
         blocks = source.blocks(None if columns is None else columns.chunk_bytes)
         try:
             for first, block, plan, table in _ahead(blocks, binder, bulk, columns):
@@ -308,18 +308,28 @@ class _Columns:
     then pyarrow's JSON reader (`duck`: `ducklines.chosen`), else by pyarrow's alone
     (`arrowlines.ArrowLines.read`). After `MAX_REFUSALS` chunks in a row that it could not
     take (a file whose lines all hold `info`, or another form it steps aside for), the file's
-    other chunks skip it."""
+    other chunks skip it.
+
+    An unpinned model's plan is known once the file's first lines bind it (`Binder`): until
+    then the choice waits (`duck` None) and chunks are pyarrow's size, so that an LLM file,
+    whose plan DuckDB does not read, neither imports duckdb nor takes its larger chunks."""
 
     MAX_REFUSALS = 8
 
-    def __init__(self, duck: bool) -> None:
-        self.duck = duck
-        self.chunk_bytes = ducklines.chunk_bytes() if duck else arrowlines.chunk_bytes()
+    def __init__(self, path: str | os.PathLike[str], plan: BulkPlan | RaggedPlan | None) -> None:
+        self.path = path
+        self.duck: bool | None = None if plan is None else ducklines.chosen(path, plan)
         self.refusals = 0
         self.pool: ThreadPoolExecutor | None = None
 
+    def chunk_bytes(self) -> int:
+        """The size of the file's next chunk (`lines.LineSource` asks before each read)."""
+        return ducklines.chunk_bytes() if self.duck else arrowlines.chunk_bytes()
+
     def submit(self, plan: BulkPlan | RaggedPlan | None, block: Any) -> Future[Any] | None:
         """Start reading `block` when it may be read into columns."""
+        if self.duck is None and plan is not None:
+            self.duck = ducklines.chosen(self.path, plan)  # the first plan bound decides
         reader = None if plan is None or block.__class__ is not Chunk \
             or self.refusals >= self.MAX_REFUSALS else \
             ducklines.reader_for(plan) if self.duck else arrowlines.reader_for(plan)

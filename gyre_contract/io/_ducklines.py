@@ -379,11 +379,11 @@ def simple(plan: BulkPlan | RaggedPlan) -> bool:
         for w, _, _, _ in plan.fields if w in plan.dtypes)
 
 
-def chosen(path: str | os.PathLike[str], plan: BulkPlan | RaggedPlan | None) -> bool:
+def chosen(path: str | os.PathLike[str], plan: BulkPlan | RaggedPlan) -> bool:
     """Whether the file at `path` is read here (in chunks of `chunk_bytes`): this path may run,
-    the plan is `simple` (None: not known before the file's first lines bind it), and the file
-    is `MIN_FILE_BYTES` or more or duckdb is imported already."""
-    if plan is not None and not simple(plan):
+    the plan is `simple` (an unpinned model's: the one its first lines bind), and the file is
+    `MIN_FILE_BYTES` or more or duckdb is imported already."""
+    if not simple(plan):
         return False
     if "duckdb" not in sys.modules:  # the size first: `usable` imports duckdb
         try:

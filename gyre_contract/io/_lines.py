@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol, TypeAlias, overload
 
@@ -187,10 +187,12 @@ class LineSource:
     the bytes after the last newline (None when the file ends with a newline or is empty).
     With `chunk_bytes` (at most `MAX_LINE_VALUES`: a larger size is cut to it), reads are that
     large and a read whose lines are all within the limits is yielded as a `Chunk` (its bytes,
-    split only when asked) instead of a list.
+    split only when asked) instead of a list. Given as a function, it is asked before each read:
+    a caller may settle the size once the first chunk has shown what the file holds.
     """
 
-    def __init__(self, handle: Readable, chunk_bytes: int | None = None) -> None:
+    def __init__(self, handle: Readable,
+                 chunk_bytes: int | Callable[[], int] | None = None) -> None:
         self._handle = handle
         self._chunk_bytes = chunk_bytes
         self.tail: bytes | Overlong | Crowded | None = None
@@ -202,11 +204,15 @@ class LineSource:
         observer = reading_observer()
         # a chunk is at most as long as a line may be: then none of its lines can be over a limit
         # (a larger size asked for is cut to that, not read line by line)
-        size = min(self._chunk_bytes, MAX_LINE_BYTES, MAX_LINE_VALUES) if self._chunk_bytes \
-            else CHUNK_BYTES
-        whole = self._chunk_bytes is not None
+        chunk_bytes = self._chunk_bytes
+        asked = chunk_bytes if callable(chunk_bytes) else None
+        size = min(chunk_bytes, MAX_LINE_BYTES, MAX_LINE_VALUES) \
+            if isinstance(chunk_bytes, int) and chunk_bytes else CHUNK_BYTES
+        whole = chunk_bytes is not None
         readinto = getattr(self._handle, "readinto", None) if whole else None
         while True:
+            if asked is not None:
+                size = min(asked(), MAX_LINE_BYTES, MAX_LINE_VALUES) or CHUNK_BYTES
             if readinto is not None and skipped < 0 and pending.size <= size:
                 # the line's start, then the read, straight into the chunk's own buffer (a
                 # longer start is not copied at every read: the line goes on by `read` below)
@@ -367,14 +373,15 @@ class Lines:
         if item is not None:
             yield item
 
-    def blocks(self, chunk_bytes: int | None = None
+    def blocks(self, chunk_bytes: int | Callable[[], int] | None = None
                ) -> Iterator[tuple[int, list[bytes | Overlong | Crowded] | Chunk]]:
         """(number of the first line, the lines) of each block of complete lines, unparsed.
 
         A caller that checks a block in bulk takes it whole; otherwise it calls `parse`. After
         the blocks, `tail_item()` gives the bytes after the last newline, if any. With
-        `chunk_bytes`, blocks are read that large and come as `Chunk`s where they can
-        (`LineSource`): a caller that reads their bytes whole never splits them.
+        `chunk_bytes` (a size, or a function asked before each read), blocks are read that large
+        and come as `Chunk`s where they can (`LineSource`): a caller that reads their bytes whole
+        never splits them.
         """
         self._tail_bytes_left = None
         with open_rollout(self.path) as handle:

@@ -414,7 +414,7 @@ def test_a_small_file_is_read_without_importing_duckdb(tmp_path, monkeypatch):
     monkeypatch.setattr(ducklines, "usable", lambda: imported.append(True) or True)
     assert not ducklines.chosen(small, plan) and not imported
     assert not ducklines.chosen(tmp_path / "missing.jsonl", plan) and not imported
-    assert ducklines.chosen(large, plan) and ducklines.chosen(large, None) and imported
+    assert ducklines.chosen(large, plan) and imported
     ragged = ragged_plan(LLMStep)
     assert ragged is not None and not ducklines.chosen(large, ragged)
     monkeypatch.setitem(sys.modules, "duckdb", object())  # imported already: any size
@@ -445,3 +445,61 @@ def test_a_file_read_here_comes_in_chunks_of_its_size(tmp_path, monkeypatch, tak
     longest = max(map(len, records)) + 1  # a chunk starts with the rest of the line before it
     assert max(sizes) <= ducklines.chunk_bytes() + longest < path.stat().st_size
     assert max(sizes) > arrowlines.chunk_bytes() + longest
+
+
+def test_an_unpinned_file_is_chosen_by_the_plan_its_first_lines_bind(tmp_path, monkeypatch,
+                                                                      taken):
+    """Without a pinned model the plan is known once the first chunk binds it (`Binder`): that
+    chunk is pyarrow's size, read by DuckDB once chosen, and the chunks after it DuckDB's."""
+    from gyre_contract.io import _lines as lines
+
+    monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
+    records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(100) for t in range(4)]
+    path = write(tmp_path, records)
+    sizes: list[int] = []
+    read = ducklines.DuckLines.read
+    monkeypatch.setattr(ducklines.DuckLines, "read",
+                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    assert report_both_ways(path, RolloutStep)["holds"]
+    assert len(sizes) == len(taken) >= 3 and all(taken)
+    longest = max(map(len, records)) + 1
+    assert sizes[0] <= arrowlines.chunk_bytes() < max(sizes[1:]) <= ducklines.chunk_bytes() \
+        + longest
+
+
+LLM_LINES = """
+import sys
+import orjson
+from gyre_contract.core._models import RolloutStep
+from gyre_contract.io import _arrowlines as arrowlines, _ducklines as ducklines, _lines as lines
+from gyre_contract.io import validate_file
+path = sys.argv[1]
+ducklines.MIN_FILE_BYTES = 0
+lines.CHUNK_BYTES = 2000
+sizes = []
+read = arrowlines.ArrowLines.read
+arrowlines.ArrowLines.read = lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk)
+report = validate_file(path, RolloutStep)
+print(orjson.dumps({"holds": report.to_dict()["holds"], "sizes": sizes,
+                    "duckdb": "duckdb" in sys.modules}).decode())
+"""
+
+
+def test_an_unpinned_llm_file_neither_imports_duckdb_nor_takes_its_chunk_size(
+        tmp_path, llm_record):
+    """A file whose first lines bind a plan DuckDB does not read (LLM token lists: ragged)
+    is read by pyarrow in pyarrow's chunks, and duckdb is not imported for it: it would cost
+    the import (~0.14 s, ~45 MB) and larger chunks for nothing (measured on 100 MB of
+    completions: 1.75 s and 192 MB against 1.50 s and 137 MB)."""
+    import subprocess
+
+    records = [orjson.dumps(dict(llm_record, episode_id=f"p-{e}", action=[7] * (1 + e % 9),
+                                 logprob=[-0.5] * (1 + e % 9))) for e in range(400)]
+    path = tmp_path / "llm.jsonl"
+    path.write_bytes(b"\n".join(records) + b"\n")
+    out = subprocess.run([sys.executable, "-c", LLM_LINES, str(path)], capture_output=True,
+                         text=True, check=True, timeout=120)
+    found = json.loads(out.stdout)
+    assert found["holds"] and not found["duckdb"]
+    sizes = found["sizes"]
+    assert len(sizes) >= 3 and max(sizes) <= 2 * 2000 + max(map(len, records)) + 1

@@ -308,6 +308,23 @@ def test_a_chunk_size_over_the_line_limits_is_cut_to_them(monkeypatch, tmp_path,
     assert b"".join(bytes(b.raw) for b in blocks) == data
 
 
+@pytest.mark.parametrize("into", [True, False])
+def test_a_chunk_size_asked_before_each_read_is_followed(tmp_path, into):
+    """`chunk_bytes` given as a function is asked before every read: the chunks follow it, the
+    lines are all there, in order."""
+    data = b"".join(b'{"i":%d}\n' % i for i in range(300))
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(data)
+    asked = iter([50, 50] + [400] * 100)
+    with open(path, "rb", buffering=0) as handle:
+        blocks = list(line_reader.LineSource(handle if into else _ReadOnly(handle),
+                                             lambda: next(asked)))
+    sizes = [len(b.raw) for b in blocks]
+    assert all(isinstance(b, line_reader.Chunk) for b in blocks)
+    assert max(sizes[:2]) <= 50 + 10 < 400 - 10 <= max(sizes[2:]) <= 400 + 10
+    assert b"".join(bytes(b.raw) for b in blocks) == data
+
+
 @SETTINGS
 @given(data=st.binary(max_size=300))
 def test_any_bytes_give_problems_never_a_crash(data: bytes, tmp_path: Path) -> None:
