@@ -311,19 +311,24 @@ class _Columns:
     other chunks skip it.
 
     An unpinned model's plan is known once the file's first lines bind it (`Binder`): until
-    then the choice waits (`duck` None) and chunks are pyarrow's size, so that an LLM file,
-    whose plan DuckDB does not read, neither imports duckdb nor takes its larger chunks."""
+    then the choice waits (`duck` None; the first chunk is DuckDB's size when the file is
+    `ducklines.likely` to be read there), so that an LLM file, whose plan DuckDB does not read,
+    neither imports duckdb nor takes its larger chunks after the first."""
 
     MAX_REFUSALS = 8
 
     def __init__(self, path: str | os.PathLike[str], plan: BulkPlan | RaggedPlan | None) -> None:
         self.path = path
         self.duck: bool | None = None if plan is None else ducklines.chosen(path, plan)
+        self.first = ducklines.chunk_bytes() if plan is None and ducklines.likely(path) \
+            else arrowlines.chunk_bytes()  # the size of chunks before the choice
         self.refusals = 0
         self.pool: ThreadPoolExecutor | None = None
 
     def chunk_bytes(self) -> int:
         """The size of the file's next chunk (`lines.LineSource` asks before each read)."""
+        if self.duck is None:
+            return self.first
         return ducklines.chunk_bytes() if self.duck else arrowlines.chunk_bytes()
 
     def submit(self, plan: BulkPlan | RaggedPlan | None, block: Any) -> Future[Any] | None:

@@ -450,7 +450,8 @@ def test_a_file_read_here_comes_in_chunks_of_its_size(tmp_path, monkeypatch, tak
 def test_an_unpinned_file_is_chosen_by_the_plan_its_first_lines_bind(tmp_path, monkeypatch,
                                                                       taken):
     """Without a pinned model the plan is known once the first chunk binds it (`Binder`): that
-    chunk is pyarrow's size, read by DuckDB once chosen, and the chunks after it DuckDB's."""
+    chunk is DuckDB's size when the file is `likely` to be read there, and DuckDB reads it and
+    the chunks after it; a file that is not likely starts at pyarrow's size."""
     from gyre_contract.io import _lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
@@ -463,8 +464,36 @@ def test_an_unpinned_file_is_chosen_by_the_plan_its_first_lines_bind(tmp_path, m
     assert report_both_ways(path, RolloutStep)["holds"]
     assert len(sizes) == len(taken) >= 3 and all(taken)
     longest = max(map(len, records)) + 1
-    assert sizes[0] <= arrowlines.chunk_bytes() < max(sizes[1:]) <= ducklines.chunk_bytes() \
-        + longest
+    assert arrowlines.chunk_bytes() + longest < sizes[0] <= ducklines.chunk_bytes() + longest
+    sizes.clear()
+    monkeypatch.setattr(ducklines, "likely", lambda path: False)
+    assert report_both_ways(path, RolloutStep)["holds"]
+    assert sizes[0] <= arrowlines.chunk_bytes() + longest < max(sizes[1:]) \
+        <= ducklines.chunk_bytes() + longest
+
+
+def test_a_file_is_likely_read_here_by_its_size_and_switches_without_importing_duckdb(
+        tmp_path, monkeypatch):
+    """`likely` (the first chunk's size before a plan is bound): the size rule of `chosen` and
+    its switches, duckdb found installed, never imported for the question."""
+    import importlib.util
+
+    monkeypatch.setattr(ducklines, "MIN_FILE_BYTES", 1000)
+    small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
+    small.write_bytes(b"".join(CLEAN[:2]))
+    large.write_bytes(b"\n".join(CLEAN) + b"\n")
+    monkeypatch.delitem(sys.modules, "duckdb")
+    assert ducklines.likely(large) and not ducklines.likely(small)
+    assert not ducklines.likely(tmp_path / "missing.jsonl") and "duckdb" not in sys.modules
+    for switch, on in (("GYRE_DUCKDB", "0"), ("GYRE_FAST_PATHS", "0")):
+        with monkeypatch.context() as env:
+            env.setenv(switch, on)
+            assert not ducklines.likely(large), switch
+    with monkeypatch.context() as env:
+        env.setattr(importlib.util, "find_spec", lambda name: None)  # not installed
+        assert not ducklines.likely(large)
+    monkeypatch.setitem(sys.modules, "duckdb", object())  # imported already: any size
+    assert ducklines.likely(small)
 
 
 LLM_LINES = """
@@ -488,9 +517,9 @@ print(orjson.dumps({"holds": report.to_dict()["holds"], "sizes": sizes,
 def test_an_unpinned_llm_file_neither_imports_duckdb_nor_takes_its_chunk_size(
         tmp_path, llm_record):
     """A file whose first lines bind a plan DuckDB does not read (LLM token lists: ragged)
-    is read by pyarrow in pyarrow's chunks, and duckdb is not imported for it: it would cost
-    the import (~0.14 s, ~45 MB) and larger chunks for nothing (measured on 100 MB of
-    completions: 1.75 s and 192 MB against 1.50 s and 137 MB)."""
+    is read by pyarrow in pyarrow's chunks after the first, and duckdb is not imported for it:
+    it would cost the import (~0.14 s, ~45 MB) and larger chunks for nothing (measured on 100 MB
+    of completions: 1.75 s and 192 MB against 1.50 s and 137 MB)."""
     import subprocess
 
     records = [orjson.dumps(dict(llm_record, episode_id=f"p-{e}", action=[7] * (1 + e % 9),
@@ -501,5 +530,6 @@ def test_an_unpinned_llm_file_neither_imports_duckdb_nor_takes_its_chunk_size(
                          text=True, check=True, timeout=120)
     found = json.loads(out.stdout)
     assert found["holds"] and not found["duckdb"]
-    sizes = found["sizes"]
-    assert len(sizes) >= 3 and max(sizes) <= 2 * 2000 + max(map(len, records)) + 1
+    sizes, longest = found["sizes"], max(map(len, records)) + 1
+    assert len(sizes) >= 3 and 2 * 2000 + longest < sizes[0] <= 5 * 2000 + longest
+    assert max(sizes[1:]) <= 2 * 2000 + longest  # the first chunk only at DuckDB's size
