@@ -428,21 +428,27 @@ def test_a_small_file_is_read_without_importing_duckdb(tmp_path, monkeypatch):
             assert not ducklines.chosen(large, plan), switch
 
 
-def test_a_file_read_here_comes_in_chunks_of_its_size(tmp_path, monkeypatch, taken):
-    """A file chosen for DuckDB is read in chunks of `ducklines.chunk_bytes()`, pyarrow's alone
-    in `arrowlines.chunk_bytes()` (each a multiple of `lines.CHUNK_BYTES`)."""
+def chunked_file(tmp_path: Path, monkeypatch: Any) -> tuple[Path, int, list[int]]:
+    """A CartPole file of many chunks at `lines.CHUNK_BYTES` 2000, the length of its longest
+    line (a chunk starts with the rest of the line before it), and the list the size of each
+    chunk DuckDB is given goes into."""
     from gyre_contract.io import _lines as lines
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
     records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(100) for t in range(4)]
-    path = write(tmp_path, records)
     sizes: list[int] = []
     read = ducklines.DuckLines.read
     monkeypatch.setattr(ducklines.DuckLines, "read",
                         lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    return write(tmp_path, records), max(map(len, records)) + 1, sizes
+
+
+def test_a_file_read_here_comes_in_chunks_of_its_size(tmp_path, monkeypatch, taken):
+    """A file chosen for DuckDB is read in chunks of `ducklines.chunk_bytes()`, pyarrow's alone
+    in `arrowlines.chunk_bytes()` (each a multiple of `lines.CHUNK_BYTES`)."""
+    path, longest, sizes = chunked_file(tmp_path, monkeypatch)
     assert report_both_ways(path, CartPoleStep)["holds"]
     assert len(sizes) == len(taken) >= 2 and all(taken)
-    longest = max(map(len, records)) + 1  # a chunk starts with the rest of the line before it
     assert max(sizes) <= ducklines.chunk_bytes() + longest < path.stat().st_size
     assert max(sizes) > arrowlines.chunk_bytes() + longest
 
@@ -452,18 +458,9 @@ def test_an_unpinned_file_is_chosen_by_the_plan_its_first_lines_bind(tmp_path, m
     """Without a pinned model the plan is known once the first chunk binds it (`Binder`): that
     chunk is DuckDB's size when the file is `likely` to be read there, and DuckDB reads it and
     the chunks after it; a file that is not likely starts at pyarrow's size."""
-    from gyre_contract.io import _lines as lines
-
-    monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
-    records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(100) for t in range(4)]
-    path = write(tmp_path, records)
-    sizes: list[int] = []
-    read = ducklines.DuckLines.read
-    monkeypatch.setattr(ducklines.DuckLines, "read",
-                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    path, longest, sizes = chunked_file(tmp_path, monkeypatch)
     assert report_both_ways(path, RolloutStep)["holds"]
     assert len(sizes) == len(taken) >= 3 and all(taken)
-    longest = max(map(len, records)) + 1
     assert arrowlines.chunk_bytes() + longest < sizes[0] <= ducklines.chunk_bytes() + longest
     sizes.clear()
     monkeypatch.setattr(ducklines, "likely", lambda path: False)
