@@ -228,11 +228,12 @@ class DuckLines:
         con.register("gyre_chunk_lines", source)  # this thread's cursor only: not a Python
         # variable found by name in a frame (DuckDB's replacement scan), nothing left to chance
         try:
-            table = _fields(con.sql(self._query(fields)).to_arrow_table())
+            result = con.sql(self._query(fields)).to_arrow_table()
         except Exception:  # duckdb.Error: bad JSON, a duplicate key, ... the next path decides
             return None
         finally:
             con.unregister("gyre_chunk_lines")
+        table = _fields(result)
         if table.num_rows != n or table.column_names != [w for w in self.kinds if w in fields]:
             return None
         return self._columns(table, codes, n)
