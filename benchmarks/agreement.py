@@ -8,6 +8,10 @@ A baseline that checks less than the package is not a baseline, so before anythi
   without a Python validator; a columnar reader reads null as absent), the case is declared in
   `GAPS` with the reason. The run fails when a baseline disagrees on a case not declared, and
   also when it agrees on a declared one (the declaration would be stale).
+- **Outputs.** On every valid record, the `validate_step` baselines the targets compare with
+  (`BestStepOut`, `BestCartPoleStepOut`, `BestLLMStepOut`) return what the package returns,
+  field for field: the same type (a float32 array, a numpy int64 scalar, a Python float, ...),
+  dtype, shape and value, exactly.
 - **Arrays.** On valid data, every batch baseline's arrays equal the package's batch, key for
   key: same shapes, dtype kinds, values (floats within 1e-4), and the baseline GAE equals
   `gyre_contract.gae` on the same padded arrays.
@@ -30,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from pydantic import BaseModel
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -61,7 +66,7 @@ SCHEMA = "the exported schema bounds no integer to int64 and no float field to t
          "float32 holds exactly"
 EPISODE = "a JSON Schema checks one record: no episode rule"
 
-GAPS: dict[tuple[str, str], str] = {
+_GAPS: dict[tuple[str, str], str] = {
     **{(b, "reward integer 2**24+1"): INEXACT
        for b in ("pydantic", "msgspec", "pydantic pinned", "msgspec pinned", "polars",
                  "pyarrow.json", "pyarrow.json batch", "pq.read_table batch")},
@@ -84,6 +89,11 @@ GAPS: dict[tuple[str, str], str] = {
                                          "integers)",
     ("jsonschema-rs", "duplicate key"): DUP,
 }
+OUT = {"pydantic": "pydantic out", "pydantic pinned": "pydantic pinned out",
+       "pydantic LLM": "pydantic LLM out"}
+"""The models returning the package's output: the lists models plus numpy's conversions, so the
+same gaps."""
+GAPS = {**_GAPS, **{(OUT[b], c): why for (b, c), why in _GAPS.items() if b in OUT}}
 
 
 # -- records (validate_step) ---------------------------------------------------------------------
@@ -163,6 +173,9 @@ def record_sides() -> dict[str, tuple[str, Callable[[Any], Any], Callable[[Any],
         "msgspec pinned": ("cartpole", pinned,
                            lambda r: baselines.msgspec_step(r, baselines.CartPoleStruct)),
         "pydantic LLM": ("llm", llm, baselines.BestLLMStep.model_validate),
+        "pydantic out": ("cartpole", default, baselines.BestStepOut.model_validate),
+        "pydantic pinned out": ("cartpole", pinned, baselines.BestCartPoleStepOut.model_validate),
+        "pydantic LLM out": ("llm", llm, baselines.BestLLMStepOut.model_validate),
         "msgspec LLM": ("llm", llm, lambda r: baselines.msgspec_step(r, baselines.LLMStruct)),
         "jsonschema-rs": ("cartpole", default, schema.record),
     }
@@ -180,6 +193,53 @@ def check_records() -> tuple[list[str], Rows]:
             rows.append((name, case, ours, theirs))
             problems += judge(name, case, ours, theirs)
     return problems, rows
+
+
+def same_output(ours: Any, theirs: Any, path: str) -> list[str]:
+    """Where `theirs` differs from `ours` in type, dtype, shape or value (exactly). A model is
+    compared field by field over the package's fields; a field the baseline lacks must be None
+    in the package's output."""
+    if isinstance(ours, BaseModel):
+        if not isinstance(theirs, BaseModel):
+            return [f"{path}: a {type(theirs).__name__}, the package's a model"]
+        problems = []
+        for name in type(ours).model_fields:
+            mine = getattr(ours, name)
+            if name not in type(theirs).model_fields:
+                if mine is not None:
+                    problems.append(f"{path}.{name}: missing, the package's {mine!r}")
+                continue
+            problems += same_output(mine, getattr(theirs, name), f"{path}.{name}")
+        return problems
+    if type(ours) is not type(theirs):
+        return [f"{path}: {type(theirs).__name__}, the package's {type(ours).__name__}"]
+    if isinstance(ours, np.ndarray):
+        if ours.dtype != theirs.dtype or ours.shape != theirs.shape:
+            return [f"{path}: {theirs.dtype}{list(theirs.shape)}, the package's "
+                    f"{ours.dtype}{list(ours.shape)}"]
+        return [] if np.array_equal(ours, theirs) else [f"{path}: values differ"]
+    if isinstance(ours, np.generic):
+        return [] if ours.dtype == theirs.dtype and ours == theirs else [
+            f"{path}: {theirs!r}, the package's {ours!r}"]
+    if isinstance(ours, dict):
+        if ours.keys() != theirs.keys():
+            return [f"{path}: keys {sorted(theirs)}, the package's {sorted(ours)}"]
+        return [p for k in ours for p in same_output(ours[k], theirs[k], f"{path}.{k}")]
+    return [] if ours == theirs else [f"{path}: {theirs!r}, the package's {ours!r}"]
+
+
+def check_outputs() -> list[str]:
+    """The out models return the package's output on every valid record case."""
+    cases = {"cartpole": cartpole_cases(), "llm": llm_cases()}
+    sides = record_sides()
+    problems = []
+    for name in OUT.values():
+        kind, package, baseline = sides[name]
+        for case, record in cases[kind].items():
+            if case.startswith("valid"):
+                problems += [f"{name}: {case!r}: {problem}" for problem in
+                             same_output(package(record), baseline(record), "step")]
+    return problems
 
 
 def judge(name: str, case: str, ours: bool, theirs: bool) -> list[str]:
@@ -469,6 +529,7 @@ def check_all(lines: int = CHECK_LINES, completions: int = CHECK_COMPLETIONS
     parquet = corpus.cartpole_corpus(lines, "parquet")
     tokens = corpus.llm_corpus(completions)
     problems, rows = check_records()
+    problems += check_outputs()
     with tempfile.TemporaryDirectory(prefix="gyre-agree-") as tmp_dir:
         tmp = Path(tmp_dir)
         token_map = write_token_map(tmp)

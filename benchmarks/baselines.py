@@ -8,6 +8,10 @@ Per record (`validate_step`):
   to int64's, `le=0` on log-probabilities where the action is an integer, `min_length=1` on ids,
   optional fields typed without `| None` (absent is the default, null is refused) and no Python
   validator at all: pydantic-core does all the work. Arrays stay lists (no numpy conversion).
+- `BestStepOut`, `BestCartPoleStepOut`, `BestLLMStepOut`: the same models returning what
+  `validate_step` returns, type for type (float32 and int64 arrays, numpy scalars where the
+  package gives them), converted after the checks by numpy's callables (`np.float32`,
+  `partial(np.array, dtype=...)`): no Python validator either. The targets compare with these.
 - `StepStruct`, `CartPoleStruct`, `LLMStruct`: msgspec Structs with the same checks as `Meta`
   bounds (a `ge`/`le` bound also refuses NaN and infinities), `forbid_unknown_fields`, optional
   fields `T | UnsetType` (null refused); `msgspec.convert(record, type, strict=True)`.
@@ -45,6 +49,7 @@ disagreement not declared, fails the run. benchmarks/README.md lists them.
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,7 +57,7 @@ import msgspec
 import numpy as np
 import orjson
 from msgspec import UNSET, Meta, UnsetType
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -129,12 +134,6 @@ class BestStep(BaseModel):
     info: dict[str, Scalar] = None  # type: ignore[assignment]
 
 
-def with_array_observation(step: BestStep) -> BestStep:
-    """The observation as the float32 array the package returns (the models keep a list)."""
-    step.observation = np.asarray(step.observation, dtype=np.float32)  # type: ignore[assignment]
-    return step
-
-
 class BestCartPoleStep(BestStep):
     """Pinned CartPole: four observation floats, an integer action, logprob <= 0."""
 
@@ -160,6 +159,57 @@ class BestLLMStep(BestStep):
     next_observation: BestPrompt = None  # type: ignore[assignment]
     loss_mask: list[bool] = None  # type: ignore[assignment]
     token_reward: list[F32] = None  # type: ignore[assignment]
+
+
+# -- per record: pydantic, the package's output ---------------------------------------------------
+# `validate_step` returns a tensor field as numpy: the observation a float32 array, the default
+# model's action an int64 or float32 scalar and its log-probs float32 scalars, an LLM step's
+# token ids, log-probs, mask and token rewards arrays. The models above return lists and Python
+# numbers; these return what the package returns, type for type (agreement.py checks it): after
+# pydantic-core's checks, numpy's own callables convert (no Python frame per value).
+
+_F32, _I64, _BOOL = np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.bool_)
+AsF32 = AfterValidator(np.float32)
+F32Array = Annotated[list[F32], AfterValidator(partial(np.array, dtype=_F32))]
+Obs4Array = Annotated[list[F32], Field(min_length=4, max_length=4),
+                      AfterValidator(partial(np.array, dtype=_F32))]
+I64Array = Annotated[list[I64], AfterValidator(partial(np.array, dtype=_I64))]
+LogProbArray = Annotated[list[LogProb], AfterValidator(partial(np.array, dtype=_F32))]
+BoolArray = Annotated[list[bool], AfterValidator(partial(np.array, dtype=_BOOL))]
+
+
+class BestStepOut(BestStep):
+    """`BestStep` returning the default model's output."""
+
+    observation: F32Array  # type: ignore[assignment]
+    next_observation: F32Array = None  # type: ignore[assignment]
+    action: Annotated[I64, AfterValidator(np.int64)] | Annotated[F32, AsF32]  # type: ignore[assignment]
+    logprob: Annotated[F32, AsF32] = None  # type: ignore[assignment]
+    ref_logprob: Annotated[F32, AsF32] = None  # type: ignore[assignment]
+
+
+class BestCartPoleStepOut(BestCartPoleStep):
+    """`BestCartPoleStep` returning `CartPoleStep`'s output."""
+
+    observation: Obs4Array  # type: ignore[assignment]
+    next_observation: Obs4Array = None  # type: ignore[assignment]
+    ref_logprob: Annotated[F32, AsF32] = None  # type: ignore[assignment]
+
+
+class BestPromptOut(BestPrompt):
+    token_ids: I64Array  # type: ignore[assignment]
+
+
+class BestLLMStepOut(BestLLMStep):
+    """`BestLLMStep` returning `LLMStep`'s output."""
+
+    observation: BestPromptOut  # type: ignore[assignment]
+    next_observation: BestPromptOut = None  # type: ignore[assignment]
+    action: I64Array  # type: ignore[assignment]
+    logprob: LogProbArray = None  # type: ignore[assignment]
+    ref_logprob: LogProbArray = None  # type: ignore[assignment]
+    loss_mask: BoolArray = None  # type: ignore[assignment]
+    token_reward: F32Array = None  # type: ignore[assignment]
 
 
 # -- per record: msgspec -------------------------------------------------------------------------

@@ -36,6 +36,25 @@ def test_a_baseline_that_checks_nothing_disagrees(monkeypatch: pytest.MonkeyPatc
     assert "nothing: 'observation NaN': the package refuses, the baseline accepts" in problems
 
 
+def test_a_baseline_returning_less_than_the_package_is_reported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The targets compare with models returning the package's output; one returning lists, or
+    float64 where the package gives float32, fails the output check."""
+    import baselines
+
+    assert agreement.check_outputs() == []
+    monkeypatch.setattr(baselines, "BestStepOut", baselines.BestStep)
+    problems = agreement.check_outputs()
+    assert "pydantic out: 'valid': step.observation: list, the package's ndarray" in problems
+    assert "pydantic out: 'valid': step.logprob: float, the package's float32" in problems
+    assert not [p for p in problems if "pinned" in p or "LLM" in p]
+    ours = gyre_contract.validate_step(agreement.cartpole_record())
+    wider = ours.model_copy(update={"observation": ours.observation.astype("float64")})
+    assert agreement.same_output(ours, wider, "step") == [
+        "step.observation: float64[4], the package's float32[4]"]
+    assert agreement.same_output(ours, ours.model_copy(), "step") == []
+
+
 def test_a_declared_gap_that_the_baseline_covers_is_stale() -> None:
     assert agreement.judge("polars", "unknown key", True, True) == [
         "polars: 'unknown key' is declared a gap but the verdicts agree (update GAPS)"]
