@@ -142,6 +142,11 @@ def llm_cases() -> dict[str, dict[str, Any]]:
     lp = r["logprob"]
     return {
         "valid": r, "valid: ref_logprob and group": {**r, "ref_logprob": lp, "group_id": "p17"},
+        "valid: every token field": {
+            **r, "observation": {**r["observation"], "text": "Q: 2+2?"},
+            "next_observation": {"token_ids": r["observation"]["token_ids"][::-1]},
+            "loss_mask": [i % 5 != 0 for i in range(len(r["action"]))],
+            "token_reward": [0.0] * (len(r["action"]) - 1) + [1.0], "entropy": 0.7},
         "action None": {**r, "action": [*r["action"][:-1], None]},
         "logprob inf": {**r, "logprob": [-math.inf, *lp[1:]]},
         "logprob positive": {**r, "logprob": [0.5, *lp[1:]]},
