@@ -312,8 +312,8 @@ class _Columns:
 
     An unpinned model's plan is known once the file's first lines bind it (`Binder`): until
     then the choice waits (`duck` None; the first chunk is DuckDB's size when the file is
-    `ducklines.likely` to be read there), so that an LLM file, whose plan DuckDB does not read,
-    neither imports duckdb nor takes its larger chunks after the first."""
+    `ducklines.likely` to be read there), so that a file whose plan DuckDB does not read (a
+    list of strings) neither imports duckdb nor takes its larger chunks after the first."""
 
     MAX_REFUSALS = 8
 
