@@ -117,8 +117,16 @@ def _lengths_ok(column: Any, size: int) -> bool:
 
     if pa.types.is_fixed_size_list(column.type):
         return True
-    bounds = pc.min_max(pc.list_value_length(column)).as_py()
-    return bounds["min"] == bounds["max"] == size
+    width = np.dtype(np.int32) if pa.types.is_list(column.type) else \
+        np.dtype(np.int64) if pa.types.is_large_list(column.type) else None
+    if width is None or column.null_count or not len(column):  # the general way
+        bounds = pc.min_max(pc.list_value_length(column)).as_py()
+        return bool(bounds["min"] == bounds["max"] == size)
+    # the offsets as numpy: pyarrow's two kernels cost ~0.7 ms a chunk of 20,000 lists
+    offsets = np.frombuffer(column.buffers()[1], width, len(column) + 1,
+                            column.offset * width.itemsize)
+    lengths = np.diff(offsets)
+    return bool(lengths.min() == lengths.max() == size)
 
 
 def _checked(plan: BulkPlan, name: str, column: Any, present: np.ndarray | None, n: int,
