@@ -122,7 +122,8 @@ def _lengths_ok(column: Any, size: int) -> bool:
     if width is None or column.null_count or not len(column):  # the general way
         bounds = pc.min_max(pc.list_value_length(column)).as_py()
         return bool(bounds["min"] == bounds["max"] == size)
-    # the offsets as numpy: pyarrow's two kernels cost ~0.7 ms a chunk of 20,000 lists
+    # the offsets as numpy: beside two reader threads, pyarrow's two kernels took ~0.7 ms a
+    # chunk of 20,000 lists on the checking thread (~0.01 ms alone)
     offsets = np.frombuffer(column.buffers()[1], width, len(column) + 1,
                             column.offset * width.itemsize)
     lengths = np.diff(offsets)

@@ -699,9 +699,13 @@ def test_escapes_after_the_first_chunk_send_the_rest_to_pyarrow(tmp_path, monkey
     misses = checking._Columns.MAX_DUCK_MISSES
     # sizes: pyarrow's readings with the fast paths on (DuckDB's misses, then its own chunks);
     # the run with them off reads no chunk into columns
-    big = [s for s in sizes if s > 2 * 2000 + longest]
-    assert len(big) <= misses + arrowlines.READERS  # the misses, and the chunks read ahead
-    assert len(sizes) - len(big) >= 10  # then pyarrow's own, to the end
+    big = [s > 2 * 2000 + longest for s in sizes]
+    switch = big.index(False)
+    assert all(big[:switch]) and not any(big[switch:])  # DuckDB's size, then pyarrow's to the end
+    # the misses, and the chunks read ahead of the switch (up to `READERS` + 1 in flight, and
+    # the two threads may both be missing when it is made)
+    assert misses <= switch <= misses + arrowlines.READERS + 2
+    assert len(sizes) - switch >= 10
 
 
 def test_a_file_is_likely_read_here_by_its_size_and_switches_without_importing_duckdb(
