@@ -591,6 +591,15 @@ def test_a_small_file_is_read_without_importing_duckdb(tmp_path, monkeypatch):
             assert not ducklines.chosen(large, plan), switch
 
 
+def chunk_sizes(monkeypatch: Any, reader: type) -> list[int]:
+    """The size of each chunk `reader.read` is given, in order (`DuckLines`, `ArrowLines`)."""
+    sizes: list[int] = []
+    read = reader.read
+    monkeypatch.setattr(reader, "read",
+                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    return sizes
+
+
 def chunked_file(tmp_path: Path, monkeypatch: Any) -> tuple[Path, int, list[int]]:
     """A CartPole file of many chunks at `lines.CHUNK_BYTES` 2000, the length of its longest
     line (a chunk starts with the rest of the line before it), and the list the size of each
@@ -599,10 +608,7 @@ def chunked_file(tmp_path: Path, monkeypatch: Any) -> tuple[Path, int, list[int]
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
     records = [orjson.dumps(step(t, eid=f"ep-{e}", last=3)) for e in range(100) for t in range(4)]
-    sizes: list[int] = []
-    read = ducklines.DuckLines.read
-    monkeypatch.setattr(ducklines.DuckLines, "read",
-                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    sizes = chunk_sizes(monkeypatch, ducklines.DuckLines)
     return write(tmp_path, records), max(map(len, records)) + 1, sizes
 
 
@@ -686,12 +692,8 @@ def test_escapes_after_the_first_chunk_send_the_rest_to_pyarrow(tmp_path, monkey
 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
     records = escaped_completions(range(200, 1000), 1000)
-    path = tmp_path / "llm.jsonl"
-    path.write_bytes(b"\n".join(records) + b"\n")
-    sizes: list[int] = []
-    read = arrowlines.ArrowLines.read
-    monkeypatch.setattr(arrowlines.ArrowLines, "read",
-                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    path = write(tmp_path, records, "llm.jsonl")
+    sizes = chunk_sizes(monkeypatch, arrowlines.ArrowLines)
     assert report_both_ways(path, LLMStep)["holds"]
     longest = max(map(len, records)) + 1
     assert True in taken  # DuckDB read the chunks before the escapes
@@ -741,12 +743,8 @@ def test_an_unpinned_llm_file_is_read_here_in_its_chunks(tmp_path, monkeypatch, 
     monkeypatch.setattr(lines, "CHUNK_BYTES", 2000)
     records = [orjson.dumps(dict(llm_record, episode_id=f"p-{e}", action=[7] * (1 + e % 9),
                                  logprob=[-0.5] * (1 + e % 9))) for e in range(400)]
-    path = tmp_path / "llm.jsonl"
-    path.write_bytes(b"\n".join(records) + b"\n")
-    sizes: list[int] = []
-    read = ducklines.DuckLines.read
-    monkeypatch.setattr(ducklines.DuckLines, "read",
-                        lambda self, chunk: sizes.append(len(chunk.raw)) or read(self, chunk))
+    path = write(tmp_path, records, "llm.jsonl")
+    sizes = chunk_sizes(monkeypatch, ducklines.DuckLines)
     for model in (RolloutStep, LLMStep):
         sizes.clear()
         taken.clear()
