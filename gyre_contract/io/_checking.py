@@ -361,12 +361,10 @@ class _Columns:
         `MAX_DUCK_MISSES` chunks in a row that pyarrow read and DuckDB did not (escaped strings,
         such as the newlines of an LLM prompt's text), the file's chunks not read yet go to
         pyarrow alone, at its size: DuckDB's larger chunks only cost memory there."""
-        table = reader.duck.read(block)
-        if table is not None:
+        table, by_duckdb = reader.read(block)
+        if by_duckdb:
             self.duck_misses = 0
-            return table
-        table = reader.arrow.read(block)
-        if table is not None:
+        elif table is not None:
             self.duck_misses += 1
             if self.duck_misses >= self.MAX_DUCK_MISSES:
                 self.duck = False

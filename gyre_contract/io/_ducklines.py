@@ -448,9 +448,11 @@ class Chained:
     def __init__(self, duck: DuckLines, arrow: arrowlines.ArrowLines) -> None:
         self.duck, self.arrow = duck, arrow
 
-    def read(self, chunk: Chunk) -> Any:
+    def read(self, chunk: Chunk) -> tuple[Any, bool]:
+        """The chunk's table (None: neither reader took it), and whether DuckDB read it (a file
+        reader counts the chunks pyarrow took instead: `checking._Columns`)."""
         table = self.duck.read(chunk)
-        return table if table is not None else self.arrow.read(chunk)
+        return (table, True) if table is not None else (self.arrow.read(chunk), False)
 
 
 def chunk_bytes() -> int:
