@@ -12,11 +12,13 @@ report with the fast paths on must equal the report with them off.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import test_ragged_columns as ragged_cases
 from fastpaths import report_both_ways
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,7 +26,7 @@ from hypothesis import strategies as st
 from gyre_contract.core._models import RolloutStep
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io import _ducklines as ducklines
-from gyre_contract.pinned import CartPoleStep
+from gyre_contract.pinned import CartPoleStep, LLMStep
 
 pytest.importorskip("pyarrow")
 
@@ -114,7 +116,14 @@ CASES = {
     "byte-order mark": b"\xef\xbb\xbf" + line(),
     "CR line end": line() + b"\r",
     "not UTF-8": line(eid="ep-\xff").replace("ep-\xff".encode(), b"ep-\xff"),
-    "an id with a colon": line(eid="ep:0"),
+    "a colon in an id, a null beside it": line(eid="ep:0").replace(b'"value":0.5',
+                                                                   b'"value":null'),
+    "an escaped colon in an id, a null beside it": line(eid="ep-0").replace(
+        b'"ep-0"', b'"ep\\u003a0"').replace(b'"value":0.5', b'"value":null'),
+    "an escaped colon (upper case) in an id, a null beside it": line(eid="ep-0").replace(
+        b'"ep-0"', b'"ep\\u003A0"').replace(b'"reward":1.0', b'"reward":null'),
+    "a colon in an id, a key twice": line(eid="ep:0").replace(b'"action":0',
+                                                             b'"action":0,"action":0'),
     "float in an integer field": line().replace(b'"step":70', b'"step":70.0'),
     "bool in a float field": line().replace(b'"reward":1.0', b'"reward":true'),
     "string in a float field": line().replace(b'"reward":1.0', b'"reward":"1"'),
@@ -139,6 +148,63 @@ def test_the_reader_takes_the_clean_file(tmp_path, model, taken):
 def test_a_chunk_it_cannot_read_exactly_steps_aside(tmp_path, model, case, taken):
     report_both_ways(write(tmp_path, with_line(CASES[case])), model)
     assert taken == [False], case  # the line path's report, every problem on its line
+
+
+TAKEN = {
+    "an id with a colon": b"ep:0",
+    "an id of colons, quotes, braces and commas": b'ep:{\\"a\\": [1, 2]}: ,:',
+    "an id with an escaped backslash and a colon": b"ep\\\\:0",
+    "an id with an escaped colon": b"ep\\u003a0",
+}
+"""Episode ids, as written between their quotes, that hold `:` inside strings: each colon in
+the bytes is in one of the column's string values, counted there (`arrowlines.string_colons`);
+an escaped one is in the value only, and there is no other colon to stand for."""
+
+
+@pytest.mark.parametrize("case", list(TAKEN))
+@pytest.mark.parametrize("model", [RolloutStep, CartPoleStep], ids=["unpinned", "pinned"])
+def test_colons_inside_strings_are_read_on_columns(tmp_path, model, case, taken):
+    lines = [Edited(line(t)).replace(b'"ep-0"', b'"' + TAKEN[case] + b'"') for t in range(80)]
+    assert report_both_ways(write(tmp_path, lines), model)["holds"]
+    assert taken == [True], case
+
+
+def test_an_escaped_colon_is_what_could_hide_a_null(tmp_path, monkeypatch, taken):
+    """`\\u003a` is a colon in the value and none in the bytes: counted from the values, it would
+    stand for the colon of a `null` no column holds. Without the guard the chunk is taken and
+    the null goes unreported; with it, the chunk steps aside and the line path reports it."""
+    from fastpaths import fast_paths
+
+    from gyre_contract import validate_file
+
+    lines = [line(t, eid="ep:0") for t in range(80)]  # the same id, escaped on one line:
+    lines[AT] = line(AT, eid="ep:0").replace(b'"ep:0"', b'"ep\\u003a0"').replace(
+        b'"value":0.5', b'"value":null')  # as many colons as if it had its own and no null
+    path = write(tmp_path, lines)
+    found = report_both_ways(path, RolloutStep)  # the fast paths' report is the line path's
+    assert [g["message"] for g in found["problems"]["groups"]] == ["null is not allowed"]
+    assert taken == [False]  # with the guard: stepped aside
+    monkeypatch.setattr(arrowlines, "_ESCAPED_COLON", re.compile(b"(?!)"))  # never matches
+    with fast_paths(True):
+        fast = validate_file(path, RolloutStep).to_dict()
+    assert taken[-1] is True and fast["holds"]  # without it: the null is not seen
+
+
+RAGGED = [ragged_cases.line(i, prompt=3 + i % 5, response=1 + i % 7) for i in range(80)]
+
+
+def test_completions_whose_text_holds_colons_and_escapes(tmp_path, taken):
+    """An LLM prompt's text ("Question 3:\\n..."): colons and escaped newlines, read on columns."""
+    lines = []
+    for i, clean in enumerate(RAGGED):
+        record = json.loads(clean)
+        record["observation"]["text"] = f"Question {i}:\nWhat is {i}:{i + 1}? \"a:b\"\t"
+        lines.append(orjson.dumps(record))
+    assert report_both_ways(write(tmp_path, lines), LLMStep)["holds"]
+    assert taken == [True]
+    hidden = lines[AT].replace(b'"reward":', b'"value":null,"reward":')
+    report_both_ways(write(tmp_path, [*lines[:AT], hidden, *lines[AT + 1:]]), LLMStep)
+    assert taken[-1] is False
 
 
 def test_a_file_without_its_last_newline(tmp_path, taken):
@@ -173,12 +239,14 @@ SPECIAL = [b"NaN", b"Infinity", b"-Infinity", b"null", b"16777217", b"9007199254
 def edited_files(draw: Any) -> list[bytes]:
     """Clean CartPole lines (18 episodes), a few of the last ones edited as text (after the lines
     an unpinned model is bound from): a value replaced by a special literal, a null or a
-    duplicate key inserted, a blank line, a BOM, a space, a key added or dropped."""
+    duplicate key inserted, a blank line, a BOM, a space, a key added or dropped, a colon put
+    in an id (as itself or escaped)."""
     lines = [as_text(step(t, eid=f"ep-{e}", last=3)) for e in range(18) for t in range(4)]
     for _ in range(draw(st.integers(0, 3))):
         i = draw(st.integers(AT - 6, len(lines) - 1))
         line = lines[i]
-        edit = draw(st.sampled_from(["value", "dup", "blank", "bom", "space", "key", "drop"]))
+        edit = draw(st.sampled_from(["value", "dup", "blank", "bom", "space", "key", "drop",
+                                     "colon"]))
         if edit == "value":
             key = draw(st.sampled_from([b'"reward":', b'"value":', b'"step":', b'"action":',
                                         b'"logprob":', b'"terminated":']))
@@ -187,6 +255,9 @@ def edited_files(draw: Any) -> list[bytes]:
             start = line.index(key) + len(key)
             end = min(j for j in (line.find(b",", start), line.find(b"}", start)) if j >= 0)
             line = line[:start] + draw(st.sampled_from(SPECIAL)) + line[end:]
+        elif edit == "colon":  # in the id, as itself or escaped (the same value)
+            line = line.replace(b'"ep-', draw(st.sampled_from(
+                [b'"ep:', b'"ep\\u003a', b'"ep\\u003A', b'"e:p:', b'"ep\\u002d'])), 1)
         elif edit == "dup":
             line = line[:-1] + b',"reward":0.5}'
         elif edit == "blank":
