@@ -753,3 +753,16 @@ def test_an_unpinned_llm_file_is_read_here_in_its_chunks(tmp_path, monkeypatch, 
         assert len(sizes) == len(taken) >= 3 and all(taken), model
         assert arrowlines.chunk_bytes() + longest < max(sizes) \
             <= ducklines.chunk_bytes() + longest, model
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=200).map(lambda b: b.replace(b"\\", b"")),
+       block=st.integers(1, 64), start=st.integers(0, 5))
+def test_byte_counts_in_blocks_equal_a_count_over_the_whole(data, block, start, monkeypatch):
+    """`_counts` compares a block at a time into one buffer: the counts of every block add up
+    to a count over all the bytes, wherever the blocks end (a slice not at the start too)."""
+    monkeypatch.setattr(ducklines, "COUNT_BLOCK", block)
+    codes = np.frombuffer(b'",[{tf' + data, np.uint8)[start:]
+    expected = [int(np.count_nonzero(codes == c)) for c in b'",[{tf']
+    assert ducklines._counts(codes).tolist() == expected
