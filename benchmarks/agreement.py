@@ -485,7 +485,7 @@ def compare(ours: dict[str, Any], theirs: dict[str, Any], label: str) -> list[st
 
 
 def check_arrays(jsonl: Path, parquet: Path, tokens: Path, token_map: Path,
-                 packed_map: Path | None = None) -> list[str]:
+                 packed_map: Path | None = None, texts: Path | None = None) -> list[str]:
     ours = gyre_contract.half_way(jsonl, baselines.CARTPOLE_MAP).batch
     problems = compare(ours, baselines.batch_jsonl(jsonl), "pyarrow.json batch")
     problems += compare(ours, baselines.batch_parquet(parquet), "pq.read_table batch")
@@ -496,6 +496,9 @@ def check_arrays(jsonl: Path, parquet: Path, tokens: Path, token_map: Path,
     if packed_map is not None:
         problems += compare(gyre_contract.half_way(tokens, packed_map).batch,
                             baselines.packed_batch(tokens), "pyarrow.json packed")
+    if texts is not None:  # completions with prompt texts (`corpus.CHAT_PROMPT`)
+        problems += compare(gyre_contract.half_way(texts, token_map).batch,
+                            baselines.token_batch(texts, text=True), "pyarrow.json texts")
     b = baselines.batch_jsonl(jsonl)  # the baseline GAE against the package's gae
     lengths = b["mask"].sum(1)
     with open(jsonl, "rb") as f:
@@ -533,6 +536,7 @@ def check_all(lines: int = CHECK_LINES, completions: int = CHECK_COMPLETIONS
     jsonl = corpus.cartpole_corpus(lines)
     parquet = corpus.cartpole_corpus(lines, "parquet")
     tokens = corpus.llm_corpus(completions)
+    texts = corpus.llm_corpus(completions, text=True)
     problems, rows = check_records()
     problems += check_outputs()
     with tempfile.TemporaryDirectory(prefix="gyre-agree-") as tmp_dir:
@@ -543,7 +547,7 @@ def check_all(lines: int = CHECK_LINES, completions: int = CHECK_COMPLETIONS
                             check_tokens(tokens, token_map, tmp, packed_map)):
             problems += found
             rows += more
-        problems += check_arrays(jsonl, parquet, tokens, token_map, packed_map)
+        problems += check_arrays(jsonl, parquet, tokens, token_map, packed_map, texts)
     return problems, rows
 
 

@@ -598,11 +598,14 @@ def _widens(got: Any, want: Any) -> bool:
 
 # -- completions -> token batch ------------------------------------------------------------------
 
-def arrow_token_schema() -> Any:
+def arrow_token_schema(text: bool = False) -> Any:
+    """The completions' schema; `text`: the observation's text too (a corpus with prompt texts:
+    an absent field in the schema costs the reader time, so it is there only when present)."""
     import pyarrow as pa
 
     f32, i64 = pa.float32(), pa.int64()
-    return pa.schema([("observation", pa.struct([("token_ids", pa.list_(i64))])),
+    modalities = [("token_ids", pa.list_(i64)), *([("text", pa.string())] if text else [])]
+    return pa.schema([("observation", pa.struct(modalities)),
                       ("action", pa.list_(i64)), ("logprob", pa.list_(f32)),
                       ("ref_logprob", pa.list_(f32)), ("reward", f32), ("step", i64),
                       ("episode_id", pa.string()), ("group_id", pa.string()),
@@ -651,14 +654,15 @@ def _scatter(values: Any, mask: np.ndarray, dtype: Any) -> np.ndarray:
     return out
 
 
-def _token_columns(path: str | Path, check: bool) -> tuple[Any, Any, Any, np.ndarray, np.ndarray]:
+def _token_columns(path: str | Path, check: bool, text: bool = False
+                   ) -> tuple[Any, Any, Any, np.ndarray, np.ndarray]:
     """(table, prompt lists, action lists, prompt lengths, action lengths) of completions read by
     `pyarrow.json` (explicit schema, unknown keys refused) and checked (`token_problems`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    options = pj.ParseOptions(explicit_schema=arrow_token_schema(),
+    options = pj.ParseOptions(explicit_schema=arrow_token_schema(text),
                               unexpected_field_behavior="error")
     try:
         table = pj.read_json(path, parse_options=options)
@@ -675,12 +679,14 @@ def _token_columns(path: str | Path, check: bool) -> tuple[Any, Any, Any, np.nda
     return table, prompt, action, p_len, a_len
 
 
-def token_batch(path: str | Path, check: bool = True) -> dict[str, np.ndarray]:
+def token_batch(path: str | Path, check: bool = True, text: bool = False
+                ) -> dict[str, np.ndarray]:
     """Completions (JSON Lines) → the padded token batch of `TOKEN_MAP`: prompt left-padded,
-    response right-padded, one boolean-mask scatter per field."""
+    response right-padded, one boolean-mask scatter per field (`text`: the prompts have texts,
+    read and type-checked, not batched)."""
     import pyarrow.compute as pc
 
-    table, prompt, action, p_len, a_len = _token_columns(path, check)
+    table, prompt, action, p_len, a_len = _token_columns(path, check, text)
     p, r = int(p_len.max()), int(a_len.max())
     prompt_mask = np.arange(p) >= (p - p_len)[:, None]
     response_mask = np.arange(r) < a_len[:, None]

@@ -20,11 +20,14 @@ for a `.parquet` path), in the DEFAULT step model's fields (no pinned model need
   and responses of 64-1,024 tokens (both log-uniform), `observation.token_ids`, `action` (the
   generated ids), `logprob` (one per token, <= 0), a scalar `reward`, `terminated`. Groups of
   `group_size` samples share a prompt; when the default model has the v1.1 fields, each line
-  also carries `group_id` and `ref_logprob`.
+  also carries `group_id` and `ref_logprob`. With `text` (`llm --text`), each prompt's text
+  too, in a Qwen chat template (`CHAT_PROMPT`: escaped newlines and quotes, colons inside the
+  string), as real completions carry it.
 
     python benchmarks/corpus.py cartpole --lines 200000            # build (or find) and describe
     python benchmarks/corpus.py cartpole --lines 200000 --format parquet
     python benchmarks/corpus.py llm --lines 2000
+    python benchmarks/corpus.py llm --lines 2000 --text
 
 The cache lives in `$GYRE_BENCH_CACHE`, else `<tmp>/gyre-bench-corpus`; a file's name holds every
 parameter and `CORPUS_VERSION`, so a changed generator never serves an old file. Files are
@@ -186,9 +189,18 @@ def has_v11_fields() -> bool:
     return {"group_id", "ref_logprob"} <= set(RolloutStep.model_fields)
 
 
+CHAT_PROMPT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+               "Question {g}: A farmer has {a} sheep and buys {b} more at the market. How many "
+               "sheep does the farmer have now?\nThink step by step, then give the answer as "
+               "\"#### <number>\".<|im_end|>\n<|im_start|>assistant\n")
+"""The text of a group's prompt when a corpus has one: a Qwen chat template, whose newlines and
+quotes are escaped in JSON and whose colons are inside a string."""
+
+
 def llm_records(lines: int, seed: int = 0, group_size: int = 8, v11: bool = False,
-                vocab: int = 50_000) -> Iterator[dict[str, Any]]:
-    """`lines` single-turn generations (see the module docstring), numpy arrays of declared dtypes."""
+                vocab: int = 50_000, text: bool = False) -> Iterator[dict[str, Any]]:
+    """`lines` single-turn generations (see the module docstring), numpy arrays of declared dtypes;
+    with `text`, each prompt's text beside its token ids (`CHAT_PROMPT`)."""
     rng = np.random.default_rng(seed)
     groups = -(-lines // group_size)
     prompt_len = log_uniform(rng, 32, 256, groups)
@@ -199,8 +211,11 @@ def llm_records(lines: int, seed: int = 0, group_size: int = 8, v11: bool = Fals
             prompt = np.random.default_rng((seed, g)).integers(0, vocab, prompt_len[g])
         a = int(response_len[i])
         logprob = np.log(rng.uniform(0.05, 1.0, a)).astype(np.float32)
+        observation: dict[str, Any] = {"token_ids": prompt}
+        if text:
+            observation["text"] = CHAT_PROMPT.format(g=g, a=10 + g % 89, b=1 + g % 23)
         record: dict[str, Any] = {
-            "observation": {"token_ids": prompt}, "action": rng.integers(0, vocab, a),
+            "observation": observation, "action": rng.integers(0, vocab, a),
             "logprob": logprob, "reward": float(rng.integers(2)), "step": 0,
             "episode_id": f"llm-{seed}-{i}", "terminated": True, "truncated": False,
             "policy_version": g // 16}
@@ -212,11 +227,13 @@ def llm_records(lines: int, seed: int = 0, group_size: int = 8, v11: bool = Fals
 
 
 def llm_corpus(lines: int, fmt: str = "jsonl", seed: int = 0, group_size: int = 8,
-               v11: bool | None = None) -> Path:
-    """The cached LLM corpus; `v11=None` adds the v1.1 fields when the default model has them."""
+               v11: bool | None = None, text: bool = False) -> Path:
+    """The cached LLM corpus; `v11=None` adds the v1.1 fields when the default model has them;
+    `text` adds each prompt's text (`CHAT_PROMPT`)."""
     v11 = has_v11_fields() if v11 is None else v11
-    name = f"llm-v{CORPUS_VERSION}-s{seed}-g{group_size}-{'v11' if v11 else 'v1'}-{lines}"
-    return _cached(name, fmt, lambda: llm_records(lines, seed, group_size, v11))
+    name = f"llm-v{CORPUS_VERSION}-s{seed}-g{group_size}-{'v11' if v11 else 'v1'}" \
+        f"{'-text' if text else ''}-{lines}"
+    return _cached(name, fmt, lambda: llm_records(lines, seed, group_size, v11, text=text))
 
 
 # -- cache and description ------------------------------------------------------------------------
@@ -315,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--format", choices=FORMATS, default="jsonl")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--text", action="store_true",
+                        help="LLM: each prompt's text beside its token ids (a chat template)")
     parser.add_argument("--random-share", type=float, default=0.25,
                         help="CartPole: the share of episodes played by the random policy")
     args = parser.parse_args(argv)
@@ -322,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kind == "cartpole":
         path = cartpole_corpus(args.lines, args.format, args.seed, args.random_share)
     else:
-        path = llm_corpus(args.lines, args.format, seed=args.seed)
+        path = llm_corpus(args.lines, args.format, seed=args.seed, text=args.text)
     print(path)
     print(json.dumps(load_meta(path), indent=1))
     print(f"{time.perf_counter() - start:.1f} s", file=sys.stderr)

@@ -264,13 +264,24 @@ def bench_tokens(s: Sizes, tmp: Path) -> list[Figure]:
                 "pyarrow.json list columns + checks + mask scatter"),
                ("packed", packed_map, baselines.packed_batch,
                 "pyarrow.json list columns + checks + FFD + index scatter"))
-    return [interleaved(
+    figures = [interleaved(
         f"JSONL {s.completions:,} completions -> token batch ({layout}) / pyarrow.json",
         lambda m=map_file: cli("batch", file, "--map", m, "--format", "json"),
         lambda b=base: b(path), name, target="<= 1.2", rounds=s.file_rounds,
         raw=lambda: baselines.raw_read(path),
         typed=lambda: baselines.typed_decode(path, baselines.LLMStruct))
         for layout, map_file, base, name in layouts]
+    # as real completions come: each prompt's text beside its ids (escaped newlines and quotes,
+    # colons inside the string: what sends a chunk away from a reader's checks on its bytes)
+    texts = corpus.llm_corpus(s.completions, text=True)
+    print(f"      corpus {corpus_note(texts)}, each prompt's text in a chat template", flush=True)
+    figures.append(interleaved(
+        f"JSONL {s.completions:,} completions with prompt texts -> token batch (padded) "
+        "/ pyarrow.json",
+        lambda t=str(texts): cli("batch", t, "--map", token_map, "--format", "json"),
+        lambda: baselines.token_batch(texts, text=True),
+        "pyarrow.json list columns + checks + mask scatter", rounds=s.file_rounds))
+    return figures
 
 
 # -- start-up -------------------------------------------------------------------------------------

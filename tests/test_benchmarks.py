@@ -62,6 +62,24 @@ def test_a_declared_gap_that_the_baseline_covers_is_stale() -> None:
     assert agreement.judge("polars", "step skipped", True, True) == []
 
 
+def test_the_corpus_with_prompt_texts_is_what_real_completions_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its texts hold escaped newlines and quotes and colons (what a reader's checks on the
+    bytes must not send line by line), and the baseline's batch equals the package's."""
+    pytest.importorskip("pyarrow")
+    import baselines
+    import corpus
+
+    monkeypatch.setenv("GYRE_BENCH_CACHE", str(tmp_path))
+    path = corpus.llm_corpus(24, text=True)
+    raw = path.read_bytes()
+    assert raw.count(b"Question ") == 24 and b"\\n" in raw and b'\\"####' in raw
+    assert corpus.llm_corpus(24) != path  # a corpus of its own, cached beside the other
+    token_map = agreement.write_token_map(tmp_path)
+    ours = gyre_contract.half_way(path, token_map).batch
+    assert agreement.compare(ours, baselines.token_batch(path, text=True), "texts") == []
+
+
 @pytest.mark.slow
 def test_run_smoke_gives_every_figure_with_its_load(tmp_path: Path) -> None:
     for module in ("polars", "pyarrow", "jsonschema_rs", "gymnasium"):
