@@ -167,22 +167,11 @@ def _allowed() -> bool:
         and DUCK_FAST_PATH.usable() and arrowlines.usable()
 
 
-COUNT_BLOCK = 1 << 18
-"""Bytes `_counts` compares at a time, into one buffer per thread: a chunk's counts in blocks
-that stay in the cache, not six 5 MiB temporaries (`validate` of 200,000 CartPole lines, warm,
-15 interleaved rounds, twice: 0.93x and 0.97x the time, 6% and 2% less CPU)."""
-_BUFFERS = threading.local()
-
-
 def _counts(codes: np.ndarray) -> np.ndarray:
-    """How many of each `_COUNTED` byte `codes` holds."""
-    buffer = getattr(_BUFFERS, "buffer", None)
-    if buffer is None or len(buffer) < COUNT_BLOCK:
-        buffer = _BUFFERS.buffer = np.empty(COUNT_BLOCK, bool)
+    """How many of each `_COUNTED` byte `codes` holds (compared a block at a time:
+    `lines.BYTE_BLOCK`)."""
     found = np.zeros(len(_COUNTED), np.int64)
-    for start in range(0, len(codes), COUNT_BLOCK):
-        block = codes[start:start + COUNT_BLOCK]
-        equal = buffer[:len(block)]
+    for _, block, equal in lines.byte_blocks(codes):
         for i, c in enumerate(_COUNTED):
             np.equal(block, c, out=equal)
             found[i] += np.count_nonzero(equal)

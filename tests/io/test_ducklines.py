@@ -34,6 +34,7 @@ from gyre_contract.core._models import RolloutStep
 from gyre_contract.core._validate import validate_step
 from gyre_contract.io import _arrowlines as arrowlines
 from gyre_contract.io import _ducklines as ducklines
+from gyre_contract.io import _lines as line_reader
 from gyre_contract.io._fastfile import bulk_plan
 from gyre_contract.io._lines import Chunk
 from gyre_contract.io._raggedcols import ragged_plan
@@ -760,9 +761,9 @@ def test_an_unpinned_llm_file_is_read_here_in_its_chunks(tmp_path, monkeypatch, 
 @given(data=st.binary(max_size=200).map(lambda b: b.replace(b"\\", b"")),
        block=st.integers(1, 64), start=st.integers(0, 5))
 def test_byte_counts_in_blocks_equal_a_count_over_the_whole(data, block, start, monkeypatch):
-    """`_counts` compares a block at a time into one buffer: the counts of every block add up
+    """`_counts` compares a block at a time into one mask: the counts of every block add up
     to a count over all the bytes, wherever the blocks end (a slice not at the start too)."""
-    monkeypatch.setattr(ducklines, "COUNT_BLOCK", block)
+    monkeypatch.setattr(line_reader, "BYTE_BLOCK", block)
     codes = np.frombuffer(b'",[{tf' + data, np.uint8)[start:]
     expected = [int(np.count_nonzero(codes == c)) for c in b'",[{tf']
     assert ducklines._counts(codes).tolist() == expected

@@ -249,16 +249,19 @@ class _ReadOnly:
 @given(data=st.lists(st.sampled_from([b"\n", b"\r\n", b"a", b'{"k": 1}', b"\xe9"]),
                      max_size=120).map(b"".join),
        chunk=st.integers(1, 50), limit=st.integers(1, 60), found=st.integers(1, 4),
-       into=st.booleans())
+       into=st.booleans(), block=st.integers(1, 9))
 def test_chunked_reads_split_as_split_on_newline(data: bytes, chunk: int, limit: int, found: int,
-                                                 into: bool, monkeypatch,
+                                                 into: bool, block: int, monkeypatch,
                                                  tmp_path: Path) -> None:
     """Read in chunks (`chunk_bytes`, straight into each chunk's buffer with `readinto` or by
-    `read`): the lines (bytes, with any CR), their newline offsets and the tail are those of
-    bytes.split(b"\\n"), a line cut across reads, one longer than a read, or none at all."""
+    `read`): the lines (bytes, with any CR), their newline offsets and count and the tail are
+    those of bytes.split(b"\\n"), a line cut across reads, one longer than a read, or none at
+    all; the newlines compared a few bytes at a time (`BYTE_BLOCK`), and each chunk's buffer
+    used again for a later one (`_Buffers`) once the chunk is dropped."""
     monkeypatch.setattr(line_reader, "MAX_LINE_BYTES", limit)
     monkeypatch.setattr(line_reader, "MAX_LINE_VALUES", limit)
     monkeypatch.setattr(line_reader, "_FOUND_ONE_BY_ONE", found)
+    monkeypatch.setattr(line_reader, "BYTE_BLOCK", block)
     path = tmp_path / "bytes.bin"
     path.write_bytes(data)
     with open(path, "rb", buffering=0) as handle:
@@ -268,6 +271,7 @@ def test_chunked_reads_split_as_split_on_newline(data: bytes, chunk: int, limit:
             if isinstance(block, line_reader.Chunk):
                 raw = bytes(block.raw)
                 assert block.newlines.tolist() == [i for i, c in enumerate(raw) if c == 10]
+                assert block.n == raw.count(b"\n")
             got += [x.size if isinstance(x, line_reader.Overlong) else x for x in block]
         tail = source.tail
     assert all(x.__class__ is not bytearray for x in got)
@@ -291,6 +295,52 @@ def test_a_chunks_lines_by_slice(lines: list[bytes], stop: int, start: int | Non
     got = chunk[start:stop]
     assert got == lines[start:stop] and all(x.__class__ is bytes for x in got)
     assert chunk[:] == lines and chunk[start:stop] == lines[start:stop]
+
+
+def _spied_buffers(monkeypatch) -> dict[str, int]:
+    """How many chunk buffers `_Buffers.get` made and how many it gave again."""
+    made = {"new": 0, "again": 0}
+    get = line_reader._Buffers.get
+
+    def spy(self: Any, size: int) -> bytearray:
+        kept = [id(b) for b in self.kept]
+        buffer = get(self, size)
+        made["again" if id(buffer) in kept else "new"] += 1
+        return buffer
+
+    monkeypatch.setattr(line_reader._Buffers, "get", spy)
+    return made
+
+
+@pytest.mark.parametrize("hold", ["chunk", "memoryview", "numpy", "arrow", "nothing"])
+def test_a_chunk_buffer_is_used_again_only_when_nothing_holds_it(monkeypatch, tmp_path, hold):
+    """Each chunk's bytes stay what was read while anything holds them (the chunk, or only a
+    memoryview, a numpy array or an Arrow buffer over them), however many chunks are read
+    after; a buffer nothing holds goes to a later chunk."""
+    pa = pytest.importorskip("pyarrow")
+    made = _spied_buffers(monkeypatch)
+    data = b"".join(b'{"i":%d,"pad":"%s"}\n' % (i, b"x" * (i % 13)) for i in range(400))
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(data)
+    views = {"chunk": lambda c: c, "memoryview": lambda c: memoryview(c.raw),
+             "numpy": lambda c: np.frombuffer(c.raw, np.uint8)[1:],
+             "arrow": lambda c: pa.py_buffer(c.raw), "nothing": lambda c: None}
+    held: list[Any] = []
+    copies: list[bytes] = []
+    with open(path, "rb", buffering=0) as handle:
+        for chunk in line_reader.LineSource(handle, 97):
+            assert isinstance(chunk, line_reader.Chunk)
+            copies.append(bytes(chunk.raw))
+            held.append(views[hold](chunk))
+            del chunk
+    assert b"".join(copies) == data and len(copies) > 40
+    if hold == "nothing":
+        assert made["new"] == 1 and made["again"] == len(copies)  # and the read at the end
+        return
+    assert made["again"] == 0
+    for view, copy in zip(held, copies):
+        got = bytes(view.raw) if hold == "chunk" else bytes(view)
+        assert got == (copy[1:] if hold == "numpy" else copy)
 
 
 @pytest.mark.parametrize("into", [True, False])
