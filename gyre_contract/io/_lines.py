@@ -323,8 +323,8 @@ class _Buffers:
     glibc's heap while a few chunks are alive at once and smaller arrays are made between them,
     so the peak memory of a long file crept up over its first dozen chunks (`validate` of
     2,000,000 CartPole lines peaked 9-12% over 100,000 lines; mapping each buffer afresh
-    instead cost ~15% of the time in page faults). At most `KEPT` buffers are kept; when
-    every one is still held, a new one is made and not kept.
+    instead cost ~15% of the time in page faults). When every kept buffer is still held, a
+    new one is made, and kept while fewer than `KEPT` are.
 
     A buffer is used again only when this pool's reference is the only one (`_alone`): a
     chunk, a memoryview, a numpy or an Arrow array over its bytes each hold a reference, so no
@@ -363,9 +363,9 @@ _PROBE = [bytearray()]
 
 
 def _alone(kept: list[bytearray], i: int) -> bool:
-    """Nothing but `kept` holds `kept[i]`: its reference count is that of `_PROBE[0]`, counted
-    the same way (so it holds whatever references the interpreter takes or skips while
-    counting)."""
+    """Nothing but `kept` holds `kept[i]`: its reference count is no more than that of
+    `_PROBE[0]`, counted by the same expression (so whatever references the interpreter takes
+    or skips while counting are the same on both sides)."""
     return sys.getrefcount(kept[i]) <= sys.getrefcount(_PROBE[0])
 
 
